@@ -1,0 +1,101 @@
+"""The ``dpgate`` command: serve, migrate, keys, demo, experiments."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+
+from app.config import get_settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from app.db.migrate import upgrade
+
+    upgrade(get_settings().database_url)
+    uvicorn.run(
+        "app.main:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        log_level=args.log_level,
+        timeout_keep_alive=5,
+    )
+    return 0
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    from app.db.migrate import upgrade
+
+    upgrade(get_settings().database_url)
+    print("database is at the newest revision")
+    return 0
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from app.db.engine import make_engine, make_sessionmaker
+    from app.db.migrate import upgrade
+    from app.keys.service import create_key
+
+    settings = get_settings()
+    upgrade(settings.database_url)
+    engine = make_engine(settings.database_url)
+    try:
+        with make_sessionmaker(engine).begin() as session:
+            key, secret = create_key(
+                session, name=args.name, role=args.role, epsilon_quota=args.epsilon_quota
+            )
+            print(f"created {key.role} key {key.id} ({key.name}):")
+    finally:
+        engine.dispose()
+    print(secret)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from app.demo import run_demo
+
+    return run_demo(host=args.host, port=args.port, data=args.data)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="migrate the database, then serve the API")
+    serve.add_argument("--host", default=os.environ.get("DPGATE_HOST", "127.0.0.1"))
+    serve.add_argument("--port", type=int, default=int(os.environ.get("DPGATE_PORT", "8000")))
+    serve.add_argument("--workers", type=int, default=1)
+    serve.add_argument("--log-level", default="info")
+    serve.set_defaults(func=_serve)
+
+    sub.add_parser("migrate", help="bring the database to the newest revision").set_defaults(
+        func=_migrate
+    )
+
+    keys = sub.add_parser("keys", help="manage API keys").add_subparsers(dest="keys", required=True)
+    create = keys.add_parser("create", help="create a key and print it (shown once)")
+    create.add_argument("--role", choices=("admin", "analyst"), required=True)
+    create.add_argument("--name", required=True)
+    create.add_argument("--epsilon-quota", type=float, default=None)
+    create.set_defaults(func=_keys_create)
+
+    demo = sub.add_parser("demo", help="load a synthetic city into the embedded database, serve")
+    demo.add_argument("--host", default="127.0.0.1")
+    demo.add_argument("--port", type=int, default=8000)
+    demo.add_argument("--data", default=None, help="a CapMetrics CSV to load instead")
+    demo.set_defaults(func=_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,162 @@
+"""Closed-form sensitivities, worst-case biases and worst-case errors for one grid.
+
+Every function here is a scalar formula of public quantities only (counts and the
+value bound ``U``); none looks at a value. References are to the seed papers
+(``002`` optimal array averaging, ``004`` variance and composition) as numbered in
+``SPEC.md`` §2–4.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = [
+    "check_bound",
+    "check_epsilon",
+    "joint_clip_error",
+    "linear_mean_bias",
+    "mean_clip_bias",
+    "mean_sensitivity",
+    "optimal_split",
+    "variance_clip_bias",
+    "variance_sensitivity",
+]
+
+
+def check_epsilon(eps: float) -> float:
+    """Return ``eps`` as a float if it is finite and > 0, else raise ``ValueError``."""
+    eps = float(eps)
+    if not math.isfinite(eps) or eps <= 0.0:
+        raise ValueError(f"epsilon must be finite and > 0, got {eps!r}")
+    return eps
+
+
+def check_bound(U: float) -> float:
+    """Return the value bound ``U`` as a float if it is finite and > 0."""
+    U = float(U)
+    if not math.isfinite(U) or U <= 0.0:
+        raise ValueError(f"value bound U must be finite and > 0, got {U!r}")
+    return U
+
+
+def _check_counts(max_count: int, total: int) -> None:
+    if total <= 0:
+        raise ValueError("a grid needs at least one record")
+    if not 0 < max_count <= total:
+        raise ValueError(f"need 0 < max count <= total, got {max_count} and {total}")
+
+
+def mean_sensitivity(U: float, max_count: int, total: int) -> float:
+    """User-level sensitivity of the mean, ``U m* / n`` (002 eq. 2, 004 eq. 5).
+
+    With kept counts ``Γ`` in place of ``m`` it is ``Δμ_clip = U Γ* / ΣΓ`` (004 eq. 9).
+    """
+    _check_counts(max_count, total)
+    return U * max_count / total
+
+
+def variance_sensitivity(U: float, max_count: int, total: int) -> float:
+    """User-level sensitivity of the population variance (004 Prop III.1).
+
+    ``U² m*(n - m*)/n²`` when ``n > 2m*``; otherwise ``U²/4`` (n even) or
+    ``(U²/4)(1 - 1/n²)`` (n odd). With kept counts it is 004 Lemma III.3.
+    """
+    _check_counts(max_count, total)
+    n, m = total, max_count
+    if n > 2 * m:
+        return U * U * m * (n - m) / (n * n)
+    if n % 2 == 0:
+        return U * U / 4.0
+    return U * U / 4.0 * (1.0 - 1.0 / (n * n))
+
+
+def _check_kept(kept_total: int, total: int) -> None:
+    if total <= 0:
+        raise ValueError("a grid needs at least one record")
+    if not 0 <= kept_total <= total:
+        raise ValueError(f"need 0 <= kept <= total, got {kept_total} and {total}")
+
+
+def mean_clip_bias(U: float, kept_total: int, total: int) -> float:
+    """Worst-case bias of the clipped mean, ``U (1 - s/n)`` (004 Thm IV.1, 002 Lemma V.1)."""
+    _check_kept(kept_total, total)
+    return U * (1.0 - kept_total / total)
+
+
+def variance_clip_bias(U: float, kept_total: int, total: int) -> float:
+    """Worst-case bias of the clipped population variance (004 Thm IV.2, corrected).
+
+    The printed theorem has its regimes swapped (SPEC §3): the bias is 0 when
+    ``s = n``, ``U² s(n - s)/n²`` when ``n <= 2s``, and ``U²/4`` (n even) or
+    ``(U²/4)(1 - 1/n²)`` (n odd) when ``n > 2s``.
+    """
+    _check_kept(kept_total, total)
+    n, s = total, kept_total
+    if s == n:
+        return 0.0
+    if n <= 2 * s:
+        return U * U * s * (n - s) / (n * n)
+    if n % 2 == 0:
+        return U * U / 4.0
+    return U * U / 4.0 * (1.0 - 1.0 / (n * n))
+
+
+def linear_mean_bias(U: float, weights) -> float:
+    """Worst-case bias ``(U/2) Σ_j |w_j - 1/n|`` of a linear mean estimator (SPEC §3).
+
+    ``weights`` are the non-negative weights the estimator puts on each of the
+    ``n`` records (summing to 1). A linear function on the box ``[0, U]^n``
+    peaks at a corner, which gives this bound exactly.
+    """
+    import numpy as np
+
+    w = np.asarray(weights, dtype=float)
+    if w.ndim != 1 or w.size == 0:
+        raise ValueError("weights must be a non-empty 1-d array")
+    if np.any(w < 0) or not math.isclose(float(w.sum()), 1.0, rel_tol=1e-9, abs_tol=1e-12):
+        raise ValueError("weights must be non-negative and sum to 1")
+    return float(U / 2.0 * np.abs(w - 1.0 / w.size).sum())
+
+
+def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
+    """Split ``eps = eps1 + eps2`` minimising ``a/eps1 + b/eps2`` (SPEC §4).
+
+    ``eps1 = eps √a / (√a + √b)``; it is never worse than ``eps/2`` each.
+    """
+    eps = check_epsilon(eps)
+    if a < 0 or b < 0:
+        raise ValueError("sensitivities must be non-negative")
+    if a == 0 and b == 0:
+        return eps / 2.0, eps / 2.0
+    ra, rb = math.sqrt(a), math.sqrt(b)
+    eps1 = eps * ra / (ra + rb)
+    return eps1, eps - eps1
+
+
+def joint_clip_error(
+    U: float,
+    eps: float,
+    max_kept: int,
+    kept_total: int,
+    total: int,
+    *,
+    split: str = "half",
+) -> float:
+    """Worst-case error ``E_g`` of the joint clipped mean+variance release (004 eq. 13).
+
+    ``E_g = E_μ + E_Var + Δμ_clip/eps1 + ΔVar_clip/eps2`` with ``eps1 = eps2 = eps/2``
+    by default (``2Δμ_clip/eps + 2ΔVar_clip/eps``, 004 eq. 13) or the optimal
+    split of SPEC §4 (``split="optimal"``). With nothing clipped it is 004 eq. 12.
+    A grid with no kept record cannot be released: ``ValueError``.
+    """
+    eps = check_epsilon(eps)
+    d_mu = mean_sensitivity(U, max_kept, kept_total)
+    d_var = variance_sensitivity(U, max_kept, kept_total)
+    if split == "half":
+        eps1 = eps2 = eps / 2.0
+    elif split == "optimal":
+        eps1, eps2 = optimal_split(d_mu, d_var, eps)
+    else:
+        raise ValueError(f"unknown split {split!r}; use 'half' or 'optimal'")
+    bias = mean_clip_bias(U, kept_total, total) + variance_clip_bias(U, kept_total, total)
+    return bias + d_mu / eps1 + d_var / eps2

@@ -1,0 +1,1 @@
+"""Datasets, ingestion of raw records, and grids with their public occupancy."""

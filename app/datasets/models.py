@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, Epsilon, UTCDateTime, utcnow
+
+
+class Dataset(Base):
+    __tablename__ = "datasets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    value_bound: Mapped[float] = mapped_column(Float)
+    h3_resolution: Mapped[int] = mapped_column(Integer)
+    timeslot_minutes: Mapped[int] = mapped_column(Integer)
+    timezone: Mapped[str] = mapped_column(String(64))
+    budget_per_user: Mapped[Decimal] = mapped_column(Epsilon)
+    max_epsilon_per_query: Mapped[Decimal] = mapped_column(Epsilon)
+    on_exhausted: Mapped[str] = mapped_column(String(16))
+    epoch: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class DatasetUser(Base):
+    """A data subject, known only by the keyed hash (HMAC-SHA256) of its identifier."""
+
+    __tablename__ = "dataset_users"
+    __table_args__ = (UniqueConstraint("dataset_id", "user_hash"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    user_hash: Mapped[str] = mapped_column(String(64))
+
+
+class Grid(Base):
+    """One H3 cell × one timeslot, with its public occupancy summary."""
+
+    __tablename__ = "grids"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "h3_cell", "slot_start"),
+        Index("ix_grids_dataset_slot", "dataset_id", "slot_start"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    public_id: Mapped[str] = mapped_column(String(32), unique=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    h3_cell: Mapped[str] = mapped_column(String(16))
+    slot_start: Mapped[datetime] = mapped_column(UTCDateTime())
+    n_users: Mapped[int] = mapped_column(Integer, default=0)
+    n_records: Mapped[int] = mapped_column(Integer, default=0)
+    max_user_records: Mapped[int] = mapped_column(Integer, default=0)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+
+
+class Record(Base):
+    """One accepted raw record (value already clamped to [0, U])."""
+
+    __tablename__ = "records"
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "user_id", "ts"),
+        Index("ix_records_grid_user_ts", "grid_id", "user_id", "ts"),
+    )
+
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    grid_id: Mapped[int] = mapped_column(ForeignKey("grids.id", ondelete="CASCADE"))
+    user_id: Mapped[int] = mapped_column(ForeignKey("dataset_users.id", ondelete="CASCADE"))
+    ts: Mapped[datetime] = mapped_column(UTCDateTime())
+    value: Mapped[float] = mapped_column(Float)
+
+
+class GridSnapshot(Base):
+    """The engine's input for one grid version, prepared at ingestion.
+
+    ``user_ids`` (int64), ``counts`` (int64) and ``values`` (float64, by user then
+    time) are raw little-endian numpy buffers, so a query never rescans records.
+    """
+
+    __tablename__ = "grid_snapshots"
+
+    grid_id: Mapped[int] = mapped_column(
+        ForeignKey("grids.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    user_ids: Mapped[bytes] = mapped_column(LargeBinary)
+    counts: Mapped[bytes] = mapped_column(LargeBinary)
+    values: Mapped[bytes] = mapped_column(LargeBinary)
+
+
+class Upload(Base):
+    """One completed upload and its answer (for ``Idempotency-Key`` replays)."""
+
+    __tablename__ = "uploads"
+    __table_args__ = (UniqueConstraint("dataset_id", "idempotency_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    response: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

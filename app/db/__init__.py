@@ -1,0 +1,1 @@
+"""Database plumbing: declarative base, column types, engine and sessions."""

@@ -1,0 +1,22 @@
+"""Every model, imported once so ``Base.metadata`` is complete (Alembic reads this)."""
+
+from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Record, Upload
+from app.db.base import Base
+from app.keys.models import ApiKey
+from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
+from app.queries.models import QueryAnswer
+
+__all__ = [
+    "ApiKey",
+    "Base",
+    "BudgetAccount",
+    "BudgetReset",
+    "Dataset",
+    "DatasetUser",
+    "Grid",
+    "GridSnapshot",
+    "LedgerEntry",
+    "QueryAnswer",
+    "Record",
+    "Upload",
+]

@@ -1,0 +1,66 @@
+"""FastAPI dependencies as ``Annotated`` aliases.
+
+The request owns the transaction: :func:`get_session` commits once after the
+endpoint returns and **before** the response is sent (``scope="function"``), and
+rolls back on any error. An answer therefore never leaves before its charge is
+durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, Header, Request
+from sqlalchemy.orm import Session
+
+from app.config import Settings
+from app.keys.models import ApiKey
+from app.keys.service import authenticate, require_role
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    session: Session = request.app.state.sessionmaker()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+
+
+def current_key(
+    request: Request,
+    session: SessionDep,
+    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
+) -> ApiKey:
+    key = authenticate(session, authorization)
+    limiter = getattr(request.app.state, "rate_limiter", None)
+    if limiter is not None:
+        limiter.check(key.id)
+    return key
+
+
+CurrentKey = Annotated[ApiKey, Depends(current_key)]
+
+
+def analyst_key(key: CurrentKey) -> ApiKey:
+    return require_role(key, "admin", "analyst")
+
+
+def admin_key(key: CurrentKey) -> ApiKey:
+    return require_role(key, "admin")
+
+
+AnalystKey = Annotated[ApiKey, Depends(analyst_key)]
+AdminKey = Annotated[ApiKey, Depends(admin_key)]

@@ -1,0 +1,165 @@
+"""Typed errors and the one place that maps them (and every other failure) to HTTP.
+
+Every error body has the shape ``{"error": {"code": ..., "message": ...}}`` (API.md).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, ClassVar
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel
+from sqlalchemy.exc import DBAPIError, OperationalError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger("dpgate.errors")
+
+
+class DPGateError(Exception):
+    """Base of every error dpgate answers on purpose."""
+
+    status_code: ClassVar[int] = 500
+    code: ClassVar[str] = "internal"
+    description: ClassVar[str] = "Internal error"
+
+    def __init__(self, message: str | None = None) -> None:
+        self.message = message or self.description
+        super().__init__(self.message)
+
+
+class InvalidRequest(DPGateError):
+    status_code = 400
+    code = "invalid_request"
+    description = "The request is malformed or a parameter is out of range"
+
+
+class Unauthenticated(DPGateError):
+    status_code = 401
+    code = "unauthenticated"
+    description = "Missing or unknown API key"
+
+
+class Forbidden(DPGateError):
+    status_code = 403
+    code = "forbidden"
+    description = "The key's role may not do this"
+
+
+class BudgetExhausted(DPGateError):
+    status_code = 403
+    code = "budget_exhausted"
+    description = "The privacy budget (per user, or the key's quota) would be exceeded"
+
+
+class NotFound(DPGateError):
+    status_code = 404
+    code = "not_found"
+    description = "No such resource"
+
+
+class Conflict(DPGateError):
+    status_code = 409
+    code = "conflict"
+    description = "The request conflicts with the current state"
+
+
+class PayloadTooLarge(DPGateError):
+    status_code = 413
+    code = "payload_too_large"
+    description = "The request body is larger than the configured limit"
+
+
+class RateLimited(DPGateError):
+    status_code = 429
+    code = "rate_limited"
+    description = "Too many requests for this key"
+
+
+class Unavailable(DPGateError):
+    status_code = 503
+    code = "unavailable"
+    description = "The database is unavailable; retry later"
+
+
+class ErrorDetail(BaseModel):
+    code: str
+    message: str
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail
+
+
+def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None):
+    return JSONResponse(
+        status_code=status,
+        content={"error": {"code": code, "message": message}},
+        headers=headers,
+    )
+
+
+def responses(*errors: type[DPGateError]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for a route that may raise ``errors`` (plus 422)."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for err in (*errors, InvalidRequest):
+        entry = out.setdefault(err.status_code, {"model": ErrorBody, "description": ""})
+        entry["description"] = " / ".join(filter(None, [entry["description"], err.description]))
+    out[422] = {"model": ErrorBody, "description": "Validation error (invalid_request)"}
+    return out
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors()[:5]:
+        loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
+        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", "invalid"))
+    return "; ".join(parts) or "invalid request"
+
+
+def _is_unavailable(exc: DBAPIError) -> bool:
+    if isinstance(exc, OperationalError) or exc.connection_invalidated:
+        return True
+    text = str(exc.orig).lower() if exc.orig is not None else ""
+    return any(s in text for s in ("read-only", "readonly", "disk", "no space", "locked"))
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    """Register the handlers that give every error the documented shape."""
+
+    @app.exception_handler(DPGateError)
+    async def _dpgate(_: Request, exc: DPGateError):
+        headers = {"Retry-After": "1"} if exc.status_code in (429, 503) else None
+        return error_response(exc.status_code, exc.code, exc.message, headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError):
+        return error_response(422, "invalid_request", _validation_message(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException):
+        if exc.status_code == 404:
+            return error_response(404, "not_found", "no such route")
+        if exc.status_code == 405:
+            return error_response(405, "invalid_request", "method not allowed on this route")
+        code = {401: "unauthenticated", 403: "forbidden", 413: "payload_too_large"}.get(
+            exc.status_code, "invalid_request" if exc.status_code < 500 else "internal"
+        )
+        return error_response(exc.status_code, code, str(exc.detail))
+
+    @app.exception_handler(DBAPIError)
+    async def _db(_: Request, exc: DBAPIError):
+        if _is_unavailable(exc):
+            log.warning("database unavailable: %s", exc.orig)
+            return error_response(
+                503, Unavailable.code, Unavailable.description, {"Retry-After": "1"}
+            )
+        log.exception("database error")
+        return error_response(500, "internal", "internal error")
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception):
+        log.exception("unhandled error", exc_info=exc)
+        return error_response(500, "internal", "internal error")

@@ -1,0 +1,1 @@
+"""API keys: roles, hashed storage, per-key epsilon quota."""

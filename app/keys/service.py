@@ -1,0 +1,81 @@
+"""Issuing and checking API keys."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+
+from sqlalchemy.orm import Session
+
+from app.db.base import to_epsilon
+from app.errors import BudgetExhausted, Forbidden, Unauthenticated
+from app.keys.models import ROLES, ApiKey
+from app.keys.repository import KeyRepository
+
+KEY_PREFIX = "dpg_"
+
+
+def hash_key(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def new_secret() -> str:
+    return KEY_PREFIX + secrets.token_urlsafe(32)
+
+
+def create_key(
+    session: Session,
+    *,
+    name: str,
+    role: str,
+    epsilon_quota: float | None = None,
+    secret: str | None = None,
+) -> tuple[ApiKey, str]:
+    """Create a key; returns the row and the secret (shown once)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {ROLES}")
+    secret = secret or new_secret()
+    key = ApiKey(
+        name=name,
+        role=role,
+        key_hash=hash_key(secret),
+        prefix=secret[:10],
+        epsilon_quota=None if epsilon_quota is None else to_epsilon(epsilon_quota),
+    )
+    return KeyRepository(session).add(key), secret
+
+
+def ensure_key(session: Session, *, secret: str, role: str, name: str) -> ApiKey:
+    """Make sure a key with exactly this secret exists (``DPGATE_ADMIN_KEY`` bootstrap)."""
+    existing = KeyRepository(session).by_hash(hash_key(secret))
+    if existing is not None:
+        return existing
+    return create_key(session, name=name, role=role, secret=secret)[0]
+
+
+def authenticate(session: Session, authorization: str | None) -> ApiKey:
+    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``."""
+    if not authorization:
+        raise Unauthenticated("missing Authorization: Bearer <key> header")
+    scheme, _, secret = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not secret.strip():
+        raise Unauthenticated("use Authorization: Bearer <key>")
+    digest = hash_key(secret.strip())
+    key = KeyRepository(session).by_hash(digest)
+    # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
+    if key is None or not hmac.compare_digest(key.key_hash, digest):
+        raise Unauthenticated("unknown API key")
+    return key
+
+
+def require_role(key: ApiKey, *roles: str) -> ApiKey:
+    if key.role not in roles:
+        raise Forbidden(f"this needs a key with role {' or '.join(roles)}")
+    return key
+
+
+def spend_quota(session: Session, key: ApiKey, epsilon) -> None:
+    """Charge ``epsilon`` against the key's quota atomically, or refuse."""
+    if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
+        raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")

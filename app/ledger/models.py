@@ -1,0 +1,57 @@
+from __future__ import annotations
+
+from datetime import datetime
+from decimal import Decimal
+
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String
+from sqlalchemy.orm import Mapped, mapped_column
+
+from app.db.base import Base, Epsilon, UTCDateTime, utcnow
+
+
+class BudgetAccount(Base):
+    """Running total of epsilon spent by one user of one dataset in one epoch."""
+
+    __tablename__ = "budget_accounts"
+
+    dataset_id: Mapped[int] = mapped_column(
+        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
+    )
+    epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(
+        ForeignKey("dataset_users.id", ondelete="CASCADE"), primary_key=True
+    )
+    spent: Mapped[Decimal] = mapped_column(Epsilon, default=Decimal(0))
+
+
+class LedgerEntry(Base):
+    """One charge: ``epsilon`` to each of ``users`` (append-only; never updated)."""
+
+    __tablename__ = "ledger_entries"
+    __table_args__ = (Index("ix_ledger_entries_dataset_epoch", "dataset_id", "epoch"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    epoch: Mapped[int] = mapped_column(Integer)
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
+    kind: Mapped[str] = mapped_column(String(16))  # "query" or "release"
+    reference_id: Mapped[int] = mapped_column(Integer)  # query answer id or release id
+    grid_id: Mapped[int | None] = mapped_column(ForeignKey("grids.id"), nullable=True)
+    epsilon: Mapped[Decimal] = mapped_column(Epsilon)
+    n_users: Mapped[int] = mapped_column(Integer)
+    users: Mapped[list[int]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class BudgetReset(Base):
+    """Audit record of a budget reset (append-only)."""
+
+    __tablename__ = "budget_resets"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
+    from_epoch: Mapped[int] = mapped_column(Integer)
+    to_epoch: Mapped[int] = mapped_column(Integer)
+    key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
+    reason: Mapped[str] = mapped_column(String(2000))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -1,0 +1,98 @@
+"""Request body limits (ASGI middleware) and a per-key rate limiter."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Callable
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from app.errors import PayloadTooLarge, RateLimited
+
+UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/records/?$")
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies over the limit with 413, without reading them whole.
+
+    A declared ``Content-Length`` over the limit is refused before any byte is
+    read; a chunked body is counted as it streams and cut off at the limit (the
+    endpoint's transaction then rolls back, so nothing is written).
+    """
+
+    def __init__(self, app: ASGIApp, *, limit_for: Callable[[str], int]) -> None:
+        self.app = app
+        self.limit_for = limit_for
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.limit_for(scope["path"])
+        declared = dict(scope["headers"]).get(b"content-length")
+        if declared is not None:
+            try:
+                too_big = int(declared) > limit
+            except ValueError:
+                too_big = False
+            if too_big:
+                await _send_413(send, limit)
+                return
+        seen = 0
+
+        async def counted_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+            return message
+
+        await self.app(scope, counted_receive, send)
+
+
+async def _send_413(send: Send, limit: int) -> None:
+    body = json.dumps(
+        {
+            "error": {
+                "code": PayloadTooLarge.code,
+                "message": f"request body is over the limit of {limit} bytes",
+            }
+        }
+    ).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 413,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"connection", b"close"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class RateLimiter:
+    """A token bucket per API key (per server process): ``per_minute`` requests a minute."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.rate = per_minute / 60.0
+        self.capacity = float(per_minute)
+        self._buckets: dict[int, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def check(self, key_id: int) -> None:
+        now = time.monotonic()
+        with self._lock:
+            tokens, last = self._buckets.get(key_id, (self.capacity, now))
+            tokens = min(self.capacity, tokens + (now - last) * self.rate)
+            if tokens < 1.0:
+                self._buckets[key_id] = (tokens, now)
+                raise RateLimited(f"rate limit of {int(self.capacity)} requests a minute reached")
+            self._buckets[key_id] = (tokens - 1.0, now)

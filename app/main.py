@@ -1,0 +1,62 @@
+"""The ASGI application: routers, error handlers, limits, start-up bootstrap."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from app import __version__
+from app.config import Settings, get_settings
+from app.db.engine import make_engine, make_sessionmaker
+from app.errors import install_error_handlers
+from app.health.endpoints import router as health_router
+from app.keys.endpoints import router as keys_router
+from app.keys.service import ensure_key
+from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
+
+DESCRIPTION = """User-level differentially private statistics over spatio-temporal IoT data.
+
+Every released answer is charged to each data subject it uses, in a ledger that
+cannot be overspent. Authenticate with `Authorization: Bearer <key>`.
+Every error has the shape `{"error": {"code": ..., "message": ...}}`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or get_settings()
+    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+    sessionmaker = make_sessionmaker(engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if settings.admin_key is not None:
+            with sessionmaker.begin() as session:
+                ensure_key(
+                    session,
+                    secret=settings.admin_key.get_secret_value(),
+                    role="admin",
+                    name="bootstrap admin (DPGATE_ADMIN_KEY)",
+                )
+        yield
+        engine.dispose()
+
+    app = FastAPI(title="dpgate", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app.state.settings = settings
+    app.state.engine = engine
+    app.state.sessionmaker = sessionmaker
+    app.state.hash_secret = settings.hashing_secret()
+    app.state.rate_limiter = (
+        RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
+    )
+    app.add_middleware(
+        BodyLimitMiddleware,
+        limit_for=lambda path: (
+            settings.max_body_bytes if UPLOAD_PATH.match(path) else settings.max_json_body_bytes
+        ),
+    )
+    install_error_handlers(app)
+    for router in (health_router, keys_router):
+        app.include_router(router)
+    return app

@@ -1,0 +1,1 @@
+"""Single-grid DP mean and variance queries, their cache and their quotes."""

@@ -1,0 +1,58 @@
+"""Docker and compose files are checked by reading them (no Docker engine here)."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_compose_file_wires_postgres_and_api() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert set(services) == {"db", "api"}
+    db, api = services["db"], services["api"]
+    assert db["image"].startswith("postgres:16")
+    assert "pg_isready" in " ".join(db["healthcheck"]["test"])
+    volume = db["volumes"][0].split(":")[0]
+    assert volume in compose["volumes"], "Postgres data must live in a named volume"
+    assert api["depends_on"]["db"]["condition"] == "service_healthy"
+    url = api["environment"]["DPGATE_DATABASE_URL"]
+    assert url.startswith("postgresql+psycopg://") and "@db:5432/" in url
+    env = db["environment"]
+    assert f"{env['POSTGRES_USER']}:{env['POSTGRES_PASSWORD']}@db:5432/{env['POSTGRES_DB']}" in url
+    assert api["build"]["dockerfile"] == "docker/Dockerfile"
+
+
+def test_dockerfile_is_slim_non_root_and_installs_package() -> None:
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    assert re.search(r"^FROM python:3\.\d+-slim", text, re.M)
+    assert re.search(r"^USER (?!root)\S+", text, re.M)
+    assert "pip install ." in text
+    assert "dpgate" in text.split("CMD", 1)[1]
+
+
+def test_pyproject_pins_lower_bounds_and_script() -> None:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    deps = {re.split(r"[\[>=<]", d, maxsplit=1)[0].lower(): d for d in meta["dependencies"]}
+    for name in (
+        "fastapi",
+        "uvicorn",
+        "pydantic",
+        "pydantic-settings",
+        "sqlalchemy",
+        "alembic",
+        "psycopg",
+        "numpy",
+        "scipy",
+        "h3",
+        "opendp",
+    ):
+        assert ">=" in deps[name], name
+    assert deps["sqlalchemy"].startswith("sqlalchemy>=2")
+    assert deps["h3"].startswith("h3>=4")
+    assert meta["scripts"]["dpgate"] == "app.cli:main"
