@@ -9,12 +9,17 @@ from fastapi import FastAPI
 
 from app import __version__
 from app.config import Settings, get_settings
+from app.datasets.endpoints import router as datasets_router
 from app.db.engine import make_engine, make_sessionmaker
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
 from app.keys.endpoints import router as keys_router
 from app.keys.service import ensure_key
+from app.ledger.endpoints import router as ledger_router
 from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
+from app.plans.endpoints import router as plans_router
+from app.queries.endpoints import router as queries_router
+from app.releases.endpoints import router as releases_router
 
 DESCRIPTION = """User-level differentially private statistics over spatio-temporal IoT data.
 
@@ -57,6 +62,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
     )
     install_error_handlers(app)
-    for router in (health_router, keys_router):
+    for router in (
+        health_router,
+        keys_router,
+        datasets_router,
+        queries_router,
+        ledger_router,
+        plans_router,
+        releases_router,
+    ):
         app.include_router(router)
     return app

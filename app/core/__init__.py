@@ -2,3 +2,50 @@
 
 Nothing in this package imports a web framework or a database driver.
 """
+
+from app.core.engine import (
+    plan_joint,
+    plan_mean,
+    plan_variance,
+    quote_epsilon,
+    release_joint,
+    release_mean,
+    release_variance,
+)
+from app.core.grid import GridData
+from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
+from app.core.options import (
+    JOINT_MECHANISMS,
+    MEAN_MECHANISMS,
+    VARIANCE_MECHANISMS,
+    MechanismSpec,
+    OptionSpec,
+    validate_options,
+)
+from app.core.release import Plan, Release, VectorRelease
+from app.core.wco_d import worst_case_optimal_d
+
+__all__ = [
+    "JOINT_MECHANISMS",
+    "MEAN_MECHANISMS",
+    "VARIANCE_MECHANISMS",
+    "GridData",
+    "MechanismSpec",
+    "NoiseSource",
+    "OpenDPNoise",
+    "OptionSpec",
+    "Plan",
+    "Release",
+    "VectorRelease",
+    "calibrate_scale",
+    "default_noise",
+    "plan_joint",
+    "plan_mean",
+    "plan_variance",
+    "quote_epsilon",
+    "release_joint",
+    "release_mean",
+    "release_variance",
+    "validate_options",
+    "worst_case_optimal_d",
+]

@@ -10,16 +10,22 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import numpy.typing as npt
+
 __all__ = [
     "check_bound",
     "check_epsilon",
+    "grouped_linear_mean_bias",
     "joint_clip_error",
     "linear_mean_bias",
     "mean_clip_bias",
     "mean_sensitivity",
     "optimal_split",
     "variance_clip_bias",
+    "variance_clip_bias_array",
     "variance_sensitivity",
+    "variance_sensitivity_array",
 ]
 
 
@@ -101,15 +107,13 @@ def variance_clip_bias(U: float, kept_total: int, total: int) -> float:
     return U * U / 4.0 * (1.0 - 1.0 / (n * n))
 
 
-def linear_mean_bias(U: float, weights) -> float:
+def linear_mean_bias(U: float, weights: npt.ArrayLike) -> float:
     """Worst-case bias ``(U/2) Σ_j |w_j - 1/n|`` of a linear mean estimator (SPEC §3).
 
     ``weights`` are the non-negative weights the estimator puts on each of the
     ``n`` records (summing to 1). A linear function on the box ``[0, U]^n``
     peaks at a corner, which gives this bound exactly.
     """
-    import numpy as np
-
     w = np.asarray(weights, dtype=float)
     if w.ndim != 1 or w.size == 0:
         raise ValueError("weights must be a non-empty 1-d array")
@@ -159,4 +163,60 @@ def joint_clip_error(
     else:
         raise ValueError(f"unknown split {split!r}; use 'half' or 'optimal'")
     bias = mean_clip_bias(U, kept_total, total) + variance_clip_bias(U, kept_total, total)
-    return bias + d_mu / eps1 + d_var / eps2
+    # A statistic with zero sensitivity needs no noise (and the optimal split gives it
+    # no budget): its noise term is 0, not 0/0.
+    noise = (d_mu / eps1 if d_mu > 0 else 0.0) + (d_var / eps2 if d_var > 0 else 0.0)
+    return bias + noise
+
+
+def grouped_linear_mean_bias(
+    U: float, counts: npt.ArrayLike, kept: npt.ArrayLike, weights: npt.ArrayLike
+) -> float:
+    """``(U/2) Σ_j |w_j - 1/n|`` (SPEC §3) for weights that are constant per user.
+
+    User ``l`` has ``counts[l]`` records; its earliest ``kept[l]`` get weight
+    ``weights[l]`` each and the rest weight 0. The weights must sum to 1 over the
+    ``n = Σ counts`` records. Same value as :func:`linear_mean_bias` on the expanded
+    weight vector, in O(users) instead of O(records).
+    """
+    m = np.asarray(counts, dtype=float)
+    k = np.asarray(kept, dtype=float)
+    w = np.asarray(weights, dtype=float)
+    n = float(m.sum())
+    if n <= 0:
+        raise ValueError("a grid needs at least one record")
+    if np.any(k < 0) or np.any(k > m) or np.any(w < 0):
+        raise ValueError("need 0 <= kept <= counts and non-negative weights")
+    total = float((k * w).sum())
+    if not math.isclose(total, 1.0, rel_tol=1e-9, abs_tol=1e-12):
+        raise ValueError(f"weights must sum to 1, got {total!r}")
+    return float(U / 2.0 * ((k * np.abs(w - 1.0 / n)).sum() + (m - k).sum() / n))
+
+
+def variance_sensitivity_array(
+    U: float, max_count: npt.ArrayLike, total: npt.ArrayLike
+) -> np.ndarray:
+    """Vectorised :func:`variance_sensitivity` (004 Prop III.1 / Lemma III.3) over arrays."""
+    m = np.asarray(max_count, dtype=float)
+    n = np.asarray(total, dtype=float)
+    if np.any(n <= 0) or np.any(m <= 0) or np.any(m > n):
+        raise ValueError("need 0 < max count <= total")
+    first = U * U * m * (n - m) / (n * n)
+    even = np.full_like(n, U * U / 4.0)
+    odd = U * U / 4.0 * (1.0 - 1.0 / (n * n))
+    return np.where(n > 2 * m, first, np.where(n % 2 == 0, even, odd))
+
+
+def variance_clip_bias_array(
+    U: float, kept_total: npt.ArrayLike, total: npt.ArrayLike
+) -> np.ndarray:
+    """Vectorised :func:`variance_clip_bias` (004 Thm IV.2, corrected as in SPEC §3)."""
+    s = np.asarray(kept_total, dtype=float)
+    n = np.asarray(total, dtype=float)
+    if np.any(n <= 0) or np.any(s < 0) or np.any(s > n):
+        raise ValueError("need 0 <= kept <= total")
+    low = U * U * s * (n - s) / (n * n)
+    even = np.full_like(n, U * U / 4.0)
+    odd = U * U / 4.0 * (1.0 - 1.0 / (n * n))
+    out = np.where(n <= 2 * s, low, np.where(n % 2 == 0, even, odd))
+    return np.where(s == n, 0.0, out)

@@ -5,6 +5,7 @@ from app.db.base import Base
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 from app.queries.models import QueryAnswer
+from app.releases.models import SlotRelease
 
 __all__ = [
     "ApiKey",
@@ -18,5 +19,6 @@ __all__ = [
     "LedgerEntry",
     "QueryAnswer",
     "Record",
+    "SlotRelease",
     "Upload",
 ]

@@ -17,6 +17,7 @@ class QueryAnswer(Base):
     __table_args__ = (UniqueConstraint("grid_id", "epoch", "fingerprint"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
+    public_id: Mapped[str] = mapped_column(String(32), unique=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
     grid_id: Mapped[int] = mapped_column(ForeignKey("grids.id", ondelete="CASCADE"))
     epoch: Mapped[int] = mapped_column(Integer)

@@ -2,7 +2,7 @@
 
 Revision ID: 0001
 Revises:
-Create Date: 2026-11-21 11:28:41.908499
+Create Date: 2026-11-21 11:31:57.550947
 """
 
 from collections.abc import Sequence
@@ -126,6 +126,38 @@ def upgrade() -> None:
         batch_op.create_index("ix_grids_dataset_slot", ["dataset_id", "slot_start"], unique=False)
 
     op.create_table(
+        "slot_releases",
+        sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("public_id", sa.String(length=32), nullable=False),
+        sa.Column("dataset_id", sa.Integer(), nullable=False),
+        sa.Column("epoch", sa.Integer(), nullable=False),
+        sa.Column("slot_start", app.db.base.UTCDateTime(timezone=True), nullable=False),
+        sa.Column("fingerprint", sa.String(length=64), nullable=False),
+        sa.Column(
+            "epsilon",
+            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            nullable=False,
+        ),
+        sa.Column("answer", sa.JSON(), nullable=False),
+        sa.Column("kept", sa.JSON(), nullable=False),
+        sa.Column("key_id", sa.Integer(), nullable=False),
+        sa.Column("created_at", app.db.base.UTCDateTime(timezone=True), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["dataset_id"],
+            ["datasets.id"],
+            name=op.f("fk_slot_releases_dataset_id_datasets"),
+            ondelete="CASCADE",
+        ),
+        sa.ForeignKeyConstraint(
+            ["key_id"], ["api_keys.id"], name=op.f("fk_slot_releases_key_id_api_keys")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_slot_releases")),
+        sa.UniqueConstraint(
+            "dataset_id", "epoch", "fingerprint", name=op.f("uq_slot_releases_dataset_id")
+        ),
+        sa.UniqueConstraint("public_id", name=op.f("uq_slot_releases_public_id")),
+    )
+    op.create_table(
         "uploads",
         sa.Column("id", sa.Integer(), nullable=False),
         sa.Column("dataset_id", sa.Integer(), nullable=False),
@@ -219,6 +251,7 @@ def upgrade() -> None:
     op.create_table(
         "query_answers",
         sa.Column("id", sa.Integer(), nullable=False),
+        sa.Column("public_id", sa.String(length=32), nullable=False),
         sa.Column("dataset_id", sa.Integer(), nullable=False),
         sa.Column("grid_id", sa.Integer(), nullable=False),
         sa.Column("epoch", sa.Integer(), nullable=False),
@@ -254,6 +287,7 @@ def upgrade() -> None:
         sa.UniqueConstraint(
             "grid_id", "epoch", "fingerprint", name=op.f("uq_query_answers_grid_id")
         ),
+        sa.UniqueConstraint("public_id", name=op.f("uq_query_answers_public_id")),
     )
     op.create_table(
         "records",
@@ -301,6 +335,7 @@ def downgrade() -> None:
     op.drop_table("grid_snapshots")
     op.drop_table("budget_accounts")
     op.drop_table("uploads")
+    op.drop_table("slot_releases")
     with op.batch_alter_table("grids", schema=None) as batch_op:
         batch_op.drop_index("ix_grids_dataset_slot")
 

@@ -1,0 +1,92 @@
+"""The internal form of a planned mechanism, shared by the mean and variance modules.
+
+A :class:`Draft` is what a mechanism decides from public counts: whom it keeps,
+its sensitivity (unless chosen privately), its worst-case bias and the budget of
+its final Laplace step, plus an ``estimator`` that later turns a grid's values into
+the noiseless estimate. The engine turns a draft into a :class:`~app.core.release.Plan`
+(calibrating the noise scale with OpenDP) or a :class:`~app.core.release.Release`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from app.core.bounds import grouped_linear_mean_bias
+from app.core.counts import CountsInfo
+from app.core.grid import GridData
+from app.core.noise import NoiseSource
+
+__all__ = ["Draft", "Estimate", "linear_draft", "rank_from_epsilon"]
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A noiseless estimate and the sensitivity of the estimator that produced it."""
+
+    value: float
+    sensitivity: float
+    details: dict[str, object] = field(default_factory=dict)
+
+
+Estimator = Callable[[GridData, NoiseSource], Estimate]
+
+
+@dataclass(frozen=True, eq=False)
+class Draft:
+    """A mechanism planned from public counts (see module docstring).
+
+    ``sensitivity`` is ``None`` when the estimator's interval is chosen privately
+    (levy, quantile); ``bias`` is ``None`` where no data-independent bound exists.
+    ``eps_noise`` is the share of ``epsilon`` spent by the final Laplace step.
+    """
+
+    statistic: str
+    mechanism: str
+    epsilon: float
+    eps_noise: float
+    sensitivity: float | None
+    bias: float | None
+    kept: np.ndarray
+    details: dict[str, object]
+    estimator: Estimator
+
+    def nominal_error(self) -> float | None:
+        """``bias + sensitivity / eps_noise`` (SPEC §4) before OpenDP's scale nudge."""
+        if self.bias is None or self.sensitivity is None:
+            return None
+        return self.bias + self.sensitivity / self.eps_noise
+
+
+def rank_from_epsilon(numerator: float, eps: float) -> int:
+    """``ceil(numerator / eps)``, robust to the float rounding of ``eps`` (e.g. 2/(2/3) = 3)."""
+    return max(1, math.ceil(numerator / eps * (1.0 - 1e-12)))
+
+
+def linear_draft(
+    info: CountsInfo,
+    U: float,
+    eps: float,
+    mechanism: str,
+    kept: np.ndarray,
+    weights: np.ndarray,
+    sensitivity: float,
+    details: dict[str, object],
+) -> Draft:
+    """A linear mean estimator ``Σ_l w_l · (sum of user l's earliest kept[l] records)``.
+
+    Its worst-case bias is the exact corner bound ``(U/2) Σ_j |w_j - 1/n|`` over all
+    ``n`` records of the grid (SPEC §3), records outside the kept heads having weight 0.
+    """
+    kept = np.where(weights > 0, kept, 0).astype(np.int64)
+    weights = np.where(kept > 0, weights, 0.0)
+    bias = grouped_linear_mean_bias(U, info.counts, kept, weights)
+
+    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
+        value = float(np.dot(weights, grid.head_sums(kept)))
+        return Estimate(value, sensitivity)
+
+    return Draft("mean", mechanism, eps, eps, sensitivity, bias, kept, details, estimator)

@@ -1,0 +1,357 @@
+"""Public entry points: plan and release means, variances and joint releases of one grid.
+
+``plan_*`` look at public counts only (who is kept and charged, sensitivity,
+noise scale, worst-case bias and error); ``release_*`` add the values and the
+noise. ``auto`` picks, from the counts alone, the mechanism with the smallest
+worst-case error among those that have one (SPEC §5). ``caps`` bounds how many
+of each user's earliest records may be used (0 drops the user).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import numpy.typing as npt
+
+from app.core.bounds import check_bound, check_epsilon
+from app.core.counts import CountsInfo, prepare_counts
+from app.core.draft import Draft
+from app.core.grid import GridData
+from app.core.mean_linear import (
+    plan_array_bestfit,
+    plan_array_wrap,
+    plan_baseline,
+    plan_clip,
+    plan_opt_array,
+    plan_opt_array_convex,
+)
+from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
+from app.core.noise import NoiseSource, calibrate_scale, default_noise
+from app.core.options import OptionValue, validate_options
+from app.core.release import Plan, Release, ci95
+from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
+
+__all__ = [
+    "plan_joint",
+    "plan_mean",
+    "plan_variance",
+    "quote_epsilon",
+    "release_joint",
+    "release_mean",
+    "release_variance",
+]
+
+Options = dict[str, OptionValue]
+Builder = Callable[[CountsInfo, float, float, Options], Draft]
+
+
+def _int_opt(opts: Options, name: str) -> int | None:
+    v = opts.get(name)
+    return None if v is None else int(v)
+
+
+def _float_opt(opts: Options, name: str) -> float:
+    v = opts[name]
+    assert isinstance(v, int | float)  # validate_options coerced it
+    return float(v)
+
+
+def _fill(opts: Options) -> bool:
+    return bool(opts["user_mean_fill"])
+
+
+_MEAN: Mapping[str, Builder] = {
+    "baseline": lambda i, U, e, o: plan_baseline(i, U, e),
+    "array_avg_wrap": lambda i, U, e, o: plan_array_wrap(i, U, e, _int_opt(o, "m_ub"), _fill(o)),
+    "array_avg_bestfit": lambda i, U, e, o: plan_array_bestfit(
+        i, U, e, _int_opt(o, "m_ub"), _fill(o)
+    ),
+    "levy": lambda i, U, e, o: plan_levy(
+        i, U, e, _float_opt(o, "gamma"), _int_opt(o, "m_ub"), _fill(o)
+    ),
+    "quantile_fixed": lambda i, U, e, o: plan_quantile(
+        i, U, e, "fixed", _int_opt(o, "m_ub"), _fill(o)
+    ),
+    "quantile_optimized": lambda i, U, e, o: plan_quantile(
+        i, U, e, "optimized", _int_opt(o, "m_ub"), _fill(o)
+    ),
+    "opt_array": lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
+    "opt_array_convex": lambda i, U, e, o: plan_opt_array_convex(
+        i, U, e, _fill(o), str(o["rule"])
+    ),
+    "clip": lambda i, U, e, o: plan_clip(i, U, e, _int_opt(o, "m")),
+    "worst_case_optimal": lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
+}
+
+_VARIANCE: Mapping[str, Builder] = {
+    "baseline": lambda i, U, e, o: plan_variance_baseline(i, U, e),
+    "clip": lambda i, U, e, o: plan_variance_clip(i, U, e, _int_opt(o, "m")),
+}
+
+# Candidates of ``auto`` and ``quote_epsilon``, in tie-breaking order.
+AUTO_MEAN = (
+    "baseline", "clip", "worst_case_optimal", "opt_array", "opt_array_convex",
+    "array_avg_bestfit", "array_avg_wrap",
+)
+AUTO_VARIANCE = ("baseline", "clip")
+_TABLES: Mapping[str, tuple[Mapping[str, Builder], tuple[str, ...]]] = {
+    "mean": (_MEAN, AUTO_MEAN),
+    "variance": (_VARIANCE, AUTO_VARIANCE),
+}
+
+
+def _draft(
+    statistic: str, info: CountsInfo, U: float, eps: float, mechanism: str,
+    options: Mapping[str, OptionValue],
+) -> Draft:
+    opts = validate_options(statistic, mechanism, options)
+    builders, candidates = _TABLES[statistic]
+    if mechanism != "auto":
+        return builders[mechanism](info, U, eps, opts)
+    best: Draft | None = None
+    best_err = np.inf
+    for name in candidates:
+        draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
+        err = draft.nominal_error()
+        assert err is not None
+        if err < best_err * (1.0 - 1e-12):
+            best, best_err = draft, err
+    assert best is not None
+    best.details["selected_by"] = "auto"
+    return best
+
+
+def _plan(draft: Draft, extra: Mapping[str, object] | None = None) -> Plan:
+    scale = None
+    error = None
+    if draft.sensitivity is not None:
+        scale = calibrate_scale(draft.sensitivity, draft.eps_noise)
+        if draft.bias is not None:
+            error = draft.bias + scale
+    return Plan(
+        mechanism=draft.mechanism,
+        epsilon=draft.epsilon,
+        sensitivity=draft.sensitivity,
+        noise_scale=scale,
+        worst_case_bias=draft.bias,
+        worst_case_error=error,
+        kept=draft.kept,
+        details={**draft.details, **(extra or {})},
+        statistic=draft.statistic,
+    )
+
+
+def _release(
+    draft: Draft,
+    grid: GridData,
+    noise: NoiseSource | None,
+    extra: Mapping[str, object] | None = None,
+) -> Release:
+    source = default_noise() if noise is None else noise
+    est = draft.estimator(grid, source)
+    scale = calibrate_scale(est.sensitivity, draft.eps_noise)
+    value = source.laplace(est.value, scale)
+    return Release(
+        statistic=draft.statistic,
+        mechanism=draft.mechanism,
+        epsilon=draft.epsilon,
+        estimate=value,
+        sensitivity=est.sensitivity,
+        noise_scale=scale,
+        worst_case_bias=draft.bias,
+        worst_case_error=None if draft.bias is None else draft.bias + scale,
+        ci95=ci95(value, scale),
+        kept=draft.kept,
+        details={**draft.details, **est.details, **(extra or {})},
+    )
+
+
+def _prepare(
+    counts: npt.ArrayLike, U: float, eps: float, caps: npt.ArrayLike | None
+) -> tuple[CountsInfo, float, float]:
+    return prepare_counts(counts, caps), check_bound(U), check_epsilon(eps)
+
+
+def _grid_info(
+    grid: GridData, U: float, eps: float, caps: npt.ArrayLike | None
+) -> tuple[CountsInfo, float, float]:
+    U = check_bound(U)
+    eps = check_epsilon(eps)
+    grid.validate(U)
+    return prepare_counts(grid.counts, caps), U, eps
+
+
+def plan_mean(
+    counts: npt.ArrayLike,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    **options: OptionValue,
+) -> Plan:
+    """Plan a mean release from public per-user counts only (SPEC §5)."""
+    info, U, eps = _prepare(counts, U, eps, caps)
+    return _plan(_draft("mean", info, U, eps, mechanism, options))
+
+
+def release_mean(
+    grid: GridData,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    noise: NoiseSource | None = None,
+    **options: OptionValue,
+) -> Release:
+    """Release the ``eps``-DP (user level) mean of ``grid`` with ``mechanism`` (SPEC §5)."""
+    info, U, eps = _grid_info(grid, U, eps, caps)
+    return _release(_draft("mean", info, U, eps, mechanism, options), grid, noise)
+
+
+def plan_variance(
+    counts: npt.ArrayLike,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    **options: OptionValue,
+) -> Plan:
+    """Plan a population-variance release (baseline, clip or auto) from public counts."""
+    info, U, eps = _prepare(counts, U, eps, caps)
+    return _plan(_draft("variance", info, U, eps, mechanism, options))
+
+
+def release_variance(
+    grid: GridData,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    noise: NoiseSource | None = None,
+    **options: OptionValue,
+) -> Release:
+    """Release the ``eps``-DP population variance of ``grid`` (004 §III, SPEC §5)."""
+    info, U, eps = _grid_info(grid, U, eps, caps)
+    return _release(_draft("variance", info, U, eps, mechanism, options), grid, noise)
+
+
+def _joint(
+    info: CountsInfo, U: float, eps: float, mechanism: str, split: str, m: int | None
+) -> tuple[Draft, Draft, dict[str, object]]:
+    """The two drafts of a joint release and ``{"joint_error": E_g}`` (SPEC §4)."""
+    raw: dict[str, OptionValue] = {"split": split} if m is None else {"split": split, "m": m}
+    opts = validate_options("joint", mechanism, raw)
+    mean_d, var_d, _ = joint_drafts(
+        info, U, eps, mechanism, str(opts["split"]), _int_opt(opts, "m")
+    )
+    joint = 0.0
+    for d in (mean_d, var_d):
+        assert d.sensitivity is not None and d.bias is not None
+        joint += d.bias + calibrate_scale(d.sensitivity, d.eps_noise)
+    return mean_d, var_d, {"joint_error": joint}
+
+
+def plan_joint(
+    counts: npt.ArrayLike,
+    U: float,
+    eps: float,
+    mechanism: str = "clip",
+    *,
+    split: str = "half",
+    caps: npt.ArrayLike | None = None,
+    m: int | None = None,
+) -> tuple[Plan, Plan]:
+    """Plan the joint mean+variance release (004 ``M_b`` / ``M_clip``) from public counts."""
+    info, U, eps = _prepare(counts, U, eps, caps)
+    mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
+    return _plan(mean_d, extra), _plan(var_d, extra)
+
+
+def release_joint(
+    grid: GridData,
+    U: float,
+    eps: float,
+    mechanism: str = "clip",
+    *,
+    split: str = "half",
+    caps: npt.ArrayLike | None = None,
+    m: int | None = None,
+    noise: NoiseSource | None = None,
+) -> tuple[Release, Release]:
+    """Release mean and variance together at total ``eps`` (004 ``M_b`` / ``M_clip``).
+
+    Both use the same kept records; each release's ``epsilon`` is its share and its
+    ``worst_case_error`` its own part; ``details["joint_error"]`` is ``E_g`` (SPEC §4).
+    """
+    info, U, eps = _grid_info(grid, U, eps, caps)
+    mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
+    return _release(mean_d, grid, noise, extra), _release(var_d, grid, noise, extra)
+
+
+def _error_at(statistic: str, info: CountsInfo, U: float, eps: float, name: str) -> float:
+    builders, _ = _TABLES[statistic]
+    err = builders[name](info, U, eps, validate_options(statistic, name, {})).nominal_error()
+    assert err is not None
+    return err
+
+
+def _smallest_eps(
+    statistic: str, info: CountsInfo, U: float, target: float, name: str, max_eps: float
+) -> float | None:
+    """Bisection (in log ε) for the smallest ε with error <= target; errors fall with ε."""
+    if _error_at(statistic, info, U, max_eps, name) > target:
+        return None
+    floor = max_eps * 2.0**-40
+    if _error_at(statistic, info, U, floor, name) <= target:
+        return floor
+    lo, hi = floor, max_eps
+    while hi / lo > 1.0 + 1e-9:
+        mid = float(np.sqrt(lo * hi))
+        if _error_at(statistic, info, U, mid, name) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def quote_epsilon(
+    counts: npt.ArrayLike,
+    U: float,
+    target_error: float,
+    statistic: str = "mean",
+    *,
+    max_epsilon: float,
+    caps: npt.ArrayLike | None = None,
+) -> tuple[float, str] | None:
+    """The smallest ``ε <= max_epsilon`` (and its mechanism) whose worst-case error <= target.
+
+    Public counts only. Each mechanism with a bound is bisected in log ``ε`` to a
+    relative 1e-9 (their errors are non-increasing in ``ε``; for ``opt_array``, whose
+    arrays change with ``ε``, the result is an ``ε`` where the target holds, not
+    provably the smallest); the returned pair is re-checked with the noise scale OpenDP
+    certifies. ``None`` when no mechanism reaches the target within ``max_epsilon``.
+    """
+    if statistic not in _TABLES:
+        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+    info, U, max_eps = _prepare(counts, U, max_epsilon, caps)
+    target = float(target_error)
+    if not np.isfinite(target) or target <= 0:
+        raise ValueError(f"target error must be finite and > 0, got {target_error!r}")
+    found = []
+    for name in _TABLES[statistic][1]:
+        eps = _smallest_eps(statistic, info, U, target, name, max_eps)
+        if eps is not None:
+            found.append((eps, name))
+    for eps, name in sorted(found):
+        for _ in range(8):  # OpenDP may nudge the scale up by a few ulps
+            plan = _plan(_draft(statistic, info, U, eps, name, {}))
+            assert plan.worst_case_error is not None
+            if plan.worst_case_error <= target:
+                return eps, name
+            eps = min(eps * (1.0 + 1e-9), max_eps)
+    return None

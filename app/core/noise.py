@@ -1,0 +1,180 @@
+"""Randomness for releases: OpenDP's Laplace sampler and an OS-CSPRNG for the rest.
+
+Every mechanism draws its randomness through a :class:`NoiseSource`, so that
+experiments can pass a seeded source (``app.experiments.noise.SeededNoise``) while
+the service always uses :class:`OpenDPNoise`:
+
+* Laplace noise comes from OpenDP's ``make_laplace`` measurement (a CSPRNG and a
+  discrete output grid, safe against floating-point attacks). Its scale is chosen
+  by :func:`calibrate_scale` so that the measurement's privacy map charges at most
+  the ``eps`` the release is charged (SPEC §1).
+* The exponential-mechanism draws of the private interval and the private quantile
+  and the uniform draw inside a quantile gap use 53-bit uniforms from
+  :mod:`secrets` (the operating system's CSPRNG).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import threading
+from collections import OrderedDict
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+import opendp.prelude as dp
+
+__all__ = [
+    "NoiseSource",
+    "OpenDPNoise",
+    "calibrate_scale",
+    "choose_index",
+    "default_noise",
+]
+
+dp.enable_features("contrib")
+
+_TWO_53 = float(1 << 53)
+
+
+@runtime_checkable
+class NoiseSource(Protocol):
+    """What the mechanisms need from a source of randomness."""
+
+    def laplace(self, value: float, scale: float) -> float:
+        """Return ``value + Lap(scale)`` (``value`` itself when ``scale`` is 0)."""
+        ...
+
+    def uniform(self) -> float:
+        """Return a uniform draw from ``[0, 1)``."""
+        ...
+
+    def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
+        """Return index ``i`` with probability ``∝ exp(log_weights[i])`` (``-inf`` = never)."""
+        ...
+
+
+def choose_index(log_weights: npt.ArrayLike, u: float) -> int:
+    """Inverse-CDF draw: the index whose cumulative weight interval holds ``u`` in ``[0, 1)``.
+
+    Computed in log space (weights shifted by their maximum before ``exp``), so large
+    or very negative log-weights neither overflow nor all underflow.
+    """
+    lw = np.asarray(log_weights, dtype=np.float64).reshape(-1)
+    if lw.size == 0:
+        raise ValueError("need at least one candidate")
+    if np.any(np.isnan(lw)) or np.any(lw == np.inf):
+        raise ValueError("log-weights must be finite or -inf")
+    top = float(lw.max())
+    if top == -np.inf:
+        raise ValueError("every candidate has weight 0")
+    cdf = np.cumsum(np.exp(lw - top))
+    idx = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
+    if idx >= lw.size:  # u * total rounded up to total: take the last positive weight
+        idx = int(np.flatnonzero(lw > -np.inf)[-1])
+    return idx
+
+
+class _MeasurementCache:
+    """A small thread-safe LRU of OpenDP Laplace measurements keyed by scale."""
+
+    def __init__(self, maxsize: int = 512) -> None:
+        self._items: OrderedDict[float, dp.Measurement] = OrderedDict()
+        self._lock = threading.Lock()
+        self._maxsize = maxsize
+
+    def get(self, scale: float) -> dp.Measurement:
+        with self._lock:
+            meas = self._items.get(scale)
+            if meas is not None:
+                self._items.move_to_end(scale)
+                return meas
+        meas = _make_laplace(scale)
+        with self._lock:
+            self._items[scale] = meas
+            if len(self._items) > self._maxsize:
+                self._items.popitem(last=False)
+        return meas
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+
+def _make_laplace(scale: float) -> dp.Measurement:
+    return dp.m.make_laplace(
+        dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float), scale
+    )
+
+
+_MEASUREMENTS = _MeasurementCache()
+_SCALES: OrderedDict[tuple[float, float], float] = OrderedDict()
+_SCALES_LOCK = threading.Lock()
+
+
+def calibrate_scale(sensitivity: float, epsilon: float) -> float:
+    """The Laplace scale for ``sensitivity`` at ``epsilon`` that OpenDP certifies (SPEC §1).
+
+    Starts at ``sensitivity / epsilon`` and moves up by one float step at a time only
+    while OpenDP's privacy map of the measurement at that scale, applied to
+    ``sensitivity``, exceeds ``epsilon``. A zero sensitivity needs no noise: scale 0.
+    """
+    sensitivity = float(sensitivity)
+    epsilon = float(epsilon)
+    if not math.isfinite(sensitivity) or sensitivity < 0:
+        raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
+    if sensitivity == 0.0:
+        return 0.0
+    if not math.isfinite(epsilon) or epsilon <= 0:
+        raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
+    key = (sensitivity, epsilon)
+    with _SCALES_LOCK:
+        if key in _SCALES:
+            _SCALES.move_to_end(key)
+            return _SCALES[key]
+    scale = sensitivity / epsilon
+    for _ in range(200):
+        if _MEASUREMENTS.get(scale).map(sensitivity) <= epsilon:
+            break
+        scale = math.nextafter(scale, math.inf)
+    else:  # pragma: no cover - OpenDP's map rounds by a few ulps at most
+        raise RuntimeError("could not calibrate the Laplace scale with OpenDP's privacy map")
+    with _SCALES_LOCK:
+        _SCALES[key] = scale
+        if len(_SCALES) > 4096:
+            _SCALES.popitem(last=False)
+    return scale
+
+
+def _secure_uniform() -> float:
+    return secrets.randbits(53) / _TWO_53
+
+
+class OpenDPNoise:
+    """The release-path noise source: OpenDP Laplace plus OS-CSPRNG uniforms."""
+
+    def laplace(self, value: float, scale: float) -> float:
+        """``value + Lap(scale)`` drawn by OpenDP's ``make_laplace`` measurement."""
+        scale = float(scale)
+        if scale == 0.0:
+            return float(value)
+        if not math.isfinite(scale) or scale < 0:
+            raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
+        return float(_MEASUREMENTS.get(scale)(float(value)))
+
+    def uniform(self) -> float:
+        """A uniform draw from ``[0, 1)`` with 53 random bits from :mod:`secrets`."""
+        return _secure_uniform()
+
+    def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
+        """Index ``i`` with probability ``∝ exp(log_weights[i])``, via :func:`choose_index`."""
+        return choose_index(log_weights, _secure_uniform())
+
+
+_DEFAULT = OpenDPNoise()
+
+
+def default_noise() -> OpenDPNoise:
+    """The noise source every release uses unless told otherwise."""
+    return _DEFAULT

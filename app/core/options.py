@@ -1,0 +1,256 @@
+"""The mechanisms' names and accepted options, with validation and coercion.
+
+The HTTP layer validates query parameters with :func:`validate_options` and
+documents them from :data:`MEAN_MECHANISMS`, :data:`VARIANCE_MECHANISMS` and
+:data:`JOINT_MECHANISMS`. Ranges that depend on the grid (``m_ub`` must lie in
+``[m_*, m*]``) are checked again when the mechanism is planned.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+__all__ = [
+    "JOINT_MECHANISMS",
+    "MEAN_MECHANISMS",
+    "VARIANCE_MECHANISMS",
+    "MechanismSpec",
+    "OptionSpec",
+    "validate_options",
+]
+
+OptionValue = str | int | float | bool | None
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One option: its type (``int``, ``float``, ``bool`` or ``choice``), default and range."""
+
+    name: str
+    type: str
+    default: OptionValue
+    description: str
+    minimum: float | None = None
+    maximum: float | None = None
+    exclusive: bool = False
+    choices: tuple[str, ...] = ()
+
+    def coerce(self, raw: object) -> OptionValue:
+        """Return ``raw`` converted to this option's type, or raise ``ValueError``."""
+        value: OptionValue
+        if self.type == "bool":
+            value = _to_bool(self.name, raw)
+        elif self.type == "int":
+            value = _to_int(self.name, raw)
+        elif self.type == "float":
+            value = _to_float(self.name, raw)
+        else:
+            value = str(raw).strip().lower()
+            if value not in self.choices:
+                raise ValueError(
+                    f"option {self.name!r} must be one of {', '.join(self.choices)}; got {raw!r}"
+                )
+            return value
+        if self.type in ("int", "float"):
+            self._check_range(value)
+        return value
+
+    def _check_range(self, value: OptionValue) -> None:
+        assert isinstance(value, int | float)
+        lo, hi = self.minimum, self.maximum
+        if self.exclusive:
+            ok = (lo is None or value > lo) and (hi is None or value < hi)
+            rng = f"({_fmt(lo)}, {_fmt(hi)})"
+        else:
+            ok = (lo is None or value >= lo) and (hi is None or value <= hi)
+            rng = f"[{_fmt(lo)}, {_fmt(hi)}]"
+        if not ok:
+            raise ValueError(f"option {self.name!r} must lie in {rng}; got {value!r}")
+
+
+@dataclass(frozen=True)
+class MechanismSpec:
+    """A mechanism's one-line description, its options and whether it has an error bound."""
+
+    name: str
+    description: str
+    bounded: bool
+    options: Mapping[str, OptionSpec] = field(default_factory=dict)
+
+
+def _fmt(x: float | None) -> str:
+    return "∞" if x is None else f"{x:g}"
+
+
+def _to_bool(name: str, raw: object) -> bool:
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, int) and raw in (0, 1):
+        return bool(raw)
+    text = str(raw).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off"):
+        return False
+    raise ValueError(f"option {name!r} must be a boolean (true/false); got {raw!r}")
+
+
+def _to_int(name: str, raw: object) -> int:
+    if isinstance(raw, bool):
+        raise ValueError(f"option {name!r} must be an integer; got {raw!r}")
+    if isinstance(raw, int):
+        return raw
+    if isinstance(raw, float) and raw.is_integer():
+        return int(raw)
+    try:
+        return int(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name!r} must be an integer; got {raw!r}") from None
+
+
+def _to_float(name: str, raw: object) -> float:
+    if isinstance(raw, bool):
+        raise ValueError(f"option {name!r} must be a number; got {raw!r}")
+    try:
+        value = float(raw) if isinstance(raw, int | float) else float(str(raw).strip())
+    except ValueError:
+        raise ValueError(f"option {name!r} must be a number; got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"option {name!r} must be finite; got {raw!r}")
+    return value
+
+
+_FILL = OptionSpec(
+    "user_mean_fill", "bool", True,
+    "replace each record a user contributes by that user's mean (002 §IV-A, 003 §IV)",
+)
+_M_UB_MEDIAN = OptionSpec(
+    "m_ub", "int", None, "array length m_UB in [m_*, m*]; default the median count (002 §III-C)",
+    minimum=1,
+)
+_M_UB_EQ9 = OptionSpec(
+    "m_ub", "int", None, "array length m_UB in [m_*, m*]; default 002 eq. 9", minimum=1,
+)
+_M_CLIP = OptionSpec(
+    "m", "int", None, "keep each user's earliest m records; default the error-minimising m",
+    minimum=1,
+)
+_GAMMA = OptionSpec(
+    "gamma", "float", 0.2, "failure probability γ of the concentration radius τ (002 eq. 7)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_RULE = OptionSpec(
+    "rule", "choice", "exact",
+    "exact: smallest minimiser of eq. 19; paper: 002 Lemma VI.2's procedure literally",
+    choices=("exact", "paper"),
+)
+_SPLIT = OptionSpec(
+    "split", "choice", "half",
+    "budget split between mean and variance: eps/2 each or the optimal split (SPEC §4)",
+    choices=("half", "optimal"),
+)
+
+
+def _spec(name: str, description: str, bounded: bool, *opts: OptionSpec) -> MechanismSpec:
+    return MechanismSpec(name, description, bounded, MappingProxyType({o.name: o for o in opts}))
+
+
+MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
+    "baseline": _spec("baseline", "mean + Lap(U m*/(n eps)) (002 §III-B)", True),
+    "array_avg_wrap": _spec(
+        "array_avg_wrap", "average of full WRAPAROUND array means, sensitivity 2U/K (002 §III-C)",
+        True, _M_UB_MEDIAN, _FILL,
+    ),
+    "array_avg_bestfit": _spec(
+        "array_avg_bestfit", "average of BESTFIT array means, sensitivity U/K̄ (002 §III-C)",
+        True, _M_UB_MEDIAN, _FILL,
+    ),
+    "levy": _spec(
+        "levy", "BESTFIT array means projected on a private interval (002 §III-D, Alg. 3)",
+        False, _GAMMA, _M_UB_EQ9, _FILL,
+    ),
+    "quantile_fixed": _spec(
+        "quantile_fixed", "array means projected on private 0.1/0.9 quantiles (002 §III-E)",
+        False, _M_UB_EQ9, _FILL,
+    ),
+    "quantile_optimized": _spec(
+        "quantile_optimized",
+        "array means projected on private ceil(2/eps)/K̄ quantiles (002 §III-E)",
+        False, _M_UB_EQ9, _FILL,
+    ),
+    "opt_array": _spec(
+        "opt_array", "BESTFIT arrays with the worst-case-optimal m_UB of 002 eq. 15", True, _FILL,
+    ),
+    "opt_array_convex": _spec(
+        "opt_array_convex", "BESTFIT arrays with m_UB from the convex surrogate 002 eq. 19",
+        True, _FILL, _RULE,
+    ),
+    "clip": _spec(
+        "clip", "mean of each user's earliest min(m_l, m) records (004 §III-B)", True, _M_CLIP,
+    ),
+    "worst_case_optimal": _spec(
+        "worst_case_optimal", "per-user projection with threshold T_eps (003 Thm III.1)",
+        True, _FILL,
+    ),
+    "auto": _spec("auto", "the bounded mechanism with the smallest worst-case error", True),
+})
+
+VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
+    "baseline": _spec("baseline", "variance + Lap(ΔVar/eps) (004 Prop III.1)", True),
+    "clip": _spec(
+        "clip", "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
+        True, _M_CLIP,
+    ),
+    "auto": _spec("auto", "baseline or clip, whichever has the smaller worst-case error", True),
+})
+
+JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
+    "baseline": _spec("baseline", "004 M_b: mean and variance of all records", True, _SPLIT),
+    "clip": _spec(
+        "clip", "004 M_clip: mean and variance of the earliest min(m_l, m) records",
+        True, _SPLIT, _M_CLIP,
+    ),
+})
+
+_TABLES: Mapping[str, Mapping[str, MechanismSpec]] = MappingProxyType({
+    "mean": MEAN_MECHANISMS, "variance": VARIANCE_MECHANISMS, "joint": JOINT_MECHANISMS,
+})
+
+
+def mechanism_spec(statistic: str, mechanism: str) -> MechanismSpec:
+    """The spec of ``mechanism`` for ``statistic`` (``mean``, ``variance`` or ``joint``)."""
+    table = _TABLES.get(statistic)
+    if table is None:
+        raise ValueError(f"unknown statistic {statistic!r}; use one of {', '.join(_TABLES)}")
+    spec = table.get(mechanism)
+    if spec is None:
+        raise ValueError(
+            f"unknown {statistic} mechanism {mechanism!r}; use one of {', '.join(table)}"
+        )
+    return spec
+
+
+def validate_options(
+    statistic: str, mechanism: str, options: Mapping[str, OptionValue]
+) -> dict[str, OptionValue]:
+    """Check and coerce ``options`` for a mechanism; return every option with defaults filled.
+
+    Raises ``ValueError`` with a clear message for an unknown statistic, mechanism or
+    option, or a value of the wrong type or out of range. ``None`` means "default".
+    """
+    spec = mechanism_spec(statistic, mechanism)
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        accepted = ", ".join(spec.options) or "none"
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {statistic} mechanism "
+            f"{mechanism!r}; accepted: {accepted}"
+        )
+    out: dict[str, OptionValue] = {}
+    for name, opt in spec.options.items():
+        raw = options.get(name)
+        out[name] = opt.default if raw is None else opt.coerce(raw)
+    return out

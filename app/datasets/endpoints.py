@@ -1,0 +1,164 @@
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from functools import partial
+from typing import Annotated, Literal
+
+import anyio
+import anyio.from_thread
+import anyio.to_thread
+from fastapi import APIRouter, Header, Query, Request, Response, status
+
+from app.datasets import service
+from app.datasets.schemas import (
+    DatasetCreate,
+    DatasetDetail,
+    DatasetList,
+    DatasetOut,
+    GridList,
+    UploadResult,
+)
+from app.datasets.upload import UploadOptions, upload_records
+from app.deps import AdminKey, AnalystKey, SessionDep
+from app.errors import Forbidden, NotFound, PayloadTooLarge, Unauthenticated, responses
+from app.ingest.csv_records import ColumnMap
+
+router = APIRouter(tags=["datasets"])
+
+ColumnName = Annotated[str, Query(min_length=1, max_length=200)]
+
+
+@router.post(
+    "/datasets",
+    status_code=status.HTTP_201_CREATED,
+    response_model=DatasetOut,
+    responses=responses(Unauthenticated, Forbidden),
+    summary="Create a dataset (admin)",
+)
+def create_dataset(body: DatasetCreate, session: SessionDep, _: AdminKey) -> DatasetOut:
+    return service.dataset_out(service.create_dataset(session, body))
+
+
+@router.get(
+    "/datasets",
+    response_model=DatasetList,
+    responses=responses(Unauthenticated, Forbidden),
+    summary="List datasets",
+)
+def list_datasets(session: SessionDep, _: AnalystKey) -> DatasetList:
+    return DatasetList(datasets=[service.dataset_out(d) for d in service.list_datasets(session)])
+
+
+@router.get(
+    "/datasets/{dataset_id}",
+    response_model=DatasetDetail,
+    responses=responses(Unauthenticated, Forbidden, NotFound),
+    summary="One dataset, with its user, grid and record counts",
+)
+def get_dataset(dataset_id: str, session: SessionDep, _: AnalystKey) -> DatasetDetail:
+    return service.dataset_detail(session, service.get_dataset(session, dataset_id))
+
+
+@router.get(
+    "/datasets/{dataset_id}/grids",
+    response_model=GridList,
+    responses=responses(Unauthenticated, Forbidden, NotFound),
+    summary="List a dataset's grids (H3 cell × timeslot) with their public occupancy",
+)
+def list_grids(
+    dataset_id: str,
+    session: SessionDep,
+    _: AnalystKey,
+    slot_start: Annotated[
+        str | None,
+        Query(max_length=64, description="Only this slot (any ISO 8601 form; naive = local)."),
+    ] = None,
+    h3_cell: Annotated[str | None, Query(max_length=16, description="Only this cell.")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+) -> GridList:
+    dataset = service.get_dataset(session, dataset_id)
+    return service.list_grids(
+        session, dataset, slot_start=slot_start, h3_cell=h3_cell, limit=limit, offset=offset
+    )
+
+
+_CSV_BODY = {
+    "requestBody": {
+        "required": True,
+        "description": "CSV with a header line, UTF-8 (a BOM is ignored). Streamed.",
+        "content": {"text/csv": {"schema": {"type": "string"}}},
+    }
+}
+
+
+@router.post(
+    "/datasets/{dataset_id}/records",
+    response_model=UploadResult,
+    responses=responses(Unauthenticated, Forbidden, NotFound, PayloadTooLarge),
+    openapi_extra=_CSV_BODY,
+    summary="Upload raw records as CSV (admin); all or nothing",
+    description=(
+        "Each data row is accepted, rejected (line and reason; the first 100 reasons are "
+        "listed, all are counted), a duplicate of a stored (user, timestamp), or dropped "
+        "(`drop_zero`). Timestamps: ISO 8601 with or without offset (naive = the dataset's "
+        "time zone) or epoch seconds. A file that cannot be read as a whole is refused "
+        "with 400 and nothing is written. With `Idempotency-Key`, a retry returns the first "
+        "answer and writes nothing."
+    ),
+)
+async def upload(
+    dataset_id: str,
+    request: Request,
+    response: Response,
+    session: SessionDep,
+    _: AdminKey,
+    user_col: ColumnName = "user_id",
+    time_col: ColumnName = "timestamp",
+    lat_col: ColumnName = "lat",
+    lon_col: ColumnName = "lon",
+    value_col: ColumnName = "value",
+    drop_zero: bool = False,
+    out_of_range: Literal["clamp", "reject"] = "clamp",
+    delimiter: Annotated[Literal[",", ";", "\t", "|"], Query()] = ",",
+    idempotency_key: Annotated[
+        str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)
+    ] = None,
+) -> UploadResult:
+    dataset = service.parse_dataset_id(dataset_id)
+    options = UploadOptions(
+        columns=ColumnMap(user_col, time_col, lat_col, lon_col, value_col),
+        drop_zero=drop_zero,
+        out_of_range=out_of_range,
+        delimiter=delimiter,
+    )
+    answer, replayed = await anyio.to_thread.run_sync(
+        partial(
+            upload_records,
+            session,
+            dataset,
+            _body_chunks(request.stream()),
+            options,
+            hash_secret=request.app.state.hash_secret,
+            idempotency_key=idempotency_key,
+        )
+    )
+    if replayed:
+        response.headers["Idempotent-Replayed"] = "true"
+    return UploadResult.model_validate(answer)
+
+
+def _body_chunks(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
+    """The request body as a blocking iterator, for the worker thread: each chunk is
+    awaited on the event loop as it is needed (never the whole body at once). Errors
+    from receiving (413 from the body limit, a disconnect) propagate to the caller."""
+
+    async def pull() -> bytes | None:
+        try:
+            return await stream.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    while (chunk := anyio.from_thread.run(pull)) is not None:
+        if chunk:
+            yield chunk

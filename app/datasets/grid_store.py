@@ -1,0 +1,239 @@
+"""Per-grid engine input: snapshots built at ingestion, loaded through an LRU cache.
+
+A grid's snapshot holds three little-endian numpy buffers: ``user_ids`` (int64,
+ascending ``dataset_users.id``), ``counts`` (int64, records per user) and
+``values`` (float64, by user then timestamp then record id). Queries read it
+instead of rescanning raw records; the process-wide cache is keyed by the grid
+and its ``version``, which every change bumps, so a stale entry is never served.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.datasets.models import Grid
+from app.datasets.repository import GridRepository, IngestRepository
+
+__all__ = [
+    "GridArrays",
+    "clear_grid_cache",
+    "configure_grid_cache",
+    "grid_cache_info",
+    "load_grid_snapshot",
+    "rebuild_grids",
+]
+
+DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+#: Records read per query while rebuilding snapshots (bounds memory).
+REBUILD_RECORDS = 1_000_000
+#: Grids per rebuild query.
+REBUILD_GRIDS = 1000
+
+
+def _readonly(a: np.ndarray) -> np.ndarray:
+    a.flags.writeable = False
+    return a
+
+
+@dataclass(frozen=True, eq=False)
+class GridArrays:
+    """The engine's input for one grid version (read-only arrays).
+
+    User ``i`` (``user_ids[i]``, a ``dataset_users.id``) owns the ``counts[i]``
+    consecutive entries of ``values`` starting at ``counts[:i].sum()``, earliest first.
+    """
+
+    grid_id: int
+    version: int
+    user_ids: np.ndarray
+    counts: np.ndarray
+    values: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.user_ids.nbytes + self.counts.nbytes + self.values.nbytes)
+
+    @classmethod
+    def from_bytes(
+        cls, grid_id: int, version: int, user_ids: bytes, counts: bytes, values: bytes
+    ) -> GridArrays:
+        return cls(
+            grid_id=grid_id,
+            version=version,
+            user_ids=_readonly(np.frombuffer(user_ids, dtype="<i8").astype(np.int64)),
+            counts=_readonly(np.frombuffer(counts, dtype="<i8").astype(np.int64)),
+            values=_readonly(np.frombuffer(values, dtype="<f8").astype(np.float64)),
+        )
+
+
+class _LRU:
+    """A byte-bounded LRU of :class:`GridArrays`, safe across threads."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.hits = 0
+        self.misses = 0
+        self._items: OrderedDict[tuple[str, int, int], GridArrays] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[str, int, int]) -> GridArrays | None:
+        with self._lock:
+            item = self._items.get(key)
+            if item is None:
+                self.misses += 1
+                return None
+            self._items.move_to_end(key)
+            self.hits += 1
+            return item
+
+    def put(self, key: tuple[str, int, int], item: GridArrays) -> None:
+        with self._lock:
+            if key in self._items or item.nbytes > self.max_bytes:
+                return
+            self._items[key] = item
+            self.bytes += item.nbytes
+            self._evict()
+
+    def resize(self, max_bytes: int) -> None:
+        with self._lock:
+            self.max_bytes = max_bytes
+            self._evict()
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+            self.bytes = 0
+
+    def _evict(self) -> None:
+        while self.bytes > self.max_bytes and self._items:
+            _, old = self._items.popitem(last=False)
+            self.bytes -= old.nbytes
+
+
+_cache = _LRU(DEFAULT_CACHE_BYTES)
+
+
+def configure_grid_cache(max_bytes: int) -> None:
+    """Set the cache's byte budget (``settings.grid_cache_bytes``; 0 disables it)."""
+    _cache.resize(max(0, int(max_bytes)))
+
+
+def clear_grid_cache() -> None:
+    _cache.clear()
+
+
+def grid_cache_info() -> dict[str, int]:
+    return {
+        "entries": len(_cache._items),
+        "bytes": _cache.bytes,
+        "max_bytes": _cache.max_bytes,
+        "hits": _cache.hits,
+        "misses": _cache.misses,
+    }
+
+
+def load_grid_snapshot(
+    session: Session, grid: Grid, *, cache_bytes: int | None = None
+) -> GridArrays:
+    """The engine input of ``grid`` at its current version, from the cache or its snapshot.
+
+    ``cache_bytes`` (e.g. ``settings.grid_cache_bytes``) resizes the process-wide
+    cache when given. A grid without a snapshot (no records) gives empty arrays.
+    """
+    if cache_bytes is not None and cache_bytes != _cache.max_bytes:
+        configure_grid_cache(cache_bytes)
+    # public_id is random per grid, so equal keys never come from two databases
+    key = (grid.public_id, grid.id, grid.version)
+    hit = _cache.get(key)
+    if hit is not None:
+        return hit
+    snap = GridRepository(session).snapshot(grid.id)
+    if snap is None:
+        arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
+    else:
+        if snap.version != grid.version:
+            raise RuntimeError(
+                f"grid {grid.id}: snapshot version {snap.version} != grid version {grid.version}"
+            )
+        arrays = GridArrays.from_bytes(
+            grid.id, snap.version, snap.user_ids, snap.counts, snap.values
+        )
+    _cache.put(key, arrays)
+    return arrays
+
+
+@dataclass
+class GridState:
+    """What ingestion knows about a grid it touched."""
+
+    version: int
+    n_records: int  # before this upload
+    attempted: int = 0  # rows offered this upload (an upper bound on what was added)
+
+
+def rebuild_grids(session: Session, touched: dict[int, GridState]) -> int:
+    """Rebuild the snapshot and summary of every touched grid whose record count changed
+    and bump its version; delete grids created empty. Reads records in bounded groups.
+    Returns how many grids changed."""
+    bulk = IngestRepository(session)
+    changed = 0
+    empty: list[int] = []
+    for group in _groups(sorted(touched), touched):
+        gid, uid, val = bulk.read_grids(group)
+        present = set(np.unique(gid).tolist())
+        # a grid created for rows that all turned out duplicates holds nothing: drop it
+        empty.extend(g for g in group if g not in present and touched[g].n_records == 0)
+        snaps: list[tuple[int, int, bytes, bytes, bytes]] = []
+        summaries: list[tuple[int, int, int, int, int]] = []
+        if gid.size:
+            bounds = np.flatnonzero(np.diff(gid)) + 1
+            starts = np.concatenate(([0], bounds)).tolist()
+            ends = np.concatenate((bounds, [gid.size])).tolist()
+            for s, e in zip(starts, ends, strict=True):
+                grid_id = int(gid[s])
+                state = touched[grid_id]
+                if e - s == state.n_records:
+                    continue  # only duplicates arrived: unchanged, keep the version
+                users = uid[s:e]
+                cut = np.flatnonzero(np.diff(users)) + 1
+                user_ids = users[np.concatenate(([0], cut))].astype("<i8")
+                counts = np.diff(np.concatenate(([0], cut, [e - s]))).astype("<i8")
+                version = state.version + 1
+                snaps.append(
+                    (
+                        grid_id,
+                        version,
+                        user_ids.tobytes(),
+                        counts.tobytes(),
+                        val[s:e].astype("<f8").tobytes(),
+                    )
+                )
+                summaries.append(
+                    (grid_id, int(user_ids.size), int(e - s), int(counts.max()), version)
+                )
+        bulk.upsert_snapshots(snaps)
+        bulk.update_grids(summaries)
+        changed += len(summaries)
+    bulk.delete_grids(empty)
+    return changed
+
+
+def _groups(ids: Iterable[int], touched: dict[int, GridState]) -> Iterable[list[int]]:
+    group: list[int] = []
+    size = 0
+    for g in ids:
+        est = touched[g].n_records + touched[g].attempted
+        if group and (size + est > REBUILD_RECORDS or len(group) >= REBUILD_GRIDS):
+            yield group
+            group, size = [], 0
+        group.append(g)
+        size += est
+    if group:
+        yield group

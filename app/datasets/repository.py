@@ -1,0 +1,428 @@
+"""All SQL about datasets, their users, grids, records, snapshots and uploads.
+
+Bulk paths differ by dialect: on Postgres records go through binary ``COPY``
+into a temporary staging table and one ``INSERT ... SELECT ... ON CONFLICT DO
+NOTHING``; on SQLite through ``executemany`` of ``INSERT ... ON CONFLICT DO
+NOTHING``. Both count what was really inserted, so duplicates are exact.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+from sqlalchemy import delete, func, select
+from sqlalchemy.orm import Session
+
+from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
+
+#: Rows per statement when a list of keys goes into ``IN (...)``.
+IN_CHUNK = 500
+#: Microseconds between the Unix epoch and Postgres' epoch (2000-01-01).
+PG_EPOCH_OFFSET_US = 946_684_800_000_000
+
+_PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_PG_COPY_TRAILER = struct.pack(">h", -1)
+_PG_STAGE_ROW = np.dtype(
+    [
+        ("n", ">i2"),
+        ("l1", ">i4"), ("seq", ">i8"),
+        ("l2", ">i4"), ("grid", ">i8"),
+        ("l3", ">i4"), ("user", ">i8"),
+        ("l4", ">i4"), ("ts", ">i8"),
+        ("l5", ">i4"), ("value", ">f8"),
+    ]
+)  # fmt: skip
+_PG_FETCH_ROW = np.dtype(
+    [
+        ("n", ">i2"),
+        ("l1", ">i4"), ("grid", ">i8"),
+        ("l2", ">i4"), ("user", ">i8"),
+        ("l3", ">i4"), ("value", ">f8"),
+    ]
+)  # fmt: skip
+
+
+def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
+    for i in range(0, len(items), size):
+        yield items[i : i + size]
+
+
+class DatasetRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, dataset: Dataset) -> Dataset:
+        self.session.add(dataset)
+        self.session.flush()
+        return dataset
+
+    def get(self, dataset_id: int) -> Dataset | None:
+        return self.session.get(Dataset, dataset_id)
+
+    def lock(self, dataset_id: int) -> Dataset | None:
+        """The dataset row, locked until the transaction ends (``FOR UPDATE`` on Postgres;
+        SQLite transactions already hold the database write lock)."""
+        return self.session.scalars(
+            select(Dataset)
+            .where(Dataset.id == dataset_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        ).first()
+
+    def list_all(self) -> Sequence[Dataset]:
+        return self.session.scalars(select(Dataset).order_by(Dataset.id)).all()
+
+    def stats(self, dataset_id: int) -> tuple[int, int, int]:
+        """``(n_users with records, n_grids, n_records)`` from the grid summaries."""
+        n_grids, n_records = self.session.execute(
+            select(func.count(Grid.id), func.coalesce(func.sum(Grid.n_records), 0)).where(
+                Grid.dataset_id == dataset_id
+            )
+        ).one()
+        n_users = self.session.scalar(
+            select(func.count(DatasetUser.id)).where(DatasetUser.dataset_id == dataset_id)
+        )
+        return int(n_users or 0), int(n_grids), int(n_records)
+
+    # ------------------------------------------------------------------ users
+    def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> dict[str, int]:
+        """``{user_hash: dataset_users.id}`` for the hashes that exist."""
+        out: dict[str, int] = {}
+        for part in _chunks(hashes):
+            rows = self.session.execute(
+                select(DatasetUser.user_hash, DatasetUser.id).where(
+                    DatasetUser.dataset_id == dataset_id, DatasetUser.user_hash.in_(part)
+                )
+            )
+            out.update({h: i for h, i in rows})
+        return out
+
+    def add_users(self, dataset_id: int, hashes: Sequence[str]) -> dict[str, int]:
+        """Insert new users; ``{user_hash: id}``."""
+        out: dict[str, int] = {}
+        for part in _chunks(hashes):
+            rows = self.session.execute(
+                DatasetUser.__table__.insert().returning(
+                    DatasetUser.__table__.c.user_hash, DatasetUser.__table__.c.id
+                ),
+                [{"dataset_id": dataset_id, "user_hash": h} for h in part],
+            )
+            out.update({h: i for h, i in rows})
+        return out
+
+    # ---------------------------------------------------------------- uploads
+    def upload_by_key(self, dataset_id: int, key: str) -> Upload | None:
+        return self.session.scalars(
+            select(Upload).where(Upload.dataset_id == dataset_id, Upload.idempotency_key == key)
+        ).first()
+
+    def add_upload(self, upload: Upload) -> Upload:
+        self.session.add(upload)
+        self.session.flush()
+        return upload
+
+
+class GridRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def by_public_id(self, public_id: str) -> Grid | None:
+        return self.session.scalars(select(Grid).where(Grid.public_id == public_id)).first()
+
+    def page(
+        self,
+        dataset_id: int,
+        *,
+        slot_start: datetime | None,
+        h3_cell: str | None,
+        limit: int,
+        offset: int,
+    ) -> tuple[Sequence[Grid], int]:
+        """One page of grids in (slot, cell) order, and how many match."""
+        where = [Grid.dataset_id == dataset_id]
+        if slot_start is not None:
+            where.append(Grid.slot_start == slot_start)
+        if h3_cell is not None:
+            where.append(Grid.h3_cell == h3_cell)
+        total = self.session.scalar(select(func.count(Grid.id)).where(*where)) or 0
+        grids = self.session.scalars(
+            select(Grid)
+            .where(*where)
+            .order_by(Grid.slot_start, Grid.h3_cell)
+            .limit(limit)
+            .offset(offset)
+        ).all()
+        return grids, int(total)
+
+    def snapshot(self, grid_id: int) -> GridSnapshot | None:
+        return self.session.get(GridSnapshot, grid_id)
+
+    def in_slots(
+        self, dataset_id: int, slots: Sequence[datetime]
+    ) -> list[tuple[int, str, datetime, int, int]]:
+        """``(id, h3_cell, slot_start, version, n_records)`` of the grids in these slots."""
+        out: list[tuple[int, str, datetime, int, int]] = []
+        for part in _chunks(slots):
+            rows = self.session.execute(
+                select(Grid.id, Grid.h3_cell, Grid.slot_start, Grid.version, Grid.n_records).where(
+                    Grid.dataset_id == dataset_id, Grid.slot_start.in_(part)
+                )
+            )
+            out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)
+        return out
+
+
+def sqlite_datetime_text(us: np.ndarray) -> list[str]:
+    """UTC microseconds as the text SQLAlchemy's SQLite ``DateTime`` stores
+    (``YYYY-MM-DD HH:MM:SS.ffffff``), so raw and ORM writes compare equal."""
+    text = np.datetime_as_string(np.asarray(us, dtype=np.int64).astype("datetime64[us]"), unit="us")
+    return np.char.replace(text, "T", " ").tolist()
+
+
+class IngestRepository:
+    """Bulk SQL of ingestion, on the session's own connection (so inside its transaction).
+
+    Postgres: binary ``COPY`` into a temporary staging table and array (``unnest``)
+    statements. SQLite: ``executemany`` through the driver. Writers to one dataset
+    must hold its lock (:meth:`DatasetRepository.lock`): duplicate detection
+    relies on it.
+    """
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.dialect = session.get_bind().dialect.name
+        self.postgres = self.dialect == "postgresql"
+        self._staged = False
+        self._seq = 0
+
+    def _driver(self) -> Any:
+        return self.session.connection().connection.driver_connection
+
+    # ------------------------------------------------------------------ grids
+    def add_grids(
+        self,
+        dataset_id: int,
+        cells: Sequence[str],
+        slots_us: Sequence[int],
+        public_ids: Sequence[str],
+    ) -> dict[str, int]:
+        """Insert empty grids (version 0); ``{public_id: id}``."""
+        if not cells:
+            return {}
+        if self.postgres:
+            with self._driver().cursor() as cur:
+                cur.execute(
+                    "INSERT INTO grids (public_id, dataset_id, h3_cell, slot_start, n_users, "
+                    "n_records, max_user_records, version) "
+                    "SELECT p, %s, c, 'epoch'::timestamptz + s * interval '1 microsecond', "
+                    "0, 0, 0, 0 FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS u(p, c, s) "
+                    "RETURNING public_id, id",
+                    (dataset_id, list(public_ids), list(cells), list(slots_us)),
+                )
+                return {p: i for p, i in cur.fetchall()}
+        cur = self._driver().cursor()
+        try:
+            cur.executemany(
+                "INSERT INTO grids (public_id, dataset_id, h3_cell, slot_start, n_users, "
+                "n_records, max_user_records, version) VALUES (?, ?, ?, ?, 0, 0, 0, 0)",
+                zip(
+                    public_ids,
+                    [dataset_id] * len(cells),
+                    cells,
+                    sqlite_datetime_text(np.asarray(slots_us)),
+                    strict=True,
+                ),
+            )
+            out: dict[str, int] = {}
+            for part in _chunks(list(public_ids)):
+                marks = ",".join("?" * len(part))
+                cur.execute(f"SELECT public_id, id FROM grids WHERE public_id IN ({marks})", part)  # noqa: S608
+                out.update(dict(cur.fetchall()))
+            return out
+        finally:
+            cur.close()
+
+    def update_grids(self, rows: Sequence[tuple[int, int, int, int, int]]) -> None:
+        """Set ``(id, n_users, n_records, max_user_records, version)`` of grids."""
+        if not rows:
+            return
+        if self.postgres:
+            cols = [list(c) for c in zip(*rows, strict=True)]
+            with self._driver().cursor() as cur:
+                cur.execute(
+                    "UPDATE grids SET n_users = u.nu, n_records = u.nr, max_user_records = u.mx, "
+                    "version = u.v FROM unnest(%s::int[], %s::int[], %s::int[], %s::int[], "
+                    "%s::int[]) AS u(id, nu, nr, mx, v) WHERE grids.id = u.id",
+                    cols,
+                )
+            return
+        cur = self._driver().cursor()
+        try:
+            cur.executemany(
+                "UPDATE grids SET n_users = ?, n_records = ?, max_user_records = ?, version = ? "
+                "WHERE id = ?",
+                [(nu, nr, mx, v, gid) for gid, nu, nr, mx, v in rows],
+            )
+        finally:
+            cur.close()
+
+    def upsert_snapshots(self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> None:
+        """Insert or replace snapshots ``(grid_id, version, user_ids, counts, values)``."""
+        if not rows:
+            return
+        if self.postgres:
+            cols = [list(c) for c in zip(*rows, strict=True)]
+            with self._driver().cursor() as cur:
+                cur.execute(
+                    "INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, values) "
+                    "SELECT * FROM unnest(%s::int[], %s::int[], %s::bytea[], %s::bytea[], "
+                    "%s::bytea[]) ON CONFLICT (grid_id) DO UPDATE SET version = excluded.version, "
+                    "user_ids = excluded.user_ids, counts = excluded.counts, "
+                    "values = excluded.values",
+                    cols,
+                )
+            return
+        cur = self._driver().cursor()
+        try:
+            cur.executemany(
+                'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (grid_id) DO UPDATE SET "
+                "version = excluded.version, user_ids = excluded.user_ids, "
+                'counts = excluded.counts, "values" = excluded."values"',
+                rows,
+            )
+        finally:
+            cur.close()
+
+    def delete_grids(self, grid_ids: Sequence[int]) -> None:
+        """Delete grids (only grids created in this transaction and left empty)."""
+        for part in _chunks(list(grid_ids)):
+            self.session.execute(delete(Grid).where(Grid.id.in_(part)))
+
+    # ---------------------------------------------------------------- records
+    def insert_records(
+        self,
+        dataset_id: int,
+        grid_ids: np.ndarray,
+        user_ids: np.ndarray,
+        ts_us: np.ndarray,
+        values: np.ndarray,
+    ) -> int:
+        """Store records, skipping any whose (user, ts) is already stored; returns how
+        many were inserted. Among duplicates the earliest row given wins."""
+        if len(grid_ids) == 0:
+            return 0
+        # (user, ts) order: B-tree friendly; the stable sort keeps file order among equals
+        order = np.lexsort((ts_us, user_ids))
+        grid_ids, user_ids, ts_us, values = (
+            grid_ids[order],
+            user_ids[order],
+            ts_us[order],
+            values[order],
+        )
+        if self.postgres:
+            return self._insert_postgres(dataset_id, grid_ids, user_ids, ts_us, values)
+        return self._insert_sqlite(dataset_id, grid_ids, user_ids, ts_us, values)
+
+    def _insert_sqlite(self, dataset_id, grid_ids, user_ids, ts_us, values) -> int:
+        params = zip(
+            [dataset_id] * len(grid_ids),
+            grid_ids.tolist(),
+            user_ids.tolist(),
+            sqlite_datetime_text(ts_us),
+            values.tolist(),
+            strict=True,
+        )
+        cur = self._driver().cursor()
+        try:
+            cur.executemany(
+                "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                params,
+            )
+            return cur.rowcount
+        finally:
+            cur.close()
+
+    def _insert_postgres(self, dataset_id, grid_ids, user_ids, ts_us, values) -> int:
+        n = len(grid_ids)
+        rows = np.empty(n, dtype=_PG_STAGE_ROW)
+        rows["n"] = 5
+        for lf in ("l1", "l2", "l3", "l4", "l5"):
+            rows[lf] = 8
+        rows["seq"] = np.arange(self._seq, self._seq + n, dtype=np.int64)
+        self._seq += n
+        rows["grid"] = grid_ids
+        rows["user"] = user_ids
+        rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
+        rows["value"] = values
+        with self._driver().cursor() as cur:
+            if not self._staged:
+                cur.execute(
+                    "CREATE TEMP TABLE dpgate_ingest_stage (seq bigint, grid_id bigint, "
+                    "user_id bigint, ts timestamptz, value double precision) ON COMMIT DROP"
+                )
+                self._staged = True
+            with cur.copy(
+                "COPY dpgate_ingest_stage (seq, grid_id, user_id, ts, value) "
+                "FROM STDIN (FORMAT BINARY)"
+            ) as copy:
+                copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
+            # The dataset lock makes this the only writer of the dataset's records, so an
+            # anti-join finds every duplicate (the unique constraint stays as a backstop).
+            cur.execute(
+                "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
+                "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM ("
+                "  SELECT DISTINCT ON (user_id, ts) * FROM dpgate_ingest_stage"
+                "  ORDER BY user_id, ts, seq) AS s "
+                "WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.dataset_id = %(d)s "
+                "  AND r.user_id = s.user_id AND r.ts = s.ts)",
+                {"d": dataset_id},
+            )
+            inserted = cur.rowcount
+            cur.execute("TRUNCATE dpgate_ingest_stage")
+        return inserted
+
+    def read_grids(self, grid_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(grid_id, user_id, value)`` arrays of these grids' records, ordered by grid,
+        user (ascending ``dataset_users.id``), timestamp, record id."""
+        ids = sorted(int(g) for g in grid_ids)
+        if not ids:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0, dtype=np.float64)
+        if self.postgres:
+            id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
+            sql = (
+                "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
+                f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
+                "ORDER BY grid_id, user_id, ts, id) TO STDOUT (FORMAT BINARY)"
+            )
+            buf = bytearray()
+            with self._driver().cursor() as cur, cur.copy(sql) as copy:
+                for block in copy:
+                    buf += block
+            ext = struct.unpack(">i", buf[15:19])[0]
+            body = memoryview(buf)[19 + ext : len(buf) - 2]
+            rows = np.frombuffer(body, dtype=_PG_FETCH_ROW)
+            return (
+                rows["grid"].astype(np.int64),
+                rows["user"].astype(np.int64),
+                rows["value"].astype(np.float64),
+            )
+        cur = self._driver().cursor()
+        try:
+            marks = ",".join("?" * len(ids))
+            cur.execute(
+                f"SELECT grid_id, user_id, value FROM records WHERE grid_id IN ({marks}) "  # noqa: S608
+                "ORDER BY grid_id, user_id, ts, id",
+                ids,
+            )
+            fetched = cur.fetchall()
+        finally:
+            cur.close()
+        arr = np.array(fetched, dtype=[("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
+        return arr["g"].copy(), arr["u"].copy(), arr["v"].copy()

@@ -1,0 +1,108 @@
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from app.ingest.timeslots import is_valid_timezone
+
+
+class DatasetCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=200)
+    value_bound: float = Field(
+        gt=0, le=1e12, allow_inf_nan=False, description="U: every value is clamped to [0, U]."
+    )
+    h3_resolution: int = Field(default=8, ge=0, le=15)
+    timeslot_minutes: int = Field(
+        default=60, ge=1, le=1440, description="Slot length; must divide 1440."
+    )
+    timezone: str = Field(
+        default="UTC",
+        max_length=64,
+        description="IANA zone; slots start at local-time boundaries and naive timestamps "
+        "are local time.",
+    )
+    budget_per_user: float = Field(gt=0, le=1e9, allow_inf_nan=False)
+    max_epsilon_per_query: float = Field(default=10.0, gt=0, le=1e9, allow_inf_nan=False)
+    on_exhausted: Literal["refuse", "exclude"] = "refuse"
+
+    @field_validator("timeslot_minutes")
+    @classmethod
+    def _divides_day(cls, v: int) -> int:
+        if 1440 % v:
+            raise ValueError("timeslot_minutes must divide 1440 (e.g. 15, 30, 60, 120, 1440)")
+        return v
+
+    @field_validator("timezone")
+    @classmethod
+    def _known_zone(cls, v: str) -> str:
+        if not is_valid_timezone(v):
+            raise ValueError(f"unknown IANA time zone {v!r} (e.g. 'Asia/Kolkata', 'UTC')")
+        return v
+
+
+class DatasetOut(BaseModel):
+    id: int
+    name: str
+    value_bound: float
+    h3_resolution: int
+    timeslot_minutes: int
+    timezone: str
+    budget_per_user: float
+    max_epsilon_per_query: float
+    on_exhausted: str
+    epoch: int
+    created_at: datetime
+
+
+class DatasetDetail(DatasetOut):
+    n_users: int = Field(description="Distinct data subjects with at least one record.")
+    n_grids: int
+    n_records: int
+
+
+class DatasetList(BaseModel):
+    datasets: list[DatasetOut]
+
+
+class RowError(BaseModel):
+    line: int = Field(description="1-based physical line of the row (the header is line 1).")
+    reason: str
+
+
+class UploadResult(BaseModel):
+    """Every data row ends in exactly one of accepted, rejected, duplicates, dropped_zero."""
+
+    accepted: int = Field(description="Rows stored as new records.")
+    rejected: int = Field(description="Rows refused (all counted; the first 100 in `errors`).")
+    clamped: int = Field(
+        description="Valid rows whose value was clamped into [0, U] (duplicates included)."
+    )
+    duplicates: int = Field(
+        description="Valid rows whose (user, timestamp) was already stored, by this file or an "
+        "earlier upload; the first one is kept."
+    )
+    dropped_zero: int = Field(default=0, description="Rows with value 0 dropped (drop_zero).")
+    rows: int = Field(default=0, description="Data rows read (blank lines excluded).")
+    grids_updated: int = Field(default=0, description="Grids whose records changed.")
+    errors: list[RowError]
+
+
+class GridOut(BaseModel):
+    grid_id: str = Field(description="Opaque grid id, unique across datasets.")
+    h3_cell: str
+    slot_start: str = Field(description="ISO 8601 with the dataset's local UTC offset.")
+    n_users: int
+    n_records: int
+    max_user_records: int
+
+
+class GridList(BaseModel):
+    grids: list[GridOut]
+    total: int = Field(description="Grids matching the filters.")
+    limit: int
+    offset: int
+    next: int | None = Field(description="The `offset` of the next page, or null.")

@@ -1,0 +1,181 @@
+"""Datasets and grids: create, list, look up; the engine input of a grid.
+
+The query code imports :func:`get_dataset`, :func:`get_grid_by_public_id` and
+:func:`load_grid_snapshot` (with :class:`GridArrays`) from here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.datasets.grid_store import (
+    GridArrays,
+    clear_grid_cache,
+    configure_grid_cache,
+    load_grid_snapshot,
+)
+from app.datasets.models import Dataset, Grid
+from app.datasets.repository import DatasetRepository, GridRepository
+from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
+from app.db.base import to_epsilon
+from app.errors import InvalidRequest, NotFound
+from app.ingest.timeslots import (
+    MAX_US,
+    MIN_US,
+    datetime_to_us,
+    format_local,
+    get_zone,
+    localize_us,
+    parse_timestamp,
+    us_to_datetime,
+)
+
+__all__ = [
+    "GridArrays",
+    "clear_grid_cache",
+    "configure_grid_cache",
+    "create_dataset",
+    "dataset_out",
+    "get_dataset",
+    "get_grid_by_public_id",
+    "grid_out",
+    "list_datasets",
+    "list_grids",
+    "load_grid_snapshot",
+    "parse_slot_start",
+]
+
+_MAX_ID = 2**31 - 1
+_PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
+
+
+def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
+    """Create a dataset (epoch 1, no records)."""
+    return DatasetRepository(session).add(
+        Dataset(
+            name=spec.name,
+            value_bound=spec.value_bound,
+            h3_resolution=spec.h3_resolution,
+            timeslot_minutes=spec.timeslot_minutes,
+            timezone=spec.timezone,
+            budget_per_user=to_epsilon(spec.budget_per_user),
+            max_epsilon_per_query=to_epsilon(spec.max_epsilon_per_query),
+            on_exhausted=spec.on_exhausted,
+            epoch=1,
+        )
+    )
+
+
+def list_datasets(session: Session) -> Sequence[Dataset]:
+    return DatasetRepository(session).list_all()
+
+
+def parse_dataset_id(dataset_id: int | str) -> int:
+    """A dataset id from a path, or ``NotFound`` (never a database error) if malformed."""
+    try:
+        value = int(dataset_id)
+    except (TypeError, ValueError):
+        raise NotFound(f"no dataset {str(dataset_id)[:40]!r}") from None
+    if not 1 <= value <= _MAX_ID:
+        raise NotFound(f"no dataset {value}")
+    return value
+
+
+def get_dataset(session: Session, dataset_id: int | str) -> Dataset:
+    """The dataset, or ``NotFound`` (also for malformed or out-of-range ids)."""
+    value = parse_dataset_id(dataset_id)
+    dataset = DatasetRepository(session).get(value)
+    if dataset is None:
+        raise NotFound(f"no dataset {value}")
+    return dataset
+
+
+def get_grid_by_public_id(session: Session, public_id: str) -> Grid:
+    """The grid with this opaque id, or ``NotFound`` (also for malformed ids)."""
+    if not isinstance(public_id, str) or not _PUBLIC_ID.fullmatch(public_id):
+        raise NotFound("no such grid")
+    grid = GridRepository(session).by_public_id(public_id)
+    if grid is None:
+        raise NotFound(f"no grid {public_id!r}")
+    return grid
+
+
+def parse_slot_start(dataset: Dataset, text: str) -> datetime:
+    """A slot start given in any ISO 8601 form (naive = the dataset's local time) or
+    epoch seconds, as an aware UTC datetime; ``InvalidRequest`` if unparsable."""
+    try:
+        us, aware = parse_timestamp(text)
+    except (ValueError, OverflowError):
+        raise InvalidRequest(f"slot_start {text[:60]!r} is not an ISO 8601 timestamp") from None
+    if not aware:
+        us = int(localize_us(np.array([us]), get_zone(dataset.timezone))[0])
+    if not MIN_US <= us < MAX_US:
+        raise InvalidRequest(f"slot_start {text[:60]!r} is out of range")
+    return us_to_datetime(us)
+
+
+def dataset_out(dataset: Dataset) -> DatasetOut:
+    return DatasetOut(
+        id=dataset.id,
+        name=dataset.name,
+        value_bound=dataset.value_bound,
+        h3_resolution=dataset.h3_resolution,
+        timeslot_minutes=dataset.timeslot_minutes,
+        timezone=dataset.timezone,
+        budget_per_user=float(dataset.budget_per_user),
+        max_epsilon_per_query=float(dataset.max_epsilon_per_query),
+        on_exhausted=dataset.on_exhausted,
+        epoch=dataset.epoch,
+        created_at=dataset.created_at,
+    )
+
+
+def dataset_detail(session: Session, dataset: Dataset) -> DatasetDetail:
+    n_users, n_grids, n_records = DatasetRepository(session).stats(dataset.id)
+    return DatasetDetail(
+        **dataset_out(dataset).model_dump(), n_users=n_users, n_grids=n_grids, n_records=n_records
+    )
+
+
+def grid_out(grid: Grid, dataset: Dataset) -> GridOut:
+    return GridOut(
+        grid_id=grid.public_id,
+        h3_cell=grid.h3_cell,
+        slot_start=format_local(datetime_to_us(grid.slot_start), get_zone(dataset.timezone)),
+        n_users=grid.n_users,
+        n_records=grid.n_records,
+        max_user_records=grid.max_user_records,
+    )
+
+
+def list_grids(
+    session: Session,
+    dataset: Dataset,
+    *,
+    slot_start: str | None = None,
+    h3_cell: str | None = None,
+    limit: int = 1000,
+    offset: int = 0,
+) -> GridList:
+    """One page of the dataset's grids in (slot, cell) order, with the total."""
+    slot = parse_slot_start(dataset, slot_start) if slot_start is not None else None
+    grids, total = GridRepository(session).page(
+        dataset.id,
+        slot_start=slot,
+        h3_cell=h3_cell.strip().lower() if h3_cell is not None else None,
+        limit=limit,
+        offset=offset,
+    )
+    nxt = offset + len(grids)
+    return GridList(
+        grids=[grid_out(g, dataset) for g in grids],
+        total=total,
+        limit=limit,
+        offset=offset,
+        next=nxt if nxt < total else None,
+    )

@@ -1,0 +1,1 @@
+"""Experiments that reproduce the papers' figures (seeded randomness lives here only)."""

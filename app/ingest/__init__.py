@@ -1,0 +1,1 @@
+"""Pure parsing for ingestion: CSV streaming, timestamps, timeslots (no database here)."""

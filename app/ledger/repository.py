@@ -1,0 +1,169 @@
+"""All SQL of the privacy-budget ledger.
+
+Lock order, everywhere: the dataset row, then budget accounts in ascending user
+id, then the API key row. Queries take the dataset row ``FOR KEY SHARE`` (many at
+once), a budget reset takes it ``FOR UPDATE`` (alone), so an epoch never changes
+under a query in flight. On SQLite every transaction is ``BEGIN IMMEDIATE``,
+which serialises writers; the ``FOR ...`` clauses are no-ops there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from app.datasets.models import Dataset, DatasetUser
+from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
+
+CHUNK = 5000
+
+
+def _chunks(ids: Sequence[int]) -> Iterable[list[int]]:
+    for i in range(0, len(ids), CHUNK):
+        yield list(ids[i : i + CHUNK])
+
+
+class LedgerRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def lock_epoch(self, dataset_id: int, *, exclusive: bool = False) -> int | None:
+        """The dataset's current epoch, with the dataset row locked shared or exclusive."""
+        stmt = select(Dataset.epoch).where(Dataset.id == dataset_id)
+        stmt = (
+            stmt.with_for_update() if exclusive else stmt.with_for_update(read=True, key_share=True)
+        )
+        return self.session.scalar(stmt)
+
+    def lock_accounts(
+        self, dataset_id: int, epoch: int, user_ids: Sequence[int]
+    ) -> dict[int, Decimal]:
+        """Lock (creating if missing) the accounts of ``user_ids``; return their spend."""
+        spent = self._select_for_update(dataset_id, epoch, user_ids)
+        missing = [u for u in user_ids if u not in spent]
+        if missing:
+            self._create(dataset_id, epoch, missing)
+            spent.update(self._select_for_update(dataset_id, epoch, missing))
+        return spent
+
+    def _select_for_update(
+        self, dataset_id: int, epoch: int, user_ids: Sequence[int]
+    ) -> dict[int, Decimal]:
+        out: dict[int, Decimal] = {}
+        for chunk in _chunks(sorted(user_ids)):
+            rows = self.session.execute(
+                select(BudgetAccount.user_id, BudgetAccount.spent)
+                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(BudgetAccount.user_id.in_(chunk))
+                .order_by(BudgetAccount.user_id)
+                .with_for_update()
+            )
+            out.update({u: s for u, s in rows})
+        return out
+
+    def _create(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
+        insert = (
+            pg_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
+        )
+        for chunk in _chunks(sorted(user_ids)):
+            self.session.execute(
+                insert(BudgetAccount)
+                .values(
+                    [
+                        {
+                            "dataset_id": dataset_id,
+                            "epoch": epoch,
+                            "user_id": u,
+                            "spent": Decimal(0),
+                        }
+                        for u in chunk
+                    ]
+                )
+                .on_conflict_do_nothing()
+            )
+
+    def charge(self, dataset_id: int, epoch: int, user_ids: Sequence[int], epsilon: Decimal) -> int:
+        """Add ``epsilon`` to each (already locked) account; returns the rows changed."""
+        changed = 0
+        for chunk in _chunks(sorted(user_ids)):
+            result = self.session.execute(
+                update(BudgetAccount)
+                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(BudgetAccount.user_id.in_(chunk))
+                .values(spent=BudgetAccount.spent + epsilon)
+                .execution_options(synchronize_session=False)
+            )
+            changed += result.rowcount
+        return changed
+
+    def add_entry(self, entry: LedgerEntry) -> LedgerEntry:
+        self.session.add(entry)
+        self.session.flush()
+        return entry
+
+    def summary(self, dataset_id: int, epoch: int, cap: Decimal) -> tuple[Decimal, int]:
+        """``(max_spent, users_at_cap)`` for one epoch."""
+        base = (BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+        max_spent = self.session.scalar(select(func.max(BudgetAccount.spent)).where(*base))
+        at_cap = self.session.scalar(
+            select(func.count()).select_from(BudgetAccount).where(*base, BudgetAccount.spent >= cap)
+        )
+        return (max_spent or Decimal(0)), int(at_cap or 0)
+
+    def accounts(
+        self, dataset_id: int, epoch: int, *, limit: int, offset: int
+    ) -> list[tuple[str, Decimal]]:
+        rows = self.session.execute(
+            select(DatasetUser.user_hash, BudgetAccount.spent)
+            .join(DatasetUser, DatasetUser.id == BudgetAccount.user_id)
+            .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+            .order_by(BudgetAccount.spent.desc(), DatasetUser.user_hash)
+            .limit(limit)
+            .offset(offset)
+        )
+        return [(h, s) for h, s in rows]
+
+    def count_accounts(self, dataset_id: int, epoch: int) -> int:
+        return int(
+            self.session.scalar(
+                select(func.count())
+                .select_from(BudgetAccount)
+                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+            )
+            or 0
+        )
+
+    def open_epoch(self, dataset_id: int, from_epoch: int, key_id: int, reason: str) -> int:
+        """Move the (exclusively locked) dataset to a new epoch and audit it."""
+        to_epoch = from_epoch + 1
+        self.session.execute(
+            update(Dataset)
+            .where(Dataset.id == dataset_id)
+            .values(epoch=to_epoch)
+            .execution_options(synchronize_session=False)
+        )
+        self.session.add(
+            BudgetReset(
+                dataset_id=dataset_id,
+                from_epoch=from_epoch,
+                to_epoch=to_epoch,
+                key_id=key_id,
+                reason=reason,
+            )
+        )
+        self.session.flush()
+        return to_epoch
+
+    def resets(self, dataset_id: int) -> list[BudgetReset]:
+        return list(
+            self.session.scalars(
+                select(BudgetReset)
+                .where(BudgetReset.dataset_id == dataset_id)
+                .order_by(BudgetReset.id)
+            )
+        )

@@ -1,0 +1,91 @@
+from __future__ import annotations
+
+import math
+from typing import Annotated, Literal
+
+from fastapi import APIRouter, Query, Request
+
+from app.deps import AnalystKey, SessionDep
+from app.errors import (
+    BudgetExhausted,
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    Unauthenticated,
+    responses,
+)
+from app.queries import service
+from app.queries.schemas import QuoteOut, StatisticAnswer
+
+router = APIRouter(tags=["queries"])
+
+ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound)
+EPSILON = Annotated[float, Query(description="Privacy budget of this query (0 < eps <= max).")]
+
+
+def _options(request: Request) -> dict[str, str]:
+    params = request.query_params
+    repeated = [k for k in params if len(params.getlist(k)) > 1]
+    if repeated:
+        raise InvalidRequest(f"parameter given more than once: {', '.join(sorted(set(repeated)))}")
+    return {k: v for k, v in params.items() if k not in service.RESERVED_PARAMS}
+
+
+@router.get(
+    "/grids/{grid_id}/mean",
+    response_model=StatisticAnswer,
+    responses=ERRORS,
+    summary="DP mean of one grid",
+    description="Mechanisms: baseline, array_avg_wrap, array_avg_bestfit, levy, quantile_fixed, "
+    "quantile_optimized, opt_array, opt_array_convex, clip, worst_case_optimal, auto "
+    "(SPEC §5). Mechanism options are further query parameters; unknown ones are refused.",
+)
+def mean(
+    grid_id: str,
+    request: Request,
+    session: SessionDep,
+    key: AnalystKey,
+    epsilon: EPSILON,
+    mechanism: str = "auto",
+) -> dict:
+    return service.answer_statistic(
+        session, key, grid_id, "mean", mechanism, epsilon, _options(request)
+    )
+
+
+@router.get(
+    "/grids/{grid_id}/variance",
+    response_model=StatisticAnswer,
+    responses=ERRORS,
+    summary="DP population variance of one grid",
+    description="Mechanisms: baseline, clip, auto (004 Prop III.1, Lemma III.3).",
+)
+def variance(
+    grid_id: str,
+    request: Request,
+    session: SessionDep,
+    key: AnalystKey,
+    epsilon: EPSILON,
+    mechanism: str = "auto",
+) -> dict:
+    return service.answer_statistic(
+        session, key, grid_id, "variance", mechanism, epsilon, _options(request)
+    )
+
+
+@router.get(
+    "/grids/{grid_id}/quote",
+    response_model=QuoteOut,
+    responses=responses(Unauthenticated, Forbidden, NotFound),
+    summary="Smallest epsilon reaching a worst-case error (public counts only; free)",
+)
+def quote(
+    grid_id: str,
+    session: SessionDep,
+    _: AnalystKey,
+    target_error: Annotated[float, Query(gt=0)],
+    statistic: Literal["mean", "variance"] = "mean",
+) -> dict:
+    if not math.isfinite(target_error):
+        raise InvalidRequest("target_error must be a finite number > 0")
+    return service.quote(session, grid_id, statistic, target_error)

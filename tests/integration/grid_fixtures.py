@@ -1,0 +1,64 @@
+"""Small datasets with known occupancy, built through the public HTTP API."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from fastapi.testclient import TestClient
+
+# Two H3 resolution-8 cells in Austin, far enough apart to be different cells.
+CELL_A = (30.2672, -97.7431)
+CELL_B = (30.4000, -97.7000)
+HOUR = datetime(2024, 3, 5, 10, 0, tzinfo=UTC)
+
+
+def csv_for(grids: dict[tuple[float, float], dict[str, list[float]]]) -> str:
+    """CSV text: each user's values a second apart, each location in its own window of the hour
+
+    (a user cannot be in two places at one timestamp: that would be a duplicate)."""
+    lines = ["user_id,timestamp,lat,lon,value"]
+    assert len(grids) <= 3 and all(len(v) < 1000 for u in grids.values() for v in u.values())
+    for k, ((lat, lon), users) in enumerate(grids.items()):
+        for user, values in users.items():
+            for i, v in enumerate(values):
+                ts = (HOUR + timedelta(seconds=1000 * k + i + 1)).isoformat()
+                lines.append(f"{user},{ts},{lat},{lon},{v}")
+    return "\n".join(lines) + "\n"
+
+
+def make_dataset(client: TestClient, **overrides: object) -> int:
+    body = {
+        "name": "test",
+        "value_bound": 10.0,
+        "h3_resolution": 8,
+        "timeslot_minutes": 60,
+        "timezone": "UTC",
+        "budget_per_user": 1.0,
+        "max_epsilon_per_query": 10,
+        "on_exhausted": "refuse",
+    } | overrides
+    resp = client.post("/datasets", json=body)
+    assert resp.status_code == 201, resp.text
+    return resp.json()["id"]
+
+
+def load(client: TestClient, dataset_id: int, grids: dict) -> dict[tuple[float, float], str]:
+    """Upload ``grids`` and return the grid id of each location."""
+    resp = client.post(
+        f"/datasets/{dataset_id}/records",
+        content=csv_for(grids).encode(),
+        headers={"content-type": "text/csv"},
+    )
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["rejected"] == 0, resp.json()
+    listed = client.get(f"/datasets/{dataset_id}/grids").json()["grids"]
+    import h3
+
+    by_cell = {g["h3_cell"]: g["grid_id"] for g in listed}
+    return {loc: by_cell[h3.latlng_to_cell(loc[0], loc[1], 8)] for loc in grids}
+
+
+def analyst(client: TestClient, quota: float | None = None) -> dict[str, str]:
+    resp = client.post("/keys", json={"name": "analyst", "role": "analyst", "epsilon_quota": quota})
+    assert resp.status_code == 201, resp.text
+    return {"Authorization": f"Bearer {resp.json()['key']}"}

@@ -1,0 +1,238 @@
+"""Queries and the ledger through HTTP, on SQLite and real Postgres (issue 5)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from app import core
+from app.core import bounds
+from app.ledger.models import BudgetReset, LedgerEntry
+from tests.integration.grid_fixtures import CELL_A, CELL_B, analyst, load, make_dataset
+
+# Grid A: three users with 1, 2 and 5 records (n = 8, m* = 5, m_* = 1); U = 10.
+GRID_A = {"u1": [1.0], "u2": [2.0, 4.0], "u3": [9.0, 9.5, 8.0, 7.0, 6.0]}
+GRID_B = {"u3": [5.0, 5.0], "u4": [1.0, 2.0, 3.0]}
+U = 10.0
+
+
+def _error(resp, status: int, code: str) -> None:
+    assert resp.status_code == status, resp.text
+    assert resp.json()["error"]["code"] == code, resp.text
+
+
+@pytest.fixture
+def grids(client: TestClient) -> tuple[int, str, str]:
+    ds = make_dataset(client)
+    ids = load(client, ds, {CELL_A: GRID_A, CELL_B: GRID_B})
+    return ds, ids[CELL_A], ids[CELL_B]
+
+
+def test_roles(client: TestClient, grids) -> None:
+    ds, a, _ = grids
+    hdr = analyst(client)
+    _error(
+        client.get(f"/grids/{a}/mean", params={"epsilon": 0.1}, headers={"Authorization": ""}),
+        401,
+        "unauthenticated",
+    )
+    assert client.get(f"/grids/{a}/mean", params={"epsilon": 0.1}, headers=hdr).status_code == 200
+    assert client.get(f"/datasets/{ds}/budget", headers=hdr).status_code == 200
+    _error(client.get(f"/datasets/{ds}/ledger", headers=hdr), 403, "forbidden")
+    _error(
+        client.post(f"/datasets/{ds}/budget/reset", json={"reason": "x"}, headers=hdr),
+        403,
+        "forbidden",
+    )
+
+
+def test_baseline_mean_fields_follow_the_formulas(client: TestClient, grids) -> None:
+    _, a, _ = grids
+    eps = 0.5
+    body = client.get(f"/grids/{a}/mean", params={"epsilon": eps, "mechanism": "baseline"}).json()
+    sens = bounds.mean_sensitivity(U, 5, 8)
+    assert body["mechanism"] == "baseline" and body["statistic"] == "mean"
+    assert body["sensitivity"] == pytest.approx(sens)
+    assert body["noise_scale"] >= sens / eps and body["noise_scale"] == pytest.approx(sens / eps)
+    assert body["worst_case_bias"] == 0
+    assert body["worst_case_error"] == pytest.approx(body["noise_scale"])
+    half = body["noise_scale"] * math.log(20)
+    assert body["ci95"] == pytest.approx([body["estimate"] - half, body["estimate"] + half])
+    assert (body["n_users"], body["n_users_charged"], body["cached"]) == (3, 3, False)
+    assert body["epsilon"] == eps and body["grid_id"] == a
+
+
+def test_variance_and_clip_fields_follow_the_formulas(client: TestClient, grids) -> None:
+    _, a, _ = grids
+    eps = 0.5
+    var = client.get(
+        f"/grids/{a}/variance", params={"epsilon": eps, "mechanism": "baseline"}
+    ).json()
+    assert var["sensitivity"] == pytest.approx(bounds.variance_sensitivity(U, 5, 8))
+    assert var["noise_scale"] == pytest.approx(var["sensitivity"] / eps)
+    clip = client.get(
+        f"/grids/{a}/mean", params={"epsilon": eps, "mechanism": "clip", "m": 2}
+    ).json()
+    kept = 1 + 2 + 2  # Γ = min(m_l, 2)
+    assert clip["sensitivity"] == pytest.approx(bounds.mean_sensitivity(U, 2, kept))
+    assert clip["worst_case_bias"] == pytest.approx(bounds.mean_clip_bias(U, kept, 8))
+    assert clip["worst_case_error"] == pytest.approx(clip["worst_case_bias"] + clip["noise_scale"])
+
+
+def test_cached_repeat_charges_nothing(client: TestClient, grids) -> None:
+    ds, a, _ = grids
+    q = {"epsilon": 0.25, "mechanism": "baseline"}
+    first = client.get(f"/grids/{a}/mean", params=q).json()
+    second = client.get(f"/grids/{a}/mean", params=q).json()
+    assert second["cached"] is True and first["cached"] is False
+    assert second["estimate"] == first["estimate"] and second["query_id"] == first["query_id"]
+    budget = client.get(f"/datasets/{ds}/budget").json()
+    assert budget["max_spent"] == 0.25
+    ledger = client.get(f"/datasets/{ds}/ledger").json()["users"]
+    assert sorted(u["spent_exact"] for u in ledger) == ["0.250000000000"] * 3
+
+
+def test_budget_refused_when_a_user_would_pass_the_cap(client: TestClient, grids) -> None:
+    ds, a, b = grids
+    assert (
+        client.get(f"/grids/{a}/mean", params={"epsilon": 0.6, "mechanism": "baseline"}).status_code
+        == 200
+    )
+    # u3 is in both grids: 0.6 + 0.6 > 1.0
+    _error(
+        client.get(f"/grids/{b}/mean", params={"epsilon": 0.6, "mechanism": "baseline"}),
+        403,
+        "budget_exhausted",
+    )
+    assert (
+        client.get(f"/grids/{b}/mean", params={"epsilon": 0.4, "mechanism": "baseline"}).status_code
+        == 200
+    )
+    users = {u["spent_exact"] for u in client.get(f"/datasets/{ds}/ledger").json()["users"]}
+    assert users == {"0.600000000000", "1.000000000000", "0.400000000000"}
+    budget = client.get(f"/datasets/{ds}/budget").json()
+    assert budget["max_spent"] == 1.0 and budget["users_at_cap"] == 1
+
+
+def test_exclude_drops_exhausted_users(client: TestClient) -> None:
+    ds = make_dataset(client, on_exhausted="exclude")
+    ids = load(client, ds, {CELL_A: GRID_A, CELL_B: GRID_B})
+    a, b = ids[CELL_A], ids[CELL_B]
+    assert (
+        client.get(f"/grids/{b}/mean", params={"epsilon": 1.0, "mechanism": "baseline"}).status_code
+        == 200
+    )
+    body = client.get(f"/grids/{a}/mean", params={"epsilon": 0.5, "mechanism": "baseline"}).json()
+    assert body["n_users"] == 3 and body["n_users_charged"] == 2  # u3 is exhausted
+    # the bias bound now covers the 5 left-out records of u3 (linear rule: U(1 - 3/8))
+    assert body["worst_case_bias"] == pytest.approx(U * 5 / 8)
+    spent = sorted(u["spent_exact"] for u in client.get(f"/datasets/{ds}/ledger").json()["users"])
+    assert spent == ["0.500000000000", "0.500000000000", "1.000000000000", "1.000000000000"]
+
+
+def test_reset_opens_new_epoch_and_keeps_history(client: TestClient, grids, app) -> None:
+    ds, a, _ = grids
+    q = {"epsilon": 1.0, "mechanism": "baseline"}
+    assert client.get(f"/grids/{a}/mean", params=q).status_code == 200
+    _error(client.get(f"/grids/{a}/variance", params=q), 403, "budget_exhausted")
+    _error(client.post(f"/datasets/{ds}/budget/reset", json={}), 422, "invalid_request")
+    assert client.post(f"/datasets/{ds}/budget/reset", json={"reason": "new month"}).json() == {
+        "epoch": 2
+    }
+    assert client.get(f"/datasets/{ds}/budget").json()["epoch"] == 2
+    again = client.get(f"/grids/{a}/mean", params=q).json()
+    assert again["cached"] is False and again["epoch"] == 2
+    old = client.get(f"/datasets/{ds}/ledger", params={"epoch": 1}).json()
+    assert {u["spent"] for u in old["users"]} == {1.0}
+    with app.state.sessionmaker() as s:
+        resets = s.scalars(select(BudgetReset)).all()
+        entries = s.scalars(select(LedgerEntry).order_by(LedgerEntry.id)).all()
+    assert [(r.from_epoch, r.to_epoch, r.reason) for r in resets] == [(1, 2, "new month")]
+    assert resets[0].key_id is not None
+    assert [e.epoch for e in entries] == [1, 2]
+
+
+def test_key_quota_is_enforced(client: TestClient, grids) -> None:
+    _, a, b = grids
+    hdr = analyst(client, quota=0.5)
+    ok = client.get(
+        f"/grids/{a}/mean", params={"epsilon": 0.3, "mechanism": "baseline"}, headers=hdr
+    )
+    assert ok.status_code == 200
+    _error(
+        client.get(
+            f"/grids/{b}/mean", params={"epsilon": 0.3, "mechanism": "baseline"}, headers=hdr
+        ),
+        403,
+        "budget_exhausted",
+    )
+    assert (
+        client.get(
+            f"/grids/{b}/mean", params={"epsilon": 0.2, "mechanism": "baseline"}, headers=hdr
+        ).status_code
+        == 200
+    )
+
+
+@pytest.mark.parametrize(
+    ("params", "status"),
+    [
+        ({"epsilon": "nan"}, 400),
+        ({"epsilon": "inf"}, 400),
+        ({"epsilon": "-inf"}, 400),
+        ({"epsilon": "1e308"}, 400),
+        ({"epsilon": 0}, 400),
+        ({"epsilon": -1}, 400),
+        ({"epsilon": 10.5}, 400),
+        ({"epsilon": "abc"}, 422),
+        ({}, 422),
+        ({"epsilon": 0.1, "mechanism": "nope"}, 400),
+        ({"epsilon": 0.1, "mechanism": "baseline", "gamma": 0.3}, 400),
+        ({"epsilon": 0.1, "colour": "red"}, 400),
+        ({"epsilon": 0.1, "mechanism": "clip", "m": "x"}, 400),
+        ({"epsilon": 0.1, "mechanism": "clip", "m": "1; DROP TABLE records"}, 400),
+    ],
+)
+def test_bad_queries_are_refused_and_charge_nothing(
+    client: TestClient, grids, params, status
+) -> None:
+    ds, a, _ = grids
+    resp = client.get(f"/grids/{a}/mean", params=params)
+    _error(resp, status, "invalid_request")
+    assert client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
+
+
+def test_unknown_grid_is_404(client: TestClient, grids) -> None:
+    for bad in ("nope", "' OR 1=1 --", "x" * 300):
+        _error(client.get(f"/grids/{bad}/mean", params={"epsilon": 0.1}), 404, "not_found")
+
+
+def test_quote_is_free_and_consistent(client: TestClient) -> None:
+    ds = make_dataset(client, budget_per_user=10.0)
+    a = load(client, ds, {CELL_A: GRID_A})[CELL_A]
+    target = 3.0  # below U/2, so no data-independent answer reaches it
+    quote = client.get(
+        f"/grids/{a}/quote", params={"statistic": "mean", "target_error": target}
+    ).json()
+    assert quote["achievable"] is True
+    eps, mech = quote["epsilon"], quote["mechanism"]
+    assert 0 < eps <= 10
+    assert client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
+    body = client.get(f"/grids/{a}/mean", params={"epsilon": eps, "mechanism": mech}).json()
+    assert body["worst_case_error"] <= target * (1 + 1e-9)
+    # baseline alone would need eps = U m* / (n target); the quote is never worse
+    assert eps <= U * 5 / (8 * target) * (1 + 1e-9)
+    # and it is the smallest: 1% less epsilon misses the target with every bounded mechanism
+    # (planning from public counts costs nothing)
+    counts = np.array([len(v) for v in GRID_A.values()])
+    for name, spec in core.MEAN_MECHANISMS.items():
+        if spec.bounded and name != "auto":
+            assert core.plan_mean(counts, U, eps * 0.99, name).worst_case_error > target, name
+    impossible = client.get(f"/grids/{a}/quote", params={"target_error": 1e-9}).json()
+    assert impossible["achievable"] is False and impossible["epsilon"] is None
+    var = client.get(f"/grids/{a}/quote", params={"statistic": "variance", "target_error": 30})
+    assert var.status_code == 200 and var.json()["statistic"] == "variance"

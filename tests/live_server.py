@@ -1,0 +1,98 @@
+"""Run ``dpgate serve`` in a subprocess (several workers) for end-to-end tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import ADMIN_KEY
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    url: str
+    process: subprocess.Popen
+    log: Path
+
+    def kill_hard(self) -> None:
+        """``kill -9`` the server and every worker process."""
+        with suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+
+def start_server(
+    db_url: str,
+    workdir: Path,
+    *,
+    workers: int = 4,
+    port: int | None = None,
+    extra_env: dict[str, str] | None = None,
+    timeout: float = 60,
+) -> LiveServer:
+    port = port or free_port()
+    env = {
+        **os.environ,
+        "DPGATE_DATABASE_URL": db_url,
+        "DPGATE_ADMIN_KEY": ADMIN_KEY,
+        "DPGATE_SECRET_KEY": "test-secret",
+        **(extra_env or {}),
+    }
+    log = workdir / f"server-{port}.log"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "app.cli",
+            "serve",
+            "--port",
+            str(port),
+            "--workers",
+            str(workers),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=workdir,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    server = LiveServer(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early:\n{log.read_text()[-3000:]}")
+        try:
+            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    server.kill_hard()
+    raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
+
+
+@contextmanager
+def live_server(db_url: str, workdir: Path, **kwargs: object) -> Iterator[LiveServer]:
+    server = start_server(db_url, workdir, **kwargs)
+    try:
+        yield server
+    finally:
+        server.kill_hard()
