@@ -62,6 +62,12 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(host=args.host, port=args.port, data=args.data)
 
 
+def _experiments(args: argparse.Namespace) -> int:
+    from app.experiments.runner import run_from_args
+
+    return run_from_args(args, getattr(args, "raw_argv", None))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dpgate", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -84,16 +90,40 @@ def build_parser() -> argparse.ArgumentParser:
     create.add_argument("--epsilon-quota", type=float, default=None)
     create.set_defaults(func=_keys_create)
 
-    demo = sub.add_parser("demo", help="load a synthetic city into the embedded database, serve")
+    demo = sub.add_parser(
+        "demo",
+        help="load a demo dataset into the database, print keys and curl commands, serve",
+        description="Load a synthetic ITMS-like city (or a CapMetrics day with --data) into "
+        "the database of DPGATE_DATABASE_URL (default ./dpgate.db), create an admin and an "
+        "analyst key, print them with ready-to-paste curl commands, and serve. Running it "
+        "again in the same directory reuses the loaded dataset.",
+    )
     demo.add_argument("--host", default="127.0.0.1")
     demo.add_argument("--port", type=int, default=8000)
-    demo.add_argument("--data", default=None, help="a CapMetrics CSV to load instead")
+    demo.add_argument(
+        "--data",
+        default=None,
+        help="a CapMetrics CSV (vehicle_id,timestamp,speed,...,latitude,longitude) to load "
+        "instead: U = 30 m/s, America/Chicago, zero speeds dropped",
+    )
     demo.set_defaults(func=_demo)
+
+    from app.experiments.runner import build_parser as experiments_parser
+
+    exp = sub.add_parser(
+        "experiments",
+        help="reproduce the seed papers' figures and the peers comparison",
+        description="Run one experiment (or all) and write PNG figures and markdown tables.",
+    )
+    experiments_parser(exp)
+    exp.set_defaults(func=_experiments)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if argv is not None:
+        args.raw_argv = list(argv)[1:]
     return int(args.func(args) or 0)
 
 

@@ -34,6 +34,11 @@ class Settings(BaseSettings):
     secret_file: Path = Field(default=Path(DEFAULT_SECRET_FILE))
     max_body_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     max_json_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
+    body_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait for the next part of a request body before answering 408.",
+    )
     rate_limit_per_minute: int = Field(
         default=0, ge=0, description="Requests per minute per key; 0 switches it off."
     )

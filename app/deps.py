@@ -8,9 +8,10 @@ durable.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
+from anyio import to_thread
 from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
@@ -23,16 +24,26 @@ def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    session: Session = request.app.state.sessionmaker()
-    try:
-        yield session
-        session.commit()
-    except BaseException:
-        session.rollback()
-        raise
-    finally:
-        session.close()
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """The request's session, inside the process's database gate.
+
+    The gate admits at most as many requests as the pool has connections, before any
+    connection is taken, so a burst queues here rather than deadlocking (requests
+    holding connections while waiting for threads held by requests waiting for
+    connections). Commit, rollback and close run on their own limiter, never waiting
+    for request threads: a transaction holding row locks can always finish.
+    """
+    state = request.app.state
+    async with state.db_gate:
+        session: Session = state.sessionmaker()
+        try:
+            yield session
+            await to_thread.run_sync(session.commit, limiter=state.db_finish)
+        except BaseException:
+            await to_thread.run_sync(session.rollback, limiter=state.db_finish)
+            raise
+        finally:
+            await to_thread.run_sync(session.close, limiter=state.db_finish)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -6,13 +6,16 @@ Every error body has the shape ``{"error": {"code": ..., "message": ...}}`` (API
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any, ClassVar
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DataError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger("dpgate.errors")
@@ -66,6 +69,12 @@ class Conflict(DPGateError):
     description = "The request conflicts with the current state"
 
 
+class RequestTimeout(DPGateError):
+    status_code = 408
+    code = "request_timeout"
+    description = "The request body stalled for longer than the configured limit"
+
+
 class PayloadTooLarge(DPGateError):
     status_code = 413
     code = "payload_too_large"
@@ -102,9 +111,11 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
 
 
 def responses(*errors: type[DPGateError]) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for a route that may raise ``errors`` (plus 422)."""
+    """OpenAPI ``responses`` for a route that may raise ``errors`` (plus 422, and what any
+    keyed route may answer: a body over the limit or stalled, the rate limit, no database)."""
     out: dict[int | str, dict[str, Any]] = {}
-    for err in (*errors, InvalidRequest):
+    always = (InvalidRequest, RequestTimeout, PayloadTooLarge, RateLimited, Unavailable)
+    for err in dict.fromkeys((*errors, *always)):
         entry = out.setdefault(err.status_code, {"model": ErrorBody, "description": ""})
         entry["description"] = " / ".join(filter(None, [entry["description"], err.description]))
     out[422] = {"model": ErrorBody, "description": "Validation error (invalid_request)"}
@@ -119,11 +130,37 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+#: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,
+#: so they arrive without SQLAlchemy's DBAPIError wrapper).
+DRIVER_ERRORS = (sqlite3.Error, psycopg.Error)
+_DRIVER_UNAVAILABLE = (sqlite3.OperationalError, psycopg.OperationalError)
+_DRIVER_DATA = (sqlite3.DataError, psycopg.DataError)
+
+
 def _is_unavailable(exc: DBAPIError) -> bool:
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
         return True
-    text = str(exc.orig).lower() if exc.orig is not None else ""
+    return exc.orig is not None and _driver_is_unavailable(exc.orig)
+
+
+def _driver_is_unavailable(orig: BaseException) -> bool:
+    if isinstance(orig, _DRIVER_UNAVAILABLE):
+        return True
+    text = str(orig).lower()
     return any(s in text for s in ("read-only", "readonly", "disk", "no space", "locked"))
+
+
+def _database_error(orig: BaseException | None, *, unavailable: bool, data: bool):
+    if unavailable:
+        log.warning("database unavailable: %s", orig)
+        return error_response(503, Unavailable.code, Unavailable.description, {"Retry-After": "1"})
+    if data:  # a client value the database cannot hold (NUL, range)
+        log.warning("value refused by the database: %s", orig)
+        return error_response(
+            400, InvalidRequest.code, "a value is out of range or holds a NUL character"
+        )
+    log.error("database error", exc_info=orig)
+    return error_response(500, "internal", "internal error")
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -132,6 +169,8 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(DPGateError)
     async def _dpgate(_: Request, exc: DPGateError):
         headers = {"Retry-After": "1"} if exc.status_code in (429, 503) else None
+        if exc.status_code in (408, 413):  # the body was not read to its end: do not
+            headers = {"Connection": "close"}  # let the server drain it for keep-alive
         return error_response(exc.status_code, exc.code, exc.message, headers)
 
     @app.exception_handler(RequestValidationError)
@@ -151,13 +190,21 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _db(_: Request, exc: DBAPIError):
-        if _is_unavailable(exc):
-            log.warning("database unavailable: %s", exc.orig)
-            return error_response(
-                503, Unavailable.code, Unavailable.description, {"Retry-After": "1"}
-            )
-        log.exception("database error")
-        return error_response(500, "internal", "internal error")
+        return _database_error(
+            exc.orig, unavailable=_is_unavailable(exc), data=isinstance(exc, DataError)
+        )
+
+    @app.exception_handler(sqlite3.Error)
+    @app.exception_handler(psycopg.Error)
+    async def _driver(_: Request, exc: Exception):
+        return _database_error(
+            exc, unavailable=_driver_is_unavailable(exc), data=isinstance(exc, _DRIVER_DATA)
+        )
+
+    @app.exception_handler(PoolTimeout)
+    async def _pool(_: Request, exc: PoolTimeout):
+        log.warning("no database connection free: %s", exc)
+        return error_response(503, Unavailable.code, "server busy; retry", {"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):

@@ -1,4 +1,4 @@
-"""Request body limits (ASGI middleware) and a per-key rate limiter."""
+"""Request body limits (size and stall time, ASGI middleware) and a per-key rate limiter."""
 
 from __future__ import annotations
 
@@ -8,24 +8,36 @@ import threading
 import time
 from collections.abc import Callable
 
+import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from app.errors import PayloadTooLarge, RateLimited
+from app.errors import PayloadTooLarge, RateLimited, RequestTimeout
 
 UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/records/?$")
 
 
 class BodyLimitMiddleware:
-    """Refuse bodies over the limit with 413, without reading them whole.
+    """Refuse bodies over the limit with 413, without reading them whole; and bodies
+    that stall with 408.
 
     A declared ``Content-Length`` over the limit is refused before any byte is
     read; a chunked body is counted as it streams and cut off at the limit (the
-    endpoint's transaction then rolls back, so nothing is written).
+    endpoint's transaction then rolls back, so nothing is written). While a body is
+    incomplete, each wait for its next part is limited to ``read_timeout`` seconds
+    (``None``: no limit), so a client that stops sending cannot hold a database
+    connection or the dataset's upload lock for ever.
     """
 
-    def __init__(self, app: ASGIApp, *, limit_for: Callable[[str], int]) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        limit_for: Callable[[str], int],
+        read_timeout: float | None = None,
+    ) -> None:
         self.app = app
         self.limit_for = limit_for
+        self.read_timeout = read_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -42,14 +54,28 @@ class BodyLimitMiddleware:
                 await _send_413(send, limit)
                 return
         seen = 0
+        complete = False  # after the last part, receive() only waits for a disconnect
+        timeout = self.read_timeout
 
         async def counted_receive() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete or timeout is None:
+                message = await receive()
+            else:
+                try:
+                    with anyio.fail_after(timeout):
+                        message = await receive()
+                except TimeoutError:
+                    raise RequestTimeout(
+                        f"the request body stalled for more than {timeout:g} s"
+                    ) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
                     raise PayloadTooLarge(f"request body is over the limit of {limit} bytes")
+                complete = not message.get("more_body", False)
+            else:
+                complete = True
             return message
 
         await self.app(scope, counted_receive, send)

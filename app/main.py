@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from anyio import CapacityLimiter
 from fastapi import FastAPI
 
 from app import __version__
@@ -36,6 +37,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Created here, inside the serving event loop (see app.deps.get_session).
+        app.state.db_gate = CapacityLimiter(
+            4 if settings.is_sqlite else settings.db_pool_size  # the overflow stays free
+        )
+        app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
         if settings.admin_key is not None:
             with sessionmaker.begin() as session:
                 ensure_key(
@@ -60,6 +66,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         limit_for=lambda path: (
             settings.max_body_bytes if UPLOAD_PATH.match(path) else settings.max_json_body_bytes
         ),
+        read_timeout=settings.body_timeout_seconds,
     )
     install_error_handlers(app)
     for router in (

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Grid
-from app.datasets.repository import GridRepository, IngestRepository
+from app.datasets.repository import GridRepository
 
 __all__ = [
     "GridArrays",
@@ -26,14 +26,10 @@ __all__ = [
     "configure_grid_cache",
     "grid_cache_info",
     "load_grid_snapshot",
-    "rebuild_grids",
+    "summarise_grids",
 ]
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
-#: Records read per query while rebuilding snapshots (bounds memory).
-REBUILD_RECORDS = 1_000_000
-#: Grids per rebuild query.
-REBUILD_GRIDS = 1000
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -169,71 +165,50 @@ def load_grid_snapshot(
     return arrays
 
 
-@dataclass
-class GridState:
-    """What ingestion knows about a grid it touched."""
+@dataclass(frozen=True)
+class GridSummary:
+    """A grid's public occupancy and its encoded snapshot buffers."""
 
-    version: int
-    n_records: int  # before this upload
-    attempted: int = 0  # rows offered this upload (an upper bound on what was added)
-
-
-def rebuild_grids(session: Session, touched: dict[int, GridState]) -> int:
-    """Rebuild the snapshot and summary of every touched grid whose record count changed
-    and bump its version; delete grids created empty. Reads records in bounded groups.
-    Returns how many grids changed."""
-    bulk = IngestRepository(session)
-    changed = 0
-    empty: list[int] = []
-    for group in _groups(sorted(touched), touched):
-        gid, uid, val = bulk.read_grids(group)
-        present = set(np.unique(gid).tolist())
-        # a grid created for rows that all turned out duplicates holds nothing: drop it
-        empty.extend(g for g in group if g not in present and touched[g].n_records == 0)
-        snaps: list[tuple[int, int, bytes, bytes, bytes]] = []
-        summaries: list[tuple[int, int, int, int, int]] = []
-        if gid.size:
-            bounds = np.flatnonzero(np.diff(gid)) + 1
-            starts = np.concatenate(([0], bounds)).tolist()
-            ends = np.concatenate((bounds, [gid.size])).tolist()
-            for s, e in zip(starts, ends, strict=True):
-                grid_id = int(gid[s])
-                state = touched[grid_id]
-                if e - s == state.n_records:
-                    continue  # only duplicates arrived: unchanged, keep the version
-                users = uid[s:e]
-                cut = np.flatnonzero(np.diff(users)) + 1
-                user_ids = users[np.concatenate(([0], cut))].astype("<i8")
-                counts = np.diff(np.concatenate(([0], cut, [e - s]))).astype("<i8")
-                version = state.version + 1
-                snaps.append(
-                    (
-                        grid_id,
-                        version,
-                        user_ids.tobytes(),
-                        counts.tobytes(),
-                        val[s:e].astype("<f8").tobytes(),
-                    )
-                )
-                summaries.append(
-                    (grid_id, int(user_ids.size), int(e - s), int(counts.max()), version)
-                )
-        bulk.upsert_snapshots(snaps)
-        bulk.update_grids(summaries)
-        changed += len(summaries)
-    bulk.delete_grids(empty)
-    return changed
+    grid_id: int
+    n_users: int
+    n_records: int
+    max_user_records: int
+    user_ids: bytes
+    counts: bytes
+    values: bytes
 
 
-def _groups(ids: Iterable[int], touched: dict[int, GridState]) -> Iterable[list[int]]:
-    group: list[int] = []
-    size = 0
-    for g in ids:
-        est = touched[g].n_records + touched[g].attempted
-        if group and (size + est > REBUILD_RECORDS or len(group) >= REBUILD_GRIDS):
-            yield group
-            group, size = [], 0
-        group.append(g)
-        size += est
-    if group:
-        yield group
+def summarise_grids(
+    grid_ids: np.ndarray, user_ids: np.ndarray, values: np.ndarray
+) -> Iterator[GridSummary]:
+    """Split records sorted by (grid, user, timestamp, record id) into per-grid snapshots."""
+    n = grid_ids.size
+    if n == 0:
+        return
+    new_grid = np.empty(n, dtype=bool)
+    new_grid[0] = True
+    np.not_equal(grid_ids[1:], grid_ids[:-1], out=new_grid[1:])
+    new_user = new_grid.copy()
+    new_user[1:] |= user_ids[1:] != user_ids[:-1]
+    seg_start = np.flatnonzero(new_user)  # one segment per (grid, user)
+    seg_users = user_ids[seg_start].astype("<i8")
+    seg_counts = np.diff(np.append(seg_start, n)).astype("<i8")
+    grid_start = np.flatnonzero(new_grid)  # record index where each grid starts
+    grid_seg = np.searchsorted(seg_start, grid_start)  # its first segment
+    max_counts = np.maximum.reduceat(seg_counts, grid_seg).tolist()
+    rec_bounds = np.append(grid_start, n).tolist()
+    seg_bounds = np.append(grid_seg, seg_start.size).tolist()
+    vals = values.astype("<f8", copy=False)
+    gids = grid_ids[grid_start].tolist()
+    for i, gid in enumerate(gids):
+        a, b = seg_bounds[i], seg_bounds[i + 1]
+        s, e = rec_bounds[i], rec_bounds[i + 1]
+        yield GridSummary(
+            grid_id=gid,
+            n_users=b - a,
+            n_records=e - s,
+            max_user_records=max_counts[i],
+            user_ids=seg_users[a:b].tobytes(),
+            counts=seg_counts[a:b].tobytes(),
+            values=vals[s:e].tobytes(),
+        )

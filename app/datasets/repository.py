@@ -1,39 +1,44 @@
 """All SQL about datasets, their users, grids, records, snapshots and uploads.
 
 Bulk paths differ by dialect: on Postgres records go through binary ``COPY``
-into a temporary staging table and one ``INSERT ... SELECT ... ON CONFLICT DO
-NOTHING``; on SQLite through ``executemany`` of ``INSERT ... ON CONFLICT DO
-NOTHING``. Both count what was really inserted, so duplicates are exact.
+into a temporary staging table and one ``INSERT ... SELECT ... WHERE NOT EXISTS``
+(an anti-join on the unique key: cheaper than ``ON CONFLICT`` and exact because
+the dataset lock keeps other writers out); on SQLite through ``executemany`` of
+``INSERT ... ON CONFLICT DO NOTHING``. Both count what was really inserted, so
+duplicates are exact. Grids and snapshots are written with ``COPY`` / array
+statements on Postgres and ``executemany`` on SQLite.
 """
 
 from __future__ import annotations
 
 import struct
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
-from sqlalchemy import delete, func, select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500
+#: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
+ID_BLOCK = 4096
 #: Microseconds between the Unix epoch and Postgres' epoch (2000-01-01).
 PG_EPOCH_OFFSET_US = 946_684_800_000_000
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _PG_COPY_TRAILER = struct.pack(">h", -1)
 _PG_STAGE_ROW = np.dtype(
     [
         ("n", ">i2"),
-        ("l1", ">i4"), ("seq", ">i8"),
-        ("l2", ">i4"), ("grid", ">i8"),
-        ("l3", ">i4"), ("user", ">i8"),
-        ("l4", ">i4"), ("ts", ">i8"),
-        ("l5", ">i4"), ("value", ">f8"),
+        ("l1", ">i4"), ("grid", ">i8"),
+        ("l2", ">i4"), ("user", ">i8"),
+        ("l3", ">i4"), ("ts", ">i8"),
+        ("l4", ">i4"), ("value", ">f8"),
     ]
 )  # fmt: skip
 _PG_FETCH_ROW = np.dtype(
@@ -87,32 +92,6 @@ class DatasetRepository:
             select(func.count(DatasetUser.id)).where(DatasetUser.dataset_id == dataset_id)
         )
         return int(n_users or 0), int(n_grids), int(n_records)
-
-    # ------------------------------------------------------------------ users
-    def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> dict[str, int]:
-        """``{user_hash: dataset_users.id}`` for the hashes that exist."""
-        out: dict[str, int] = {}
-        for part in _chunks(hashes):
-            rows = self.session.execute(
-                select(DatasetUser.user_hash, DatasetUser.id).where(
-                    DatasetUser.dataset_id == dataset_id, DatasetUser.user_hash.in_(part)
-                )
-            )
-            out.update({h: i for h, i in rows})
-        return out
-
-    def add_users(self, dataset_id: int, hashes: Sequence[str]) -> dict[str, int]:
-        """Insert new users; ``{user_hash: id}``."""
-        out: dict[str, int] = {}
-        for part in _chunks(hashes):
-            rows = self.session.execute(
-                DatasetUser.__table__.insert().returning(
-                    DatasetUser.__table__.c.user_hash, DatasetUser.__table__.c.id
-                ),
-                [{"dataset_id": dataset_id, "user_hash": h} for h in part],
-            )
-            out.update({h: i for h, i in rows})
-        return out
 
     # ---------------------------------------------------------------- uploads
     def upload_by_key(self, dataset_id: int, key: str) -> Upload | None:
@@ -197,52 +176,113 @@ class IngestRepository:
         self.dialect = session.get_bind().dialect.name
         self.postgres = self.dialect == "postgresql"
         self._staged = False
-        self._seq = 0
+        self._next_grid_id: int | None = None
+        self._spare_ids: list[int] = []
 
     def _driver(self) -> Any:
         return self.session.connection().connection.driver_connection
 
-    # ------------------------------------------------------------------ grids
-    def add_grids(
-        self,
-        dataset_id: int,
-        cells: Sequence[str],
-        slots_us: Sequence[int],
-        public_ids: Sequence[str],
-    ) -> dict[str, int]:
-        """Insert empty grids (version 0); ``{public_id: id}``."""
-        if not cells:
-            return {}
+    # ------------------------------------------------------------------ users
+    def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> list[int]:
+        """``dataset_users.id`` of each keyed hash, creating the missing users."""
+        if not hashes:
+            return []
         if self.postgres:
             with self._driver().cursor() as cur:
                 cur.execute(
-                    "INSERT INTO grids (public_id, dataset_id, h3_cell, slot_start, n_users, "
-                    "n_records, max_user_records, version) "
-                    "SELECT p, %s, c, 'epoch'::timestamptz + s * interval '1 microsecond', "
-                    "0, 0, 0, 0 FROM unnest(%s::text[], %s::text[], %s::bigint[]) AS u(p, c, s) "
-                    "RETURNING public_id, id",
-                    (dataset_id, list(public_ids), list(cells), list(slots_us)),
+                    "INSERT INTO dataset_users (dataset_id, user_hash) "
+                    "SELECT %s, h FROM unnest(%s::text[]) AS h ON CONFLICT DO NOTHING",
+                    (dataset_id, list(hashes)),
                 )
-                return {p: i for p, i in cur.fetchall()}
+                cur.execute(
+                    "SELECT user_hash, id FROM dataset_users "
+                    "WHERE dataset_id = %s AND user_hash = ANY(%s::text[])",
+                    (dataset_id, list(hashes)),
+                )
+                found = dict(cur.fetchall())
+        else:
+            cur = self._driver().cursor()
+            try:
+                cur.executemany(
+                    "INSERT INTO dataset_users (dataset_id, user_hash) VALUES (?, ?) "
+                    "ON CONFLICT DO NOTHING",
+                    [(dataset_id, h) for h in hashes],
+                )
+                found = {}
+                for part in _chunks(list(hashes)):
+                    marks = ",".join("?" * len(part))
+                    cur.execute(
+                        "SELECT user_hash, id FROM dataset_users "  # noqa: S608
+                        f"WHERE dataset_id = ? AND user_hash IN ({marks})",
+                        [dataset_id, *part],
+                    )
+                    found.update(cur.fetchall())
+            finally:
+                cur.close()
+        return [found[h] for h in hashes]
+
+    # ------------------------------------------------------------------ grids
+    def allocate_grid_ids(self, n: int) -> list[int]:
+        """``n`` fresh grid ids for grids inserted later in this transaction (Postgres: from
+        the id sequence, in blocks; SQLite: after the largest id, safe under its write lock)."""
+        if n <= 0:
+            return []
+        if self.postgres:
+            if len(self._spare_ids) < n:
+                with self._driver().cursor() as cur:
+                    cur.execute(
+                        "SELECT nextval(pg_get_serial_sequence('grids', 'id')) "
+                        "FROM generate_series(1, %s)",
+                        (max(n - len(self._spare_ids), ID_BLOCK),),
+                    )
+                    self._spare_ids.extend(r[0] for r in cur.fetchall())
+            out, self._spare_ids = self._spare_ids[:n], self._spare_ids[n:]
+            return out
+        if self._next_grid_id is None:
+            cur = self._driver().cursor()
+            try:
+                cur.execute("SELECT coalesce(max(id), 0) FROM grids")
+                self._next_grid_id = int(cur.fetchone()[0]) + 1
+            finally:
+                cur.close()
+        first = self._next_grid_id
+        self._next_grid_id += n
+        return list(range(first, first + n))
+
+    def insert_grids(
+        self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
+    ) -> None:
+        """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
+        max_user_records, version)``."""
+        if not rows:
+            return
+        if self.postgres:
+            with (
+                self._driver().cursor() as cur,
+                cur.copy(
+                    "COPY grids (id, public_id, dataset_id, h3_cell, slot_start, n_users, "
+                    "n_records, max_user_records, version) FROM STDIN (FORMAT BINARY)"
+                ) as copy,
+            ):
+                copy.set_types(
+                    ["int4", "text", "int4", "text", "timestamptz", "int4", "int4", "int4", "int4"]
+                )
+                for i, p, c, t, nu, nr, mx, v in rows:
+                    copy.write_row(
+                        (i, p, dataset_id, c, _EPOCH + timedelta(microseconds=t), nu, nr, mx, v)
+                    )
+            return
+        slots = sqlite_datetime_text(np.array([r[3] for r in rows], dtype=np.int64))
         cur = self._driver().cursor()
         try:
             cur.executemany(
-                "INSERT INTO grids (public_id, dataset_id, h3_cell, slot_start, n_users, "
-                "n_records, max_user_records, version) VALUES (?, ?, ?, ?, 0, 0, 0, 0)",
-                zip(
-                    public_ids,
-                    [dataset_id] * len(cells),
-                    cells,
-                    sqlite_datetime_text(np.asarray(slots_us)),
-                    strict=True,
-                ),
+                "INSERT INTO grids (id, public_id, dataset_id, h3_cell, slot_start, n_users, "
+                "n_records, max_user_records, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (i, p, dataset_id, c, t, nu, nr, mx, v)
+                    for (i, p, c, _, nu, nr, mx, v), t in zip(rows, slots, strict=True)
+                ],
             )
-            out: dict[str, int] = {}
-            for part in _chunks(list(public_ids)):
-                marks = ",".join("?" * len(part))
-                cur.execute(f"SELECT public_id, id FROM grids WHERE public_id IN ({marks})", part)  # noqa: S608
-                out.update(dict(cur.fetchall()))
-            return out
         finally:
             cur.close()
 
@@ -270,38 +310,52 @@ class IngestRepository:
         finally:
             cur.close()
 
-    def upsert_snapshots(self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> None:
-        """Insert or replace snapshots ``(grid_id, version, user_ids, counts, values)``."""
+    def write_snapshots(
+        self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]], *, replace: bool
+    ) -> None:
+        """Store snapshots ``(grid_id, version, user_ids, counts, values)``; ``replace``
+        overwrites existing ones (grids that had records before)."""
         if not rows:
             return
+        conflict = (
+            " ON CONFLICT (grid_id) DO UPDATE SET version = excluded.version, "
+            "user_ids = excluded.user_ids, counts = excluded.counts, "
+            '"values" = excluded."values"'
+            if replace
+            else ""
+        )
         if self.postgres:
-            cols = [list(c) for c in zip(*rows, strict=True)]
+            target = "dpgate_snapshot_stage" if replace else "grid_snapshots"
             with self._driver().cursor() as cur:
-                cur.execute(
-                    "INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, values) "
-                    "SELECT * FROM unnest(%s::int[], %s::int[], %s::bytea[], %s::bytea[], "
-                    "%s::bytea[]) ON CONFLICT (grid_id) DO UPDATE SET version = excluded.version, "
-                    "user_ids = excluded.user_ids, counts = excluded.counts, "
-                    "values = excluded.values",
-                    cols,
-                )
+                if replace:
+                    cur.execute(
+                        "CREATE TEMP TABLE IF NOT EXISTS dpgate_snapshot_stage "
+                        "(LIKE grid_snapshots) ON COMMIT DROP"
+                    )
+                with cur.copy(
+                    f'COPY {target} (grid_id, version, user_ids, counts, "values") '
+                    "FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.set_types(["int4", "int4", "bytea", "bytea", "bytea"])
+                    for row in rows:
+                        copy.write_row(row)
+                if replace:
+                    cur.execute(
+                        'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
+                        'SELECT grid_id, version, user_ids, counts, "values" '
+                        "FROM dpgate_snapshot_stage" + conflict
+                    )
+                    cur.execute("TRUNCATE dpgate_snapshot_stage")
             return
         cur = self._driver().cursor()
         try:
             cur.executemany(
                 'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (grid_id) DO UPDATE SET "
-                "version = excluded.version, user_ids = excluded.user_ids, "
-                'counts = excluded.counts, "values" = excluded."values"',
+                "VALUES (?, ?, ?, ?, ?)" + conflict,
                 rows,
             )
         finally:
             cur.close()
-
-    def delete_grids(self, grid_ids: Sequence[int]) -> None:
-        """Delete grids (only grids created in this transaction and left empty)."""
-        for part in _chunks(list(grid_ids)):
-            self.session.execute(delete(Grid).where(Grid.id.in_(part)))
 
     # ---------------------------------------------------------------- records
     def insert_records(
@@ -312,18 +366,13 @@ class IngestRepository:
         ts_us: np.ndarray,
         values: np.ndarray,
     ) -> int:
-        """Store records, skipping any whose (user, ts) is already stored; returns how
-        many were inserted. Among duplicates the earliest row given wins."""
+        """Store records whose (user, ts) is not stored yet; returns how many were inserted.
+
+        The rows must not repeat a (user, ts) among themselves (see
+        ``first_occurrences``); they are best given in (user, ts) order.
+        """
         if len(grid_ids) == 0:
             return 0
-        # (user, ts) order: B-tree friendly; the stable sort keeps file order among equals
-        order = np.lexsort((ts_us, user_ids))
-        grid_ids, user_ids, ts_us, values = (
-            grid_ids[order],
-            user_ids[order],
-            ts_us[order],
-            values[order],
-        )
         if self.postgres:
             return self._insert_postgres(dataset_id, grid_ids, user_ids, ts_us, values)
         return self._insert_sqlite(dataset_id, grid_ids, user_ids, ts_us, values)
@@ -349,13 +398,10 @@ class IngestRepository:
             cur.close()
 
     def _insert_postgres(self, dataset_id, grid_ids, user_ids, ts_us, values) -> int:
-        n = len(grid_ids)
-        rows = np.empty(n, dtype=_PG_STAGE_ROW)
-        rows["n"] = 5
-        for lf in ("l1", "l2", "l3", "l4", "l5"):
-            rows[lf] = 8
-        rows["seq"] = np.arange(self._seq, self._seq + n, dtype=np.int64)
-        self._seq += n
+        rows = np.empty(len(grid_ids), dtype=_PG_STAGE_ROW)
+        rows["n"] = 4
+        for length in ("l1", "l2", "l3", "l4"):
+            rows[length] = 8
         rows["grid"] = grid_ids
         rows["user"] = user_ids
         rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
@@ -363,24 +409,21 @@ class IngestRepository:
         with self._driver().cursor() as cur:
             if not self._staged:
                 cur.execute(
-                    "CREATE TEMP TABLE dpgate_ingest_stage (seq bigint, grid_id bigint, "
-                    "user_id bigint, ts timestamptz, value double precision) ON COMMIT DROP"
+                    "CREATE TEMP TABLE dpgate_ingest_stage (grid_id bigint, user_id bigint, "
+                    "ts timestamptz, value double precision) ON COMMIT DROP"
                 )
                 self._staged = True
             with cur.copy(
-                "COPY dpgate_ingest_stage (seq, grid_id, user_id, ts, value) "
-                "FROM STDIN (FORMAT BINARY)"
+                "COPY dpgate_ingest_stage (grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
             # The dataset lock makes this the only writer of the dataset's records, so an
             # anti-join finds every duplicate (the unique constraint stays as a backstop).
             cur.execute(
                 "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
-                "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM ("
-                "  SELECT DISTINCT ON (user_id, ts) * FROM dpgate_ingest_stage"
-                "  ORDER BY user_id, ts, seq) AS s "
+                "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM dpgate_ingest_stage s "
                 "WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.dataset_id = %(d)s "
-                "  AND r.user_id = s.user_id AND r.ts = s.ts)",
+                "AND r.user_id = s.user_id AND r.ts = s.ts)",
                 {"d": dataset_id},
             )
             inserted = cur.rowcount
@@ -414,6 +457,7 @@ class IngestRepository:
                 rows["value"].astype(np.float64),
             )
         cur = self._driver().cursor()
+        parts = []
         try:
             marks = ",".join("?" * len(ids))
             cur.execute(
@@ -421,8 +465,13 @@ class IngestRepository:
                 "ORDER BY grid_id, user_id, ts, id",
                 ids,
             )
-            fetched = cur.fetchall()
+            while fetched := cur.fetchmany(50_000):  # few Python tuples alive at a time
+                parts.append(np.array(fetched, dtype=[("g", "<i8"), ("u", "<i8"), ("v", "<f8")]))
         finally:
             cur.close()
-        arr = np.array(fetched, dtype=[("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
+        arr = (
+            np.concatenate(parts)
+            if parts
+            else np.empty(0, dtype=[("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
+        )
         return arr["g"].copy(), arr["u"].copy(), arr["v"].copy()

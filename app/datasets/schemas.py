@@ -25,8 +25,8 @@ class DatasetCreate(BaseModel):
         description="IANA zone; slots start at local-time boundaries and naive timestamps "
         "are local time.",
     )
-    budget_per_user: float = Field(gt=0, le=1e9, allow_inf_nan=False)
-    max_epsilon_per_query: float = Field(default=10.0, gt=0, le=1e9, allow_inf_nan=False)
+    budget_per_user: float = Field(gt=0, le=1e6, allow_inf_nan=False)
+    max_epsilon_per_query: float = Field(default=10.0, gt=0, le=1e6, allow_inf_nan=False)
     on_exhausted: Literal["refuse", "exclude"] = "refuse"
 
     @field_validator("timeslot_minutes")

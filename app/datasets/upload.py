@@ -3,6 +3,13 @@
 The caller owns the transaction (the request's session): everything here is
 flushed into it and nothing is committed, so any error (a malformed file, a body
 over the limit, a crash) leaves the dataset exactly as it was.
+
+Pipeline: the calling thread parses batches (:mod:`app.ingest.csv_records`)
+while a helper thread maps them to user and grid ids and bulk-writes them; at
+the end every grid that received records gets a fresh snapshot and summary.
+Memory is bounded by a few batches, the upload's distinct users and grids, and
+at most :data:`MEMORY_REBUILD_ROWS` rows kept to build new grids' snapshots
+without reading them back.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ import hmac
 import queue
 import secrets
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -20,7 +27,7 @@ import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.datasets.grid_store import GridState, rebuild_grids
+from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset, Upload
 from app.datasets.repository import DatasetRepository, GridRepository, IngestRepository
 from app.datasets.schemas import RowError, UploadResult
@@ -35,10 +42,23 @@ from app.ingest.csv_records import (
 )
 from app.ingest.timeslots import datetime_to_us, get_zone, us_to_datetime
 
-__all__ = ["BATCH_ROWS", "UploadOptions", "hash_user", "upload_records"]
+__all__ = [
+    "BATCH_ROWS",
+    "MEMORY_REBUILD_ROWS",
+    "UploadOptions",
+    "first_occurrences",
+    "hash_user",
+    "upload_records",
+]
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
+#: Up to this many inserted rows are kept in memory to build new grids' snapshots;
+#: beyond it (or for grids that had records) snapshots are built from the database.
+MEMORY_REBUILD_ROWS = 2_000_000
+#: Records read back per query when rebuilding from the database, and grids per query.
+REBUILD_RECORDS = 1_000_000
+REBUILD_GRIDS = 1000
 
 
 @dataclass(frozen=True)
@@ -54,96 +74,194 @@ def hash_user(secret: bytes, user_id: str) -> str:
     return hmac.new(secret, user_id.encode(), hashlib.sha256).hexdigest()
 
 
+def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
+    """Indices of the rows to keep, in (user, ts) order: the first row of every
+    (user, ts) pair (file order decides among equals)."""
+    order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
+    u, t = user_ids[order], ts_us[order]
+    keep = np.ones(order.size, dtype=bool)
+    keep[1:] = (u[1:] != u[:-1]) | (t[1:] != t[:-1])
+    return order[keep]
+
+
+@dataclass
+class _Grid:
+    grid_id: int
+    version: int
+    n_records: int  # before this upload
+    new_key: tuple[str, int] | None = None  # (h3 cell, slot µs) of a grid not yet inserted
+    dirty: bool = False  # some rows may not have been inserted: rebuild from the database
+
+
 class _Ingestor:
-    """Maps a batch's users and grids to ids (creating them) and writes its records."""
+    """Maps a batch's user and grid codes to database ids and writes its records.
+
+    Users are created at once (keyed hashes). A new grid only gets an id here;
+    :meth:`finish` inserts it with its final summary and snapshot.
+    """
 
     def __init__(self, session: Session, dataset: Dataset, secret: bytes) -> None:
         self.dataset = dataset
         self.secret = secret
-        self.datasets = DatasetRepository(session)
         self.grid_repo = GridRepository(session)
         self.bulk = IngestRepository(session)
-        self.user_ids: dict[str, int] = {}
-        self.grid_ids: dict[tuple[int, int], int] = {}  # (h3 cell as int, slot µs) -> id
-        self.states: dict[int, GridState] = {}  # every grid seen in a loaded slot
-        self.loaded_slots: set[int] = set()
-        self.touched: dict[int, GridState] = {}
+        self.user_ids = np.empty(0, dtype=np.int64)  # by user code
+        self.grid_ids = np.empty(0, dtype=np.int64)  # by grid code
+        self.grids: list[_Grid] = []  # by grid code
+        self.attempted = np.empty(0, dtype=np.int64)  # rows offered, by grid code
+        self.is_new = np.empty(0, dtype=bool)  # grid not stored before this upload, by code
+        self.slot_grids: dict[int, dict[str, _Grid]] = {}  # slot µs -> stored grids
+        self.memory: list[tuple[np.ndarray, ...]] | None = []  # inserted rows, while small
+        self.memory_rows = 0
+        self.inserted = 0
+        self.duplicates = 0
 
-    def write(self, batch: Batch) -> int:
+    # -------------------------------------------------------------- per batch
+    def write(self, batch: Batch) -> None:
+        if batch.new_users:
+            hashes = [hash_user(self.secret, u) for u in batch.new_users]
+            ids = self.bulk.user_ids(self.dataset.id, hashes)
+            self.user_ids = np.concatenate([self.user_ids, np.array(ids, dtype=np.int64)])
+        if batch.new_grids:
+            self._add_grids(batch.new_grids)
         if not len(batch):
-            return 0
-        users = self._users(batch.users)
-        grids = self._grids(batch.cells, batch.slots_us)
-        return self.bulk.insert_records(self.dataset.id, grids, users, batch.ts_us, batch.values)
-
-    def _users(self, raw: list[str]) -> np.ndarray:
-        known = self.user_ids
-        new = {u for u in set(raw) if u not in known}
-        if new:
-            by_hash = {hash_user(self.secret, u): u for u in new}
-            hashes = list(by_hash)
-            found = self.datasets.user_ids(self.dataset.id, hashes)
-            missing = [h for h in hashes if h not in found]
-            if missing:
-                found.update(self.datasets.add_users(self.dataset.id, missing))
-            for h, i in found.items():
-                known[by_hash[h]] = i
-        return np.fromiter(map(known.__getitem__, raw), dtype=np.int64, count=len(raw))
-
-    def _grids(self, cells: np.ndarray, slots: np.ndarray) -> np.ndarray:
-        keys, inverse = np.unique(np.stack([cells, slots], axis=1), axis=0, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        pairs = [(c, s) for c, s in keys.tolist()]
-        missing = [p for p in pairs if p not in self.grid_ids]
-        if missing:
-            self._resolve_grids(missing)
-        ids = np.array([self.grid_ids[p] for p in pairs], dtype=np.int64)
-        per_grid = np.bincount(inverse, minlength=len(pairs)).tolist()
-        for gid, n in zip(ids.tolist(), per_grid, strict=True):
-            state = self.touched.get(gid)
-            if state is None:
-                state = self.touched[gid] = self.states[gid]
-            state.attempted += n
-        return ids[inverse]
-
-    def _resolve_grids(self, missing: list[tuple[int, int]]) -> None:
-        # Load each slot's existing grids once per upload; after that, a key still
-        # missing in a loaded slot is new (the dataset lock keeps others out).
-        slots = sorted({s for _, s in missing} - self.loaded_slots)
-        if slots:
-            for gid, cell, slot, version, n_records in self.grid_repo.in_slots(
-                self.dataset.id, [us_to_datetime(s) for s in slots]
-            ):
-                self.grid_ids[(h3.str_to_int(cell), datetime_to_us(slot))] = gid
-                self.states[gid] = GridState(version=version, n_records=n_records)
-            self.loaded_slots.update(slots)
-        new = [k for k in missing if k not in self.grid_ids]
-        if not new:
             return
-        cells = [h3.int_to_str(c) for c, _ in new]
-        public_ids = [secrets.token_urlsafe(12) for _ in new]
-        ids = self.bulk.add_grids(self.dataset.id, cells, [s for _, s in new], public_ids)
-        for key, pid in zip(new, public_ids, strict=True):
-            gid = ids[pid]
-            self.grid_ids[key] = gid
-            self.states[gid] = GridState(version=0, n_records=0)
+        self.attempted += np.bincount(batch.grid_codes, minlength=len(self.attempted))
+        users = self.user_ids[batch.user_codes]
+        keep = first_occurrences(users, batch.ts_us)
+        codes = batch.grid_codes[keep]
+        users, ts, values = users[keep], batch.ts_us[keep], batch.values[keep]
+        inserted = self.bulk.insert_records(
+            self.dataset.id, self.grid_ids[codes], users, ts, values
+        )
+        self.inserted += inserted
+        self.duplicates += len(batch) - inserted
+        if inserted == len(keep):  # exactly these rows were stored
+            self._remember(codes, users, ts, values)
+        else:
+            for c in np.unique(codes).tolist():
+                self.grids[c].dirty = True
+
+    def _remember(self, codes: np.ndarray, *arrays: np.ndarray) -> None:
+        """Keep the stored rows of new grids, while they fit in ``MEMORY_REBUILD_ROWS``."""
+        if self.memory is None:
+            return
+        new = self.is_new[codes]
+        self.memory_rows += int(new.sum())
+        if self.memory_rows > MEMORY_REBUILD_ROWS:
+            self.memory = None  # too big: new grids are read back from the database
+            return
+        self.memory.append((codes[new], *(a[new] for a in arrays)))
+
+    def _add_grids(self, keys: list[tuple[int, int]]) -> None:
+        # Each slot's stored grids are loaded once per upload; a key not among them is
+        # new (the dataset lock keeps other writers out).
+        slots = sorted({s for _, s in keys} - self.slot_grids.keys())
+        for s in slots:
+            self.slot_grids[s] = {}
+        if slots:
+            rows = self.grid_repo.in_slots(self.dataset.id, [us_to_datetime(s) for s in slots])
+            for gid, cell, slot, version, n_records in rows:
+                self.slot_grids[datetime_to_us(slot)][cell] = _Grid(gid, version, n_records)
+        grids: list[_Grid | None] = [
+            self.slot_grids[slot].get(h3.int_to_str(cell)) for cell, slot in keys
+        ]
+        fresh = [i for i, g in enumerate(grids) if g is None]
+        for i, gid in zip(fresh, self.bulk.allocate_grid_ids(len(fresh)), strict=True):
+            cell, slot = keys[i]
+            grids[i] = _Grid(gid, 0, 0, new_key=(h3.int_to_str(cell), slot))
+        added = [g for g in grids if g is not None]
+        self.grids.extend(added)
+        self.grid_ids = np.concatenate(
+            [self.grid_ids, np.array([g.grid_id for g in added], dtype=np.int64)]
+        )
+        self.attempted = np.concatenate([self.attempted, np.zeros(len(added), dtype=np.int64)])
+        self.is_new = np.concatenate([self.is_new, [g.new_key is not None for g in added]])
+
+    # ----------------------------------------------------------------- at end
+    def finish(self) -> int:
+        """Insert new grids and refresh changed ones (summary, snapshot, version + 1).
+
+        A new grid whose rows all turned out duplicates is never created; a stored
+        grid that only received duplicates keeps its version. Returns how many
+        grids were created or changed.
+        """
+        by_id = {g.grid_id: g for g in self.grids}
+        from_memory: set[int] = set()
+        changed = 0
+        if self.memory:
+            from_memory = {c for c, g in enumerate(self.grids) if g.new_key and not g.dirty}
+            codes, users, ts, values = (np.concatenate(a) for a in zip(*self.memory, strict=True))
+            self.memory = None
+            if len(from_memory) < int(self.is_new.sum()):  # drop rows of dirty grids
+                mine = ~np.array([self.grids[c].dirty for c in range(len(self.grids))])[codes]
+                codes, users, ts, values = codes[mine], users[mine], ts[mine], values[mine]
+            order = np.lexsort((ts, users, codes))
+            del ts
+            grid_ids = self.grid_ids[codes[order]]
+            del codes
+            changed += self._store(by_id, summarise_grids(grid_ids, users[order], values[order]))
+        rest = [
+            (g.grid_id, g.n_records + int(n))
+            for c, (g, n) in enumerate(zip(self.grids, self.attempted.tolist(), strict=True))
+            if c not in from_memory
+        ]
+        for group in _groups(sorted(rest)):
+            changed += self._store(by_id, summarise_grids(*self.bulk.read_grids(group)))
+        return changed
+
+    def _store(self, by_id: dict[int, _Grid], summaries: Iterator[GridSummary]) -> int:
+        new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
+        for s in summaries:
+            grid = by_id[s.grid_id]
+            if s.n_records == grid.n_records:
+                continue  # only duplicates arrived: unchanged
+            version = grid.version + 1
+            snap = (s.grid_id, version, s.user_ids, s.counts, s.values)
+            summary = (s.n_users, s.n_records, s.max_user_records, version)
+            if grid.new_key is None:
+                old_grids.append((s.grid_id, *summary))
+                old_snaps.append(snap)
+            else:
+                cell, slot = grid.new_key
+                new_grids.append((s.grid_id, secrets.token_urlsafe(12), cell, slot, *summary))
+                new_snaps.append(snap)
+        self.bulk.insert_grids(self.dataset.id, new_grids)
+        self.bulk.write_snapshots(new_snaps, replace=False)
+        self.bulk.update_grids(old_grids)
+        self.bulk.write_snapshots(old_snaps, replace=True)
+        return len(new_grids) + len(old_grids)
+
+
+def _groups(grids: list[tuple[int, int]]) -> Iterator[list[int]]:
+    """Grid ids in groups of at most ``REBUILD_GRIDS`` grids and about
+    ``REBUILD_RECORDS`` records (from an upper bound per grid)."""
+    group: list[int] = []
+    size = 0
+    for gid, est in grids:
+        if group and (size + est > REBUILD_RECORDS or len(group) >= REBUILD_GRIDS):
+            yield group
+            group, size = [], 0
+        group.append(gid)
+        size += est
+    if group:
+        yield group
 
 
 class _Writer:
     """Writes batches on a helper thread while the caller parses the next ones.
 
     The queue holds at most ``depth`` batches, so memory stays bounded. The
-    session is used by this thread only between :meth:`submit` calls and
+    session is used by this thread only between the first :meth:`submit` and
     :meth:`close`, which waits for it: the caller touches the session again only
     after ``close`` returns (also on error).
     """
 
     _STOP = object()
 
-    def __init__(self, write: Callable[[Batch], int], depth: int = 2) -> None:
+    def __init__(self, write: Callable[[Batch], None], depth: int = 2) -> None:
         self._write = write
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.inserted = 0
         self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name="dpgate-ingest-writer", daemon=True)
         self._thread.start()
@@ -155,7 +273,7 @@ class _Writer:
                 return
             if self.error is None:
                 try:
-                    self.inserted += self._write(item)
+                    self._write(item)
                 except BaseException as exc:  # re-raised in the caller's thread
                     self.error = exc
 
@@ -209,7 +327,7 @@ def upload_records(
         delimiter=options.delimiter,
     )
     ingestor = _Ingestor(session, dataset, hash_secret)
-    rows = rejected = clamped = dropped = kept = 0
+    rows = rejected = clamped = dropped = 0
     errors: list[tuple[int, str]] = []
     writer = _Writer(ingestor.write)
     try:
@@ -221,20 +339,18 @@ def upload_records(
                 clamped += batch.clamped
                 dropped += batch.dropped_zero
                 errors.extend(batch.errors[: MAX_REPORTED_ERRORS - len(errors)])
-                kept += len(batch)
                 writer.submit(batch)
         finally:
             writer.close()  # the session is ours again only after this
     except CsvFormatError as exc:
         raise InvalidRequest(f"cannot read the CSV: {exc}") from None
-    inserted = writer.inserted
 
-    changed = rebuild_grids(session, ingestor.touched)
+    changed = ingestor.finish()
     answer = UploadResult(
-        accepted=inserted,
+        accepted=ingestor.inserted,
         rejected=rejected,
         clamped=clamped,
-        duplicates=kept - inserted,
+        duplicates=ingestor.duplicates,
         dropped_zero=dropped,
         rows=rows,
         grids_updated=changed,

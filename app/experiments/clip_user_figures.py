@@ -20,6 +20,7 @@ Run as ``python -m app.experiments.clip_user_figures --out DIR``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -33,7 +34,17 @@ from tqdm import tqdm
 from app.core.clip_user import clip_user
 from app.synth.heavy_hitters import heavy_hitter_occupancy
 
-__all__ = ["DEFAULT_EPS", "FigureRow", "main", "markdown_table", "run", "simulate"]
+__all__ = [
+    "DEFAULT_EPS",
+    "FigureRow",
+    "claims",
+    "main",
+    "markdown_table",
+    "report_markdown",
+    "run",
+    "simulate",
+    "write_figures",
+]
 
 DEFAULT_EPS: tuple[float, ...] = tuple(round(0.1 * k, 1) for k in range(1, 11))
 U_DEFAULT = 65.0
@@ -192,9 +203,21 @@ def run(
 ) -> list[Path]:
     """Simulate, then write one privacy plot (Figs 3–5) and one error plot (Figs 6–8)
     per ``γ`` plus ``clip_user_figures.md``; return the written paths."""
+    rows = simulate(draws=draws, eps_grid=eps_grid, gammas=gammas, seed=seed, progress=progress)
+    return write_figures(out_dir, rows, draws=draws, seed=seed)
+
+
+def write_figures(
+    out_dir: Path,
+    rows: Sequence[FigureRow],
+    *,
+    draws: int,
+    seed: int,
+    write_markdown: bool = True,
+) -> list[Path]:
+    """Write the plots of Figs 3–8 (and ``clip_user_figures.md``) for simulated ``rows``."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    rows = simulate(draws=draws, eps_grid=eps_grid, gammas=gammas, seed=seed, progress=progress)
     paths: list[Path] = []
     for gamma, grows in _by_gamma(rows).items():
         p = out_dir / f"clip_user_privacy_gamma{gamma:g}.png"
@@ -203,16 +226,36 @@ def run(
         p = out_dir / f"clip_user_error_gamma{gamma:g}.png"
         _plot_error(gamma, grows, p)
         paths.append(p)
-    md = out_dir / "clip_user_figures.md"
+    if write_markdown:
+        md = out_dir / "clip_user_figures.md"
+        md.write_text(report_markdown(rows, draws=draws, seed=seed), encoding="utf-8")
+        paths.append(md)
+    return paths
+
+
+def report_markdown(rows: Sequence[FigureRow], *, draws: int, seed: int) -> str:
+    """The markdown of ``clip_user_figures.md``: set-up, one row per point, summary."""
     header = (
         "# Clip-User on heavy-hitter occupancies (004 Figs 3–8)\n\n"
         f"G = {G_DEFAULT}, L = 2^{G_DEFAULT} - 1, q = {Q_DEFAULT}, U = {U_DEFAULT:g}, "
         f"draws = {draws}, seed = {seed}, grid of smallest initial error protected "
         "(004 §VI-A3), joint mean+variance error with eps/2 each (004 eq. 13).\n\n"
     )
-    md.write_text(header + markdown_table(rows) + _summary(rows), encoding="utf-8")
-    paths.append(md)
-    return paths
+    return header + markdown_table(rows) + _summary(rows)
+
+
+def claims(rows: Sequence[FigureRow]) -> dict[str, bool]:
+    """SPEC §7 on Clip-User: ``Kε`` well below ``G₁ε`` (at most half of it at every
+    point) and falling as ``γ`` grows (mean ``K`` over ``ε`` never rises from one ``γ``
+    to the next and is strictly lower at the largest ``γ`` than at the smallest)."""
+    by = _by_gamma(rows)
+    gammas = sorted(by)
+    avg = [sum(r.mean_k for r in by[g]) / len(by[g]) for g in gammas]
+    return {
+        "Kε <= G₁ε/2 at every (γ, ε)": all(r.mean_k_eps <= 0.5 * r.g1_eps for r in rows),
+        "mean K falls as γ grows": all(a >= b for a, b in itertools.pairwise(avg))
+        and avg[-1] < avg[0],
+    }
 
 
 def _summary(rows: Sequence[FigureRow]) -> str:

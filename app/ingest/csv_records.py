@@ -18,7 +18,7 @@ from zoneinfo import ZoneInfo
 import h3.api.basic_int as h3i
 import numpy as np
 
-from app.ingest.timeslots import MAX_US, MIN_US, localize_us, parse_timestamp, slot_start_us
+from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us, slot_start_us
 
 __all__ = [
     "MAX_COLUMNS",
@@ -76,16 +76,19 @@ class ParseOptions:
 class Batch:
     """Kept rows of one batch, as arrays, plus this batch's tallies.
 
-    ``users`` are the raw identifiers (to be hashed by the caller); ``ts_us`` are
-    UTC microseconds; ``cells`` are H3 indexes as integers; ``slots_us`` the UTC
-    start of each row's timeslot; ``values`` already clamped to ``[0, U]``.
+    Users and grids are given as *codes*, numbered in order of first appearance
+    across the whole upload: ``new_users`` / ``new_grids`` list the raw user
+    identifiers and ``(h3 cell as int, slot start µs)`` keys first seen in this
+    batch, whose codes continue from the previous batch's. ``ts_us`` are UTC
+    microseconds; ``values`` are already clamped to ``[0, U]``.
     """
 
-    users: list[str]
+    user_codes: np.ndarray
+    grid_codes: np.ndarray
     ts_us: np.ndarray
-    cells: np.ndarray
-    slots_us: np.ndarray
     values: np.ndarray
+    new_users: list[str] = field(default_factory=list)
+    new_grids: list[tuple[int, int]] = field(default_factory=list)
     rows: int = 0
     rejected: int = 0
     clamped: int = 0
@@ -93,7 +96,7 @@ class Batch:
     errors: list[tuple[int, str]] = field(default_factory=list)
 
     def __len__(self) -> int:
-        return len(self.users)
+        return len(self.ts_us)
 
 
 def iter_lines(chunks: Iterable[bytes], max_line_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
@@ -180,6 +183,9 @@ class RecordReader:
         self.index = _resolve_header(header, options.columns)
         self._last_line = self._reader.line_num
         self._done = False
+        self._parse_ts = TimestampParser()
+        self._user_codes: dict[str, int] = {}
+        self._grid_codes: dict[tuple[int, int], int] = {}
 
     def _next_or_none(self) -> list[str] | None:
         try:
@@ -204,10 +210,12 @@ class RecordReader:
         reject_oor = opts.reject_out_of_range
         to_cell = h3i.latlng_to_cell
         isfinite = math.isfinite
-        parse_ts = parse_timestamp
+        parse_ts = self._parse_ts
         reader = self._reader
 
-        users: list[str] = []
+        user_codes = self._user_codes
+        new_users: list[str] = []
+        users: list[int] = []
         ts: list[int] = []
         naive: list[int] = []
         cells: list[int] = []
@@ -299,7 +307,11 @@ class RecordReader:
                 clamped += 1
             if not aware:
                 naive.append(len(users))
-            users.append(user)
+            code = user_codes.get(user)
+            if code is None:
+                code = user_codes[user] = len(user_codes)
+                new_users.append(user)
+            users.append(code)
             ts.append(us)
             cells.append(to_cell(lat, lon, res))
             values.append(value)
@@ -309,12 +321,23 @@ class RecordReader:
         if naive:
             idx = np.array(naive, dtype=np.int64)
             ts_arr[idx] = localize_us(ts_arr[idx], opts.timezone)
+        slots = slot_start_us(ts_arr, opts.timezone, opts.timeslot_minutes).tolist()
+        grid_codes = self._grid_codes
+        new_grids: list[tuple[int, int]] = []
+        codes: list[int] = []
+        for key in zip(cells, slots, strict=True):
+            code = grid_codes.get(key)
+            if code is None:
+                code = grid_codes[key] = len(grid_codes)
+                new_grids.append(key)
+            codes.append(code)
         return Batch(
-            users=users,
+            user_codes=np.array(users, dtype=np.int64),
+            grid_codes=np.array(codes, dtype=np.int64),
             ts_us=ts_arr,
-            cells=np.array(cells, dtype=np.int64),
-            slots_us=slot_start_us(ts_arr, opts.timezone, opts.timeslot_minutes),
             values=np.array(values, dtype=np.float64),
+            new_users=new_users,
+            new_grids=new_grids,
             rows=rows,
             rejected=rejected,
             clamped=clamped,

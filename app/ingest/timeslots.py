@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from functools import lru_cache
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
@@ -27,6 +27,7 @@ import numpy as np
 __all__ = [
     "MAX_US",
     "MIN_US",
+    "TimestampParser",
     "datetime_to_us",
     "format_local",
     "get_zone",
@@ -53,7 +54,8 @@ _NUMERIC = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
 
 @lru_cache(maxsize=1)
 def _zone_names() -> frozenset[str]:
-    return frozenset(available_timezones()) | {"UTC"}
+    # "localtime" / "posixrules" are host files, not IANA zones
+    return (frozenset(available_timezones()) | {"UTC"}) - {"localtime", "posixrules"}
 
 
 def is_valid_timezone(name: str) -> bool:
@@ -94,13 +96,17 @@ def format_local(us: int, tz: ZoneInfo) -> str:
 
 
 def _epoch_seconds_to_us(s: str) -> int:
+    if len(s) > 40:
+        raise ValueError("epoch seconds too long")
     if s.isdigit():
         return int(s) * US
     try:
         d = Decimal(s)
-    except InvalidOperation as exc:  # pragma: no cover - guarded by _NUMERIC
-        raise ValueError(s) from exc
-    return int((d * US).to_integral_value())
+        if d.adjusted() >= 13:  # far outside the supported range; keeps int() cheap
+            raise ValueError("epoch seconds out of range")
+        return int((d * US).to_integral_value())
+    except ArithmeticError as exc:  # decimal signals
+        raise ValueError(str(exc)) from None
 
 
 def parse_timestamp(text: str) -> tuple[int, bool]:
@@ -122,6 +128,34 @@ def parse_timestamp(text: str) -> tuple[int, bool]:
     if dt.tzinfo is None:
         return (dt - EPOCH_NAIVE) // ONE_US, False
     return (dt - EPOCH) // ONE_US, True
+
+
+class TimestampParser:
+    """:func:`parse_timestamp` with a cache for the usual whole-second shapes.
+
+    ``YYYY-MM-DD[T ]HH:MM:SS`` optionally followed by ``Z`` or ``±HH:MM``: the
+    text without its seconds is parsed once (by :func:`parse_timestamp`) and
+    cached, then each row only adds its seconds. Anything else, and leap
+    seconds, go the general way. Results are identical to :func:`parse_timestamp`.
+    """
+
+    def __init__(self, max_entries: int = 65_536) -> None:
+        self._cache: dict[str, tuple[int, bool]] = {}
+        self._max = max_entries
+
+    def __call__(self, text: str) -> tuple[int, bool]:
+        n = len(text)
+        if (n == 19 or n == 20 or n == 25) and text[16] == ":" and text[13] == ":":
+            sec = text[17:19]
+            if sec.isdigit() and sec.isascii() and sec < "60":
+                key = text[:17] + text[19:]
+                hit = self._cache.get(key)
+                if hit is None:
+                    if len(self._cache) >= self._max:
+                        self._cache.clear()
+                    hit = self._cache[key] = parse_timestamp(text[:17] + "00" + text[19:])
+                return hit[0] + int(sec) * US, hit[1]
+        return parse_timestamp(text)
 
 
 def _wall_offset_us(wall_us: int, tz: ZoneInfo, fold: int) -> int:

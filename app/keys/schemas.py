@@ -14,7 +14,7 @@ class KeyCreate(BaseModel):
         default=None,
         gt=0,
         allow_inf_nan=False,
-        le=1e9,
+        le=1e6,
         description="Total epsilon this key may spend; null for no quota.",
     )
 

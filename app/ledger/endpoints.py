@@ -33,9 +33,9 @@ def get_ledger(
     dataset_id: int,
     session: SessionDep,
     _: AdminKey,
-    epoch: Annotated[int | None, Query(ge=1)] = None,
+    epoch: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
 ) -> dict:
     dataset = get_dataset(session, dataset_id)
     return service.ledger_page(session, dataset, epoch=epoch, limit=limit, offset=offset)

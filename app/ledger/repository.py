@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
+from typing import TypeVar
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -21,35 +22,59 @@ from app.datasets.models import Dataset, DatasetUser
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 
 CHUNK = 5000
+T = TypeVar("T")
 
 
-def _chunks(ids: Sequence[int]) -> Iterable[list[int]]:
-    for i in range(0, len(ids), CHUNK):
-        yield list(ids[i : i + CHUNK])
+def _chunks(items: Sequence[T]) -> Iterable[list[T]]:
+    for i in range(0, len(items), CHUNK):
+        yield list(items[i : i + CHUNK])
 
 
 class LedgerRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def lock_epoch(self, dataset_id: int, *, exclusive: bool = False) -> int | None:
-        """The dataset's current epoch, with the dataset row locked shared or exclusive."""
-        stmt = select(Dataset.epoch).where(Dataset.id == dataset_id)
+    def lock_dataset(self, dataset_id: int, *, exclusive: bool = False) -> Dataset | None:
+        """The dataset row, locked shared (``FOR KEY SHARE``) or exclusive (``FOR UPDATE``)."""
         stmt = (
-            stmt.with_for_update() if exclusive else stmt.with_for_update(read=True, key_share=True)
+            select(Dataset)
+            .where(Dataset.id == dataset_id)
+            .execution_options(populate_existing=True)
         )
-        return self.session.scalar(stmt)
+        if exclusive:
+            stmt = stmt.with_for_update()
+        else:
+            stmt = stmt.with_for_update(read=True, key_share=True)
+        return self.session.scalars(stmt).first()
 
     def lock_accounts(
         self, dataset_id: int, epoch: int, user_ids: Sequence[int]
     ) -> dict[int, Decimal]:
-        """Lock (creating if missing) the accounts of ``user_ids``; return their spend."""
-        spent = self._select_for_update(dataset_id, epoch, user_ids)
-        missing = [u for u in user_ids if u not in spent]
+        """Lock the accounts of ``user_ids`` in ascending id order; return their spend.
+
+        Missing accounts are created first, committed on their own (Postgres), so
+        this transaction never holds an insert lock outside the ascending order —
+        the one way two charges over overlapping users could deadlock.
+        """
+        missing = sorted(set(user_ids) - self._existing(dataset_id, epoch, user_ids))
         if missing:
             self._create(dataset_id, epoch, missing)
-            spent.update(self._select_for_update(dataset_id, epoch, missing))
+        spent = self._select_for_update(dataset_id, epoch, user_ids)
+        if len(spent) != len(set(user_ids)):
+            raise RuntimeError("budget accounts vanished while locking them")
         return spent
+
+    def _existing(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> set[int]:
+        found: set[int] = set()
+        for chunk in _chunks(sorted(user_ids)):
+            found.update(
+                self.session.scalars(
+                    select(BudgetAccount.user_id)
+                    .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                    .where(BudgetAccount.user_id.in_(chunk))
+                )
+            )
+        return found
 
     def _select_for_update(
         self, dataset_id: int, epoch: int, user_ids: Sequence[int]
@@ -67,25 +92,23 @@ class LedgerRepository:
         return out
 
     def _create(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
-        insert = (
-            pg_insert if self.session.get_bind().dialect.name == "postgresql" else sqlite_insert
-        )
-        for chunk in _chunks(sorted(user_ids)):
-            self.session.execute(
-                insert(BudgetAccount)
-                .values(
-                    [
-                        {
-                            "dataset_id": dataset_id,
-                            "epoch": epoch,
-                            "user_id": u,
-                            "spent": Decimal(0),
-                        }
-                        for u in chunk
-                    ]
+        """Insert zero accounts (idempotent). On Postgres in a separate, committed
+        transaction; SQLite serialises writers, so there it joins this one."""
+        rows = [
+            {"dataset_id": dataset_id, "epoch": epoch, "user_id": u, "spent": Decimal(0)}
+            for u in user_ids
+        ]
+        bind = self.session.get_bind()
+        if bind.dialect.name != "postgresql":
+            for chunk in _chunks(rows):
+                self.session.execute(
+                    sqlite_insert(BudgetAccount).values(chunk).on_conflict_do_nothing()
                 )
-                .on_conflict_do_nothing()
-            )
+            return
+        with Session(bind=bind) as own:
+            for chunk in _chunks(rows):
+                own.execute(pg_insert(BudgetAccount).values(chunk).on_conflict_do_nothing())
+            own.commit()
 
     def charge(self, dataset_id: int, epoch: int, user_ids: Sequence[int], epsilon: Decimal) -> int:
         """Add ``epsilon`` to each (already locked) account; returns the rows changed."""

@@ -43,11 +43,15 @@ class LockedBudget:
         )
 
 
-def current_epoch(session: Session, dataset: Dataset, *, exclusive: bool = False) -> int:
-    epoch = LedgerRepository(session).lock_epoch(dataset.id, exclusive=exclusive)
-    if epoch is None:
-        raise NotFound(f"dataset {dataset.id} not found")
-    return epoch
+def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
+    """The dataset with its row locked: shared by queries, exclusive by a budget reset.
+
+    Its ``epoch`` cannot change until this transaction ends.
+    """
+    dataset = LedgerRepository(session).lock_dataset(dataset_id, exclusive=exclusive)
+    if dataset is None:
+        raise NotFound(f"dataset {dataset_id} not found")
+    return dataset
 
 
 def lock_budget(
@@ -129,5 +133,5 @@ def ledger_page(
 
 def reset_budget(session: Session, dataset: Dataset, *, key_id: int, reason: str) -> int:
     """Open a new epoch; every old entry stays; the reset is audited."""
-    epoch = current_epoch(session, dataset, exclusive=True)
+    epoch = lock_dataset(session, dataset.id, exclusive=True).epoch
     return LedgerRepository(session).open_epoch(dataset.id, epoch, key_id, reason)

@@ -9,7 +9,7 @@ class PreviewIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     value_bound: float = Field(gt=0, allow_inf_nan=False, le=1e12)
-    epsilon: float = Field(gt=0, allow_inf_nan=False, le=1e6)
+    epsilon: float = Field(ge=1e-6, allow_inf_nan=False, le=1e6)  # MIN_EPSILON of queries
     occupancy: list[tuple[Id, Id, int]] = Field(
         min_length=1,
         max_length=2_000_000,

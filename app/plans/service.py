@@ -25,13 +25,17 @@ def _index(ids: Sequence[Id]) -> tuple[np.ndarray, list[Id]]:
 
 def preview(body: PreviewIn) -> dict[str, object]:
     grids_raw, users_raw, counts = zip(*body.occupancy, strict=True)
-    grids, grid_labels = _index(grids_raw)
-    users, user_labels = _index(users_raw)
+    try:
+        grids, grid_labels = _index(grids_raw)
+        users, user_labels = _index(users_raw)
+        count_array = np.asarray(counts, dtype=np.int64)
+    except OverflowError:
+        raise InvalidRequest("integer ids and counts must be below 2**63") from None
     try:
         plan = clip_user(
             grids,
             users,
-            np.asarray(counts, dtype=np.int64),
+            count_array,
             body.value_bound,
             body.epsilon,
             error_target=body.error_target,

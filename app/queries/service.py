@@ -81,13 +81,13 @@ def answer_statistic(
     raw_options: Mapping[str, str],
 ) -> dict[str, Any]:
     grid = get_grid_by_public_id(session, grid_public_id)
-    dataset = get_dataset(session, grid.dataset_id)
+    dataset = ledger.lock_dataset(session, grid.dataset_id)
+    epoch = dataset.epoch
     eps = parse_epsilon(epsilon, dataset.max_epsilon_per_query)
     raw_options = dict(raw_options)
     plan_id = raw_options.pop("plan", None)
     options = parse_options(statistic, mechanism, raw_options)
 
-    epoch = ledger.current_epoch(session, dataset)
     arrays = load_grid_snapshot(session, grid)
     plan_caps = None if plan_id is None else _plan_caps(session, plan_id, grid, arrays)
     if plan_id is not None:

@@ -23,7 +23,7 @@ from app import core
 from app.core.clip_user import clip_user, plan_kept
 from app.core import bounds
 from app.datasets.models import Dataset, Grid
-from app.datasets.service import get_dataset, load_grid_snapshot
+from app.datasets.service import load_grid_snapshot, parse_dataset_id
 from app.errors import BudgetExhausted, InvalidRequest, NotFound
 from app.keys.models import ApiKey
 from app.keys.service import spend_quota
@@ -127,13 +127,13 @@ def _fingerprint(
 
 
 def release_slot(session: Session, key: ApiKey, dataset_id: int, body: ReleaseIn) -> dict[str, Any]:
-    dataset = get_dataset(session, dataset_id)
+    dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
+    epoch = dataset.epoch
     eps = parse_epsilon(body.epsilon, dataset.max_epsilon_per_query)
     if body.slot_start.tzinfo is None:
         raise InvalidRequest("slot_start needs a UTC offset, e.g. 2016-11-25T11:00:00-06:00")
     slot = body.slot_start.astimezone(UTC)
     repo = ReleaseRepository(session)
-    epoch = ledger.current_epoch(session, dataset)
     grids = repo.grids_in_slot(dataset.id, slot)
     if not grids:
         raise NotFound(f"no grid of dataset {dataset.id} starts at {slot.isoformat()}")

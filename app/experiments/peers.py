@@ -1,0 +1,569 @@
+"""dpgate next to today's DP libraries: user-level DP means on the same grids (issue 7).
+
+For each grid and ``ε ∈ {0.5, 1, 2}`` the mean absolute error ``E|M(D) - μ(D)|``
+(``μ(D)`` the mean of *all* the grid's records) over ``runs`` releases (2,000 by
+default) of:
+
+* **dpgate auto** — the mechanism ``auto`` picks from the public counts by
+  worst-case error (SPEC §5), simulated with :mod:`app.experiments.simulate`;
+* **dpgate best in hindsight** — the dpgate mean mechanism (default options) with
+  the smallest simulated MAE on this grid at this ``ε`` (chosen by looking at the
+  errors, so not a mechanism anyone could pick privately — reported for context);
+* each **peer library**, with its own contribution bounding: every user capped at
+  ``k`` records, ``k`` = the median count ``med(m_l)`` (002 §III-C's choice) and
+  ``k`` = the best in hindsight (smallest MAE over a grid of ``k`` values
+  ``{round(2^(j/2))} ∪ {median, m*}``, screened with ``min(runs, 200)`` runs, then
+  re-run with ``runs`` fresh runs).
+
+How each peer releases a user-level ``ε``-DP mean (neighbouring data sets: one
+user's values all changed, occupancy public — SPEC §1):
+
+* **OpenDP** (``opendp``): each user's earliest ``k`` records (a value-independent
+  choice, as dpgate's ``clip``) form a vector of public length ``s = Σ min(m_l, k)``;
+  the measurement is ``vector_domain(atom_domain(T=float), size=s),
+  symmetric_distance() >> then_clamp((0, U)) >> then_mean() >>
+  then_laplace(scale)``, ``scale`` found by ``binary_search_param`` so that the
+  privacy map at ``d_in = 2k`` (one user's ``k`` records replaced = ``k``
+  removals + ``k`` additions) is ``<= ε``: noise ``≈ kU/(s ε)``.
+* **diffprivlib** (``diffprivlib.tools.mean``): the same truncated vector,
+  ``bounds=(0, U)``, ``epsilon = ε/k`` (its mean is ``ε``-DP when one record
+  changes, sensitivity ``U/s``; ``k`` records changing cost ``k·ε/k = ε`` by group
+  privacy); its ``LaplaceTruncated`` output stays in ``[0, U]``; seeded through
+  ``random_state``.
+* **PipelineDP** (``pipeline_dp.DPEngine`` on ``LocalBackend``): all records,
+  ``AggregateParams(metrics=[MEAN], noise_kind=LAPLACE, max_partitions_contributed=1,
+  max_contributions_per_partition=k, min_value=0, max_value=U)``, one public
+  partition, ``NaiveBudgetAccountant(total_epsilon=ε, total_delta=0)``. PipelineDP
+  samples ``k`` of a user's records at random and releases
+  ``mid + (Σ(x - mid) + Lap) / max(1, count + Lap)`` with ``ε/2`` on each part,
+  calibrated for adding/removing a user (count ``±k``, normalised sum ``±kU/2``).
+  Under our replace model the count does not move and the sum moves by up to
+  ``kU``, i.e. ``ε/2 · 2 = ε`` in total: the same guarantee.
+
+OpenDP's and PipelineDP's samplers are CSPRNG-based and cannot be seeded, so their
+numbers are Monte-Carlo estimates that vary slightly between runs (the standard
+errors are reported). A peer that is not installed is reported and skipped
+(``pip install '.[peers]'``). Peer runs are spread over a process pool.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+import time
+import warnings
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from app.core import MEAN_MECHANISMS, plan_mean
+from app.core.grid import GridData
+from app.experiments.capmetrics import default_capmetrics_path, load_capmetrics
+from app.experiments.common import ExperimentResult, Progress, fmt, markdown_table, seed_for
+from app.experiments.noise import SeededNoise
+from app.experiments.paper002 import itms_dataset
+from app.experiments.simulate import simulate_abs_errors
+from app.synth.itms import ITMS_U
+
+__all__ = [
+    "EPS_PEERS",
+    "PEERS",
+    "k_candidates",
+    "peer_available",
+    "peer_estimates",
+    "run_peers",
+    "truncate_earliest",
+]
+
+EPS_PEERS: tuple[float, ...] = (0.5, 1.0, 2.0)
+PEERS = ("opendp", "pipeline_dp", "diffprivlib")
+_DIST = {"opendp": "opendp", "pipeline_dp": "pipeline-dp", "diffprivlib": "diffprivlib"}
+LABELS = {"opendp": "OpenDP", "pipeline_dp": "PipelineDP", "diffprivlib": "diffprivlib"}
+DPGATE_MECHS = tuple(m for m in MEAN_MECHANISMS if m != "auto")
+
+
+def peer_available(name: str) -> str | None:
+    """The installed version of a peer library, or ``None`` if it cannot be imported."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            __import__(name)
+        return md.version(_DIST[name])
+    except Exception:
+        return None
+
+
+def truncate_earliest(grid: GridData, k: int) -> np.ndarray:
+    """Every user's earliest ``min(m_l, k)`` values (value-independent bounding)."""
+    keep = grid.record_rank < np.minimum(grid.counts, int(k))[grid.record_user]
+    return grid.values[keep]
+
+
+def k_candidates(counts: np.ndarray) -> list[int]:
+    """``{round(2^(j/2))} ∪ {median, m*}`` within ``[1, m*]`` (the hindsight search grid)."""
+    c = np.sort(np.asarray(counts)[np.asarray(counts) > 0])[::-1]
+    m_star = int(c[0])
+    median = int(c[(c.size + 1) // 2 - 1])
+    ks = {max(1, round(2 ** (j / 2))) for j in range(0, 60)}
+    return sorted({k for k in ks if k <= m_star} | {median, m_star})
+
+
+# ---------------------------------------------------------------- the three peers
+def _opendp(values: np.ndarray, U: float, eps: float, k: int, runs: int, seed: int) -> np.ndarray:
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    s = int(values.size)
+    space = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=s), dp.symmetric_distance()
+
+    def make(scale: float) -> dp.Measurement:
+        return (
+            space
+            >> dp.t.then_clamp((0.0, float(U)))
+            >> dp.t.then_mean()
+            >> dp.m.then_laplace(scale)
+        )
+
+    meas = make(dp.binary_search_param(make, d_in=2 * int(k), d_out=float(eps)))
+    assert meas.map(2 * int(k)) <= eps
+    data = values.tolist()
+    return np.array([meas(data) for _ in range(runs)], dtype=np.float64)
+
+
+def _diffprivlib(
+    values: np.ndarray, U: float, eps: float, k: int, runs: int, seed: int
+) -> np.ndarray:
+    from diffprivlib import BudgetAccountant
+    from diffprivlib.tools import mean
+
+    state = np.random.RandomState(seed)  # diffprivlib's own seeding interface
+    return np.array(
+        [
+            mean(
+                values,
+                epsilon=eps / k,
+                bounds=(0.0, float(U)),
+                random_state=state,
+                accountant=BudgetAccountant(),
+            )
+            for _ in range(runs)
+        ],
+        dtype=np.float64,
+    )
+
+
+def _pipeline_dp(
+    rows: list[tuple[int, float]], U: float, eps: float, k: int, runs: int, seed: int
+) -> np.ndarray:
+    import pipeline_dp
+
+    ext = pipeline_dp.DataExtractors(
+        privacy_id_extractor=lambda r: r[0],
+        partition_extractor=lambda r: 0,
+        value_extractor=lambda r: r[1],
+    )
+    params = pipeline_dp.AggregateParams(
+        noise_kind=pipeline_dp.NoiseKind.LAPLACE,
+        metrics=[pipeline_dp.Metrics.MEAN],
+        max_partitions_contributed=1,
+        max_contributions_per_partition=int(k),
+        min_value=0.0,
+        max_value=float(U),
+    )
+    out = np.empty(runs)
+    for i in range(runs):
+        acc = pipeline_dp.NaiveBudgetAccountant(total_epsilon=float(eps), total_delta=0)
+        engine = pipeline_dp.DPEngine(acc, pipeline_dp.LocalBackend())
+        res = engine.aggregate(rows, params, ext, public_partitions=[0])
+        acc.compute_budgets()
+        out[i] = next(iter(res))[1].mean
+    return out
+
+
+def peer_estimates(
+    peer: str, grid: GridData, U: float, eps: float, k: int, runs: int, seed: int = 0
+) -> np.ndarray:
+    """``runs`` releases of the grid's mean by ``peer`` capping every user at ``k`` records."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if peer == "opendp":
+            return _opendp(truncate_earliest(grid, k), U, eps, k, runs, seed)
+        if peer == "diffprivlib":
+            return _diffprivlib(truncate_earliest(grid, k), U, eps, k, runs, seed)
+        if peer == "pipeline_dp":
+            rows = list(zip(grid.record_user.tolist(), grid.values.tolist(), strict=True))
+            return _pipeline_dp(rows, U, eps, k, runs, seed)
+    raise ValueError(f"unknown peer {peer!r}")
+
+
+def _task(args: tuple[str, np.ndarray, np.ndarray, float, float, int, int, int]) -> np.ndarray:
+    peer, counts, values, U, eps, k, runs, seed = args
+    grid = GridData.from_counts_and_values(counts, values)
+    return peer_estimates(peer, grid, U, eps, k, runs, seed)
+
+
+# ------------------------------------------------------------------ the experiment
+@dataclass
+class Row:
+    """One system on one (grid, ε)."""
+
+    dataset: str
+    eps: float
+    system: str
+    detail: str
+    mae: float
+    stderr: float
+    bias_bound: float | None
+    k: int | None = None
+    extra: dict[str, object] = field(default_factory=dict)
+
+
+def _grids(data: str | Path | None, seed: int) -> tuple[list[tuple[str, GridData, float]], str]:
+    out: list[tuple[str, GridData, float]] = []
+    note = ""
+    out.append(("ITMS-like grid (002 §IV)", itms_dataset(seed), ITMS_U))
+    path = Path(data) if data is not None else default_capmetrics_path()
+    if path is None or not path.is_file():
+        note = "CapMetrics data not found: only the ITMS-like grid is compared.\n"
+        return out, note
+    day = load_capmetrics(path)
+    g, _ = day.grid_keys()
+    n_rec = np.bincount(g)
+    top = np.argsort(-n_rec, kind="stable")[:3]
+    for rank, idx in enumerate(top.tolist(), start=1):
+        grid = day.grid_data(idx)
+        out.append((f"CapMetrics grid #{rank} (busiest by records)", grid, day.U))
+    return out, note
+
+
+def _bias_bound(grid: GridData, U: float, k: int) -> float:
+    s = int(np.minimum(grid.counts, k).sum())
+    return U * (1.0 - s / grid.n_records)
+
+
+def _stats(est: np.ndarray, mu: float) -> tuple[float, float]:
+    err = np.abs(est - mu)
+    return float(err.mean()), float(err.std(ddof=1) / np.sqrt(err.size)) if err.size > 1 else 0.0
+
+
+_CHUNK_RUNS = 500
+
+
+class _Batches:
+    """Peer runs split into chunks of at most 500 runs over a process pool."""
+
+    def __init__(self, pool: ProcessPoolExecutor, seed: int) -> None:
+        self.pool = pool
+        self.seed = seed
+        self.futures: dict[tuple, list] = {}
+
+    def submit(
+        self, key: tuple, peer: str, grid: GridData, U: float, eps: float, k: int, runs: int
+    ) -> None:
+        futs = []
+        for i, start in enumerate(range(0, runs, _CHUNK_RUNS)):
+            n = min(_CHUNK_RUNS, runs - start)
+            sd = int(seed_for(self.seed, *key, i).generate_state(1)[0])
+            args = (peer, np.asarray(grid.counts), grid.values, U, eps, int(k), n, sd)
+            futs.append(self.pool.submit(_task, args))
+        self.futures[key] = futs
+
+    def collect(self, bar: Progress) -> dict[tuple, np.ndarray]:
+        out = {}
+        for key, futs in self.futures.items():
+            out[key] = np.concatenate([f.result() for f in futs])
+            bar.update()
+        self.futures = {}
+        return out
+
+
+def run_peers(
+    out_dir: Path,
+    *,
+    runs: int = 2000,
+    seed: int = 0,
+    progress: bool = True,
+    data: str | Path | None = None,
+    eps_list: Sequence[float] = EPS_PEERS,
+    peers: Sequence[str] = PEERS,
+    workers: int | None = None,
+) -> ExperimentResult:
+    """The peers comparison (module docstring); writes nothing but its markdown.
+
+    The hindsight ``k`` of each peer is found by successive halving with the peer
+    itself: every candidate gets ``min(runs, 200)`` runs, the best three get four
+    times as many more, and the smallest pooled MAE wins; the reported MAE then
+    comes from ``runs`` fresh runs at that ``k`` (reused when it is the median).
+    """
+    del out_dir
+    t0 = time.perf_counter()
+    grids, note = _grids(data, seed)
+    versions = {p: peer_available(p) for p in peers}
+    live = [p for p in peers if versions[p] is not None]
+    screen = max(1, min(runs, 200))
+    rows: list[Row] = []
+    n_workers = workers or min(2, os.cpu_count() or 1)
+    combos = [(name, grid, U, eps) for name, grid, U in grids for eps in eps_list]
+    n_cand = sum(len(k_candidates(g.counts)) for _, g, _, _ in combos)
+    total = len(combos) * (1 + len(live) * 5) + n_cand * len(live)
+    with (
+        Progress(total, "peers", progress) as bar,
+        ProcessPoolExecutor(max_workers=n_workers) as pool,
+    ):
+        batches = _Batches(pool, seed)
+        for name, grid, U, eps in combos:
+            for p in live:
+                for k in k_candidates(grid.counts):
+                    batches.submit(("screen", name, eps, p, k), p, grid, U, eps, k, screen)
+        for name, grid, U, eps in combos:  # dpgate runs while the pool screens
+            rows.extend(_dpgate_rows(name, grid, U, eps, runs, seed, float(grid.values.mean())))
+            bar.update()
+        first = batches.collect(bar)
+        mus = {name: float(grid.values.mean()) for name, grid, _ in grids}
+        top: dict[tuple, list[int]] = {}
+        for name, grid, U, eps in combos:
+            for p in live:
+                kc = k_candidates(grid.counts)
+                ranked = sorted(
+                    kc, key=lambda k: (_mae(first[("screen", name, eps, p, k)], mus[name]), k)
+                )
+                top[(name, eps, p)] = ranked[:3]
+                for k in ranked[:3]:
+                    batches.submit(("refine", name, eps, p, k), p, grid, U, eps, k, 4 * screen)
+        second = batches.collect(bar)
+        best_k: dict[tuple, int] = {}
+        for (name, eps, p), ks in top.items():
+
+            def pooled(k: int, name: str = name, eps: float = eps, p: str = p) -> float:
+                est = np.concatenate(
+                    [first[("screen", name, eps, p, k)], second[("refine", name, eps, p, k)]]
+                )
+                return _mae(est, mus[name])
+
+            best_k[(name, eps, p)] = min(ks, key=lambda k: (pooled(k), k))
+        for name, grid, U, eps in combos:
+            for p in live:
+                median = _median(grid.counts)
+                batches.submit(("final", name, eps, p, median), p, grid, U, eps, median, runs)
+                kb = best_k[(name, eps, p)]
+                if kb != median:
+                    batches.submit(("final", name, eps, p, kb), p, grid, U, eps, kb, runs)
+                else:
+                    bar.update()
+        final = batches.collect(bar)
+        for name, grid, U, eps in combos:
+            for p in live:
+                median, kb = _median(grid.counts), best_k[(name, eps, p)]
+                for label, k in (("median", median), ("hindsight", kb)):
+                    mae, se = _stats(final[("final", name, eps, p, k)], mus[name])
+                    rows.append(
+                        Row(
+                            name,
+                            eps,
+                            LABELS[p],
+                            f"k = {k} ({label})",
+                            mae,
+                            se,
+                            _bias_bound(grid, U, k),
+                            k,
+                            {"label": label},
+                        )
+                    )
+    return _report(rows, grids, versions, runs, screen, seed, note, time.perf_counter() - t0)
+
+
+def _mae(est: np.ndarray, mu: float) -> float:
+    return float(np.abs(est - mu).mean())
+
+
+def _median(counts: np.ndarray) -> int:
+    c = np.sort(np.asarray(counts)[np.asarray(counts) > 0])[::-1]
+    return int(c[(c.size + 1) // 2 - 1])
+
+
+def _dpgate_rows(
+    name: str, grid: GridData, U: float, eps: float, runs: int, seed: int, mu: float
+) -> list[Row]:
+    out = []
+    best: Row | None = None
+    for mech in ("auto", *DPGATE_MECHS):
+        noise = SeededNoise(np.random.default_rng(seed_for(seed, "peers", name, mech, eps)))
+        err, ran = simulate_abs_errors(grid, U, eps, mech, runs, noise, truth=mu)
+        plan = plan_mean(grid.counts, U, eps, ran)
+        r = Row(
+            name,
+            eps,
+            "dpgate",
+            ran,
+            float(err.mean()),
+            float(err.std(ddof=1) / np.sqrt(err.size)) if err.size > 1 else 0.0,
+            plan.worst_case_bias,
+            None,
+            {"worst_case_error": plan.worst_case_error},
+        )
+        if mech == "auto":
+            r.extra["role"] = "auto"
+            out.append(r)
+        elif best is None or r.mae < best.mae:
+            best = r
+    assert best is not None
+    # Re-run the chosen mechanism with fresh noise, so its MAE is not the luckiest of ten.
+    noise = SeededNoise(
+        np.random.default_rng(seed_for(seed, "peers-fresh", name, best.detail, eps))
+    )
+    err, _ = simulate_abs_errors(grid, U, eps, best.detail, runs, noise, truth=mu)
+    best.mae = float(err.mean())
+    best.stderr = float(err.std(ddof=1) / np.sqrt(err.size)) if err.size > 1 else 0.0
+    best.extra["role"] = "hindsight"
+    out.append(best)
+    return out
+
+
+def _report(
+    rows: list[Row],
+    grids: list[tuple[str, GridData, float]],
+    versions: dict[str, str | None],
+    runs: int,
+    screen: int,
+    seed: int,
+    note: str,
+    seconds: float,
+) -> ExperimentResult:
+    lib = ", ".join(
+        f"{LABELS[p]} {v}"
+        if v
+        else f"{LABELS[p]}: **not installed — skipped** (`pip install '.[peers]'`)"
+        for p, v in versions.items()
+    )
+    summary = []
+    checks: dict[str, bool] = {}
+    ratios: dict[tuple[str, float], tuple[float, float]] = {}
+    for name, _, _ in grids:
+        for eps in sorted({r.eps for r in rows if r.dataset == name}):
+            here = [r for r in rows if r.dataset == name and r.eps == eps]
+            auto = next(r for r in here if r.extra.get("role") == "auto")
+            hind = next(r for r in here if r.extra.get("role") == "hindsight")
+            peers = [r for r in here if r.system != "dpgate"]
+            if not peers:
+                summary.append([name, f"{eps:g}", fmt(auto.mae), "—", "—", "—", "—"])
+                continue
+            bp = min(peers, key=lambda r: r.mae)
+            ra, rh = auto.mae / bp.mae, hind.mae / bp.mae
+            ratios[(name, eps)] = (ra, rh)
+            summary.append(
+                [
+                    name,
+                    f"{eps:g}",
+                    f"{fmt(auto.mae)} ({auto.detail})",
+                    f"{fmt(hind.mae)} ({hind.detail})",
+                    f"{fmt(bp.mae)} ({bp.system}, {bp.detail})",
+                    f"{ra:.2f}",
+                    f"{rh:.2f}",
+                ]
+            )
+    itms = [v for (n, _), v in ratios.items() if n.startswith("ITMS")]
+    if itms:
+        checks["dpgate auto MAE <= 1/2 of the best peer's at every ε (ITMS-like)"] = all(
+            a <= 0.5 for a, _ in itms
+        )
+        checks["dpgate best-in-hindsight MAE <= 1/2 of the best peer's at every ε (ITMS-like)"] = (
+            all(h <= 0.5 for _, h in itms)
+        )
+    detail = markdown_table(
+        ["grid", "ε", "system", "mechanism / bounding", "MAE", "± s.e.", "worst-case bias bound"],
+        [
+            [
+                r.dataset,
+                f"{r.eps:g}",
+                r.system,
+                r.detail + _role(r),
+                fmt(r.mae),
+                fmt(r.stderr, 2),
+                fmt(r.bias_bound) if r.bias_bound is not None else "none (data-dependent interval)",
+            ]
+            for r in rows
+        ],
+    )
+    sizes = "; ".join(
+        f"{n}: L = {g.n_users}, n = {g.n_records}, m* = {int(g.counts.max())}, "
+        f"median = {int(np.sort(g.counts)[::-1][(g.n_users + 1) // 2 - 1])}, U = {U:g}"
+        for n, g, U in grids
+    )
+    md = (
+        f"{runs} runs per system and ε (k screening: {screen} runs per k), seed {seed}. "
+        f"Libraries: {lib}.\n\nGrids — {sizes}.\n\n{note}"
+        "#### Summary (MAE; ratio = dpgate / best peer, below 1 means dpgate is better)\n\n"
+        + markdown_table(
+            [
+                "grid",
+                "ε",
+                "dpgate auto",
+                "dpgate best in hindsight",
+                "best peer",
+                "auto / peer",
+                "hindsight / peer",
+            ],
+            summary,
+        )
+        + _reading(rows, ratios)
+        + "\n#### Every system\n\n"
+        + detail
+        + "\nWorst-case bias bound: `U(1 - Σ min(m_l, k)/n)` for a cap at `k` (SPEC §3 — the "
+        "dropped records can all sit at 0 or U); dpgate's is its plan's `worst_case_bias`.\n"
+    )
+    return ExperimentResult(
+        "peers",
+        "dpgate next to OpenDP, PipelineDP and diffprivlib",
+        md,
+        [],
+        checks,
+        {"rows": rows, "ratios": ratios, "versions": versions},
+        seconds,
+    )
+
+
+def _reading(rows: list[Row], ratios: dict[tuple[str, float], tuple[float, float]]) -> str:
+    """What the ITMS-like rows say about the issue's target (dpgate <= 1/2 best peer)."""
+    itms = {eps: v for (name, eps), v in ratios.items() if name.startswith("ITMS")}
+    if not itms:
+        return ""
+    here = [r for r in rows if r.dataset.startswith("ITMS")]
+    auto_bias = max(r.bias_bound or 0.0 for r in here if r.extra.get("role") == "auto")
+    peer_bias = [r.bias_bound for r in here if r.system != "dpgate" and r.bias_bound is not None]
+    auto_r = [a for a, _ in itms.values()]
+    hind_r = [h for _, h in itms.values()]
+    met = all(a <= 0.5 for a in auto_r)
+    lines = [
+        "\n#### Reading the ITMS-like rows against the target (dpgate <= 1/2 of the best peer)\n",
+        f"- Target **{'met' if met else 'not met'}** by `auto`: its MAE is "
+        f"{min(auto_r):.2f}–{max(auto_r):.2f}× the best peer's; the best dpgate mechanism in "
+        f"hindsight is {min(hind_r):.2f}–{max(hind_r):.2f}× the best peer's.",
+    ]
+    if not met:
+        lines += [
+            "- Why: `auto` picks by *worst-case* error from the public counts alone (SPEC §5). "
+            "On this grid the worst case of dropping records is large (a cap at the median "
+            f"k = 46 can be off by up to {max(peer_bias, default=0.0):.0f} km/h when the dropped "
+            "records sit at 0 or U), so `auto` keeps (almost) every record "
+            "(`worst_case_optimal` / `baseline`, worst-case bias ≤ "
+            f"{auto_bias:.2f} km/h) and pays Laplace noise of order U m*/(n ε).",
+            "- The synthetic speeds are i.i.d. (002 §IV-C): every user has the same "
+            "distribution, so a cap at k loses nothing in expectation and the peers' MAE is "
+            "essentially their noise, k U/(ε Σ min(m_l, k)), minimised over k in hindsight. "
+            "dpgate's array averaging / quantile mechanisms face the same noise floor "
+            "(U/(K̄ ε) with K̄ ≈ Σ min(m_l, m_UB)/m_UB), hence ratios near 1, not 1/2.",
+            "- The peers' numbers are not reachable by a data holder who must fix k without "
+            "looking at the values (the hindsight k), and their worst-case bias bounds (column "
+            "above) are one to two orders of magnitude above `auto`'s: on heterogeneous data "
+            "(e.g. a few fast buses with many records) the peers' MAE would grow by up to that "
+            "bound, `auto`'s would not.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def _role(r: Row) -> str:
+    role = r.extra.get("role")
+    return {"auto": " (auto)", "hindsight": " (best in hindsight)"}.get(str(role), "")

@@ -1,0 +1,421 @@
+"""Hand-written hostile requests, on SQLite and real Postgres.
+
+Non-finite, huge, negative, zero and over-the-cap epsilons; unknown and malformed
+ids; SQL-injection-like strings in every path, query and JSON string field (and in
+CSV column names and cells); awkward CSV files. Each is refused (or accepted) with
+the documented error shape, charges nothing, writes nothing, and leaves the
+database intact.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from urllib.parse import quote
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.integration.grid_fixtures import CELL_A, HOUR
+from tests.security.support import ADMIN, World, assert_error, bearer, populate
+
+BAD_EPSILONS = [
+    "nan", "NaN", "-nan", "inf", "+inf", "-inf", "Infinity", "-Infinity", "1e308", "1e309",
+    "-1", "-1e-9", "0", "-0", "0.0", "1e-400", "5e-324", "1e-7", "10.000001", "11", "1e6",
+    "", " ", "abc", "0x1", "1,5", "[1]", "1e",
+]  # fmt: skip
+
+INJECTIONS = [
+    "' OR '1'='1",
+    "1 OR 1=1",
+    "1; DROP TABLE api_keys; --",
+    "'; DELETE FROM budget_accounts; --",
+    '" OR ""="',
+    "%' OR 1=1 --",
+    "%",
+    "_",
+    "1 UNION SELECT key_hash FROM api_keys --",
+    "1'; SELECT pg_sleep(3); --",
+    "1); SELECT sqlite_version(); --",
+    "\\x00'\x00",
+    "../../../../etc/passwd",
+    "${jndi:ldap://x}",
+    "{{7*7}}",
+]
+
+
+@pytest.fixture
+def world(client: TestClient) -> World:
+    return populate(client)
+
+
+def _spent(client: TestClient, world: World) -> float:
+    return client.get(f"/datasets/{world.dataset_id}/budget", headers=ADMIN).json()["max_spent"]
+
+
+def _n_records(client: TestClient, world: World) -> int:
+    resp = client.get(f"/datasets/{world.dataset_id}", headers=ADMIN)
+    assert resp.status_code == 200, resp.text
+    return resp.json()["n_records"]
+
+
+# ------------------------------------------------------------------- epsilons
+
+
+@pytest.mark.parametrize("statistic", ["mean", "variance"])
+def test_bad_epsilons_are_refused_and_charge_nothing(
+    client: TestClient, world: World, statistic: str
+) -> None:
+    grid = world.grid_ids[0]
+    for eps in BAD_EPSILONS:
+        for mechanism in ("baseline", "clip", "auto"):
+            resp = client.get(
+                f"/grids/{grid}/{statistic}",
+                params={"epsilon": eps, "mechanism": mechanism},
+                headers=bearer(world.analyst_key),
+            )
+            assert resp.status_code in (400, 422), (eps, resp.text)
+            assert_error(resp, code="invalid_request")
+    assert _spent(client, world) == 0
+    # the cap itself (max_epsilon_per_query = 10) and a tiny valid epsilon are answered
+    for eps in ("10", "1e-6"):
+        ok = client.get(f"/grids/{grid}/{statistic}", params={"epsilon": eps}, headers=ADMIN)
+        assert ok.status_code == 200, ok.text
+        assert float(ok.json()["epsilon"]) <= float(eps)
+
+
+def test_bad_epsilons_in_json_bodies(client: TestClient, world: World) -> None:
+    """Python's json accepts NaN/Infinity literals; so must the validation refuse them."""
+    for raw in ("NaN", "Infinity", "-Infinity", "1e308", "1e999", "0", "-1", "10.5", '"x"', "null"):
+        release = (
+            f'{{"slot_start": "{world.slot_start}", "epsilon": {raw}, "clip_user": true}}'
+        )
+        resp = client.post(
+            f"/datasets/{world.dataset_id}/releases",
+            content=release.encode(),
+            headers={**ADMIN, "content-type": "application/json"},
+        )
+        assert resp.status_code in (400, 422), (raw, resp.text)
+        assert_error(resp, code="invalid_request")
+        if raw == "10.5":  # over the dataset's cap, but a preview has no dataset
+            continue
+        preview = f'{{"value_bound": 10, "epsilon": {raw}, "occupancy": [[0, 0, 1]]}}'
+        resp = client.post(
+            "/plans/preview",
+            content=preview.encode(),
+            headers={**ADMIN, "content-type": "application/json"},
+        )
+        assert resp.status_code in (400, 422), (raw, resp.text)
+        assert_error(resp, code="invalid_request")
+    for field, raw in [
+        ("budget_per_user", "NaN"), ("budget_per_user", "Infinity"), ("budget_per_user", "0"),
+        ("budget_per_user", "1e308"), ("max_epsilon_per_query", "-Infinity"),
+        ("max_epsilon_per_query", "1e300"), ("value_bound", "NaN"), ("value_bound", "1e308"),
+    ]:  # fmt: skip
+        body = {"name": "x", "value_bound": 10, "budget_per_user": 1} | {field: "@"}
+        text = json.dumps(body).replace('"@"', raw)
+        resp = client.post(
+            "/datasets", content=text.encode(), headers={**ADMIN, "content-type": "application/json"}
+        )
+        assert_error(resp, 422, "invalid_request")
+    quota = '{"name": "k", "role": "analyst", "epsilon_quota": NaN}'
+    resp = client.post(
+        "/keys", content=quota.encode(), headers={**ADMIN, "content-type": "application/json"}
+    )
+    assert_error(resp, 422, "invalid_request")
+    for target in ("nan", "inf", "-1", "0", "1e309"):
+        resp = client.get(
+            f"/grids/{world.grid_ids[0]}/quote", params={"target_error": target}, headers=ADMIN
+        )
+        assert resp.status_code in (400, 422), (target, resp.text)
+        assert_error(resp, code="invalid_request")
+    assert _spent(client, world) == 0
+
+
+def test_large_but_valid_budgets_are_stored_exactly(client: TestClient) -> None:
+    """The documented maxima fit both databases (SQLite stores pico-epsilon in 64 bits)."""
+    made = client.post(
+        "/datasets",
+        json={
+            "name": "big",
+            "value_bound": 1e12,
+            "budget_per_user": 1e6,
+            "max_epsilon_per_query": 1e6,
+        },
+        headers=ADMIN,
+    )
+    assert made.status_code == 201, made.text
+    got = client.get(f"/datasets/{made.json()['id']}", headers=ADMIN).json()
+    assert got["budget_per_user"] == 1e6 and got["max_epsilon_per_query"] == 1e6
+    key = client.post(
+        "/keys", json={"name": "big", "role": "analyst", "epsilon_quota": 1e6}, headers=ADMIN
+    )
+    assert key.status_code == 201, key.text
+    for field in ("budget_per_user", "max_epsilon_per_query"):
+        over = client.post(
+            "/datasets",
+            json={"name": "x", "value_bound": 1, "budget_per_user": 1} | {field: 1e6 * 1.0001},
+            headers=ADMIN,
+        )
+        assert_error(over, 422, "invalid_request")
+
+
+# ------------------------------------------------------------------------ ids
+
+BAD_GRID_IDS = [
+    "nope", "x" * 33, "x" * 5000, "%2e%2e%2f", "..", "a b", "ü", "🙂", "-", "0", "null",
+    "%00", "%ff", "a%0Ab",
+]  # fmt: skip
+BAD_DATASET_IDS = [
+    "0", "-1", "2147483648", "99999999999999999999999", "1e3", "0x1", "1.5", "nan", "abc",
+    "%00", "x" * 5000,
+]  # fmt: skip
+
+
+def test_unknown_and_malformed_ids(client: TestClient, world: World) -> None:
+    for gid in BAD_GRID_IDS:
+        for stat in ("mean", "variance"):
+            resp = client.get(f"/grids/{gid}/{stat}", params={"epsilon": 1}, headers=ADMIN)
+            assert resp.status_code in (404, 422), (gid, resp.text)
+            assert_error(resp)
+        resp = client.get(f"/grids/{gid}/quote", params={"target_error": 1}, headers=ADMIN)
+        assert resp.status_code in (404, 422), (gid, resp.text)
+    for did in BAD_DATASET_IDS:
+        for path in ("", "/grids", "/budget", "/ledger"):
+            resp = client.get(f"/datasets/{did}{path}", headers=ADMIN)
+            assert resp.status_code in (404, 422), (did, path, resp.text)
+            assert_error(resp)
+        resp = client.post(
+            f"/datasets/{did}/records",
+            content=b"user_id,timestamp,lat,lon,value\n",
+            headers={**ADMIN, "content-type": "text/csv"},
+        )
+        assert resp.status_code in (404, 422), (did, resp.text)
+        assert_error(resp)
+        for path, body in (
+            ("/budget/reset", {"reason": "x"}),
+            ("/releases", {"slot_start": world.slot_start, "epsilon": 1}),
+        ):
+            resp = client.post(f"/datasets/{did}{path}", json=body, headers=ADMIN)
+            assert resp.status_code in (404, 422), (did, path, resp.text)
+            assert_error(resp)
+    # a grid id of another dataset is simply that grid; an unknown one is 404
+    assert_error(
+        client.get(f"/grids/{world.grid_ids[0][:-1]}~/mean", params={"epsilon": 1}), 404
+    )
+    assert _spent(client, world) == 0
+    # the epoch of a dataset's ledger is bounded; absurd ones are refused, not 500
+    for name in ("epoch", "offset", "limit"):
+        for value in ("-1", "2147483648", "99999999999999999999", "1e3", "nan"):
+            resp = client.get(
+                f"/datasets/{world.dataset_id}/ledger", params={name: value}, headers=ADMIN
+            )
+            assert_error(resp, 422, "invalid_request")
+
+
+# ------------------------------------------------------------- SQL injection
+
+
+def _operations(client: TestClient) -> list[tuple[str, str, dict[str, Any]]]:
+    doc = client.get("/openapi.json").json()
+    return [(m.upper(), p, op) for p, ops in doc["paths"].items() for m, op in ops.items()]
+
+
+def _valid_request(
+    world: World, method: str, path: str
+) -> tuple[dict[str, str], dict[str, str], Any]:
+    """Valid path values, query and body for an operation (to vary one field at a time)."""
+    path_values = {"dataset_id": str(world.dataset_id), "grid_id": world.grid_ids[0]}
+    query: dict[str, str] = {}
+    body: Any = None
+    if path.endswith(("/mean", "/variance")):
+        query = {"epsilon": "0.001", "mechanism": "baseline"}
+    elif path.endswith("/quote"):
+        query = {"target_error": "5", "statistic": "mean"}
+    elif path.endswith("/grids"):
+        query = {"slot_start": world.slot_start, "h3_cell": "8848c1e0c9fffff"}
+    elif path.endswith("/ledger"):
+        query = {"epoch": "1"}
+    elif path.endswith("/records"):
+        query = {"user_col": "user_id", "time_col": "timestamp", "out_of_range": "clamp"}
+        body = "user_id,timestamp,lat,lon,value\n"
+    if method == "POST":
+        body = {
+            "/keys": {"name": "k", "role": "analyst"},
+            "/datasets": {"name": "d", "value_bound": 1, "budget_per_user": 1, "timezone": "UTC"},
+            "/plans/preview": {"value_bound": 1, "epsilon": 1, "occupancy": [["g", "u", 1]]},
+        }.get(path, body)
+        if path.endswith("/reset"):
+            body = {"reason": "audit"}
+        if path.endswith("/releases"):
+            body = {"slot_start": world.slot_start, "epsilon": 0.001, "clip_user": True}
+    return path_values, query, body
+
+
+def _send(
+    client: TestClient, method: str, path: str, values: dict, query: dict, body: Any
+) -> Any:
+    url = path.format(**{k: quote(v, safe="") for k, v in values.items()})
+    if isinstance(body, str):
+        return client.request(
+            method, url, params=query, content=body.encode(),
+            headers={**ADMIN, "content-type": "text/csv"},
+        )  # fmt: skip
+    return client.request(method, url, params=query, json=body, headers=ADMIN)
+
+
+def _checked(resp: Any, started: float, what: object) -> None:
+    assert resp.status_code < 500, (what, resp.status_code, resp.text)
+    assert time.monotonic() - started < 2.5, (what, "slow: an injected sleep ran?")
+    if resp.status_code >= 400:
+        assert_error(resp)
+
+
+def test_injection_strings_in_every_field(client: TestClient, world: World) -> None:
+    for method, path, op in _operations(client):
+        if path in ("/openapi.json", "/docs"):
+            continue
+        values, query, body = _valid_request(world, method, path)
+        params = [p for p in op.get("parameters", []) if p["in"] in ("path", "query")]
+        for payload in INJECTIONS:
+            for param in params:
+                v, q = dict(values), dict(query)
+                (v if param["in"] == "path" else q)[param["name"]] = payload
+                started = time.monotonic()
+                _checked(_send(client, method, path, v, q, body), started, (path, param, payload))
+            # an injected query parameter *name* (the statistic endpoints read options)
+            started = time.monotonic()
+            q = {**query, payload: "1"}
+            _checked(_send(client, method, path, values, q, body), started, (path, payload))
+            if isinstance(body, dict):
+                for field, value in body.items():
+                    if isinstance(value, str):
+                        b = {**body, field: payload}
+                        started = time.monotonic()
+                        resp = _send(client, method, path, values, query, b)
+                        _checked(resp, started, (path, field, payload))
+    # the tables are intact and nothing was charged or written by the payloads
+    assert client.get("/healthz").status_code == 200
+    assert client.get(f"/datasets/{world.dataset_id}", headers=ADMIN).json()["n_records"] == 16
+    listed = client.get(f"/datasets/{world.dataset_id}/grids", headers=ADMIN).json()
+    assert listed["total"] == 2
+    # a LIKE wildcard is not a filter: '%' and '_' match no cell
+    for wildcard in ("%", "_", "8848c1e0c9%"):
+        got = client.get(
+            f"/datasets/{world.dataset_id}/grids", params={"h3_cell": wildcard}, headers=ADMIN
+        )
+        assert got.status_code in (200, 400, 422) and (
+            got.status_code != 200 or got.json()["total"] == 0
+        ), got.text
+    assert client.get("/datasets", headers=bearer(world.analyst_key)).status_code == 200
+
+
+def test_injection_strings_in_csv_columns_and_cells(client: TestClient, world: World) -> None:
+    before = _n_records(client, world)
+    ts = (HOUR.replace(minute=30)).isoformat()
+    for payload in INJECTIONS:
+        # as a column-name parameter: the header does not have it -> 400, nothing written
+        resp = client.post(
+            f"/datasets/{world.dataset_id}/records",
+            params={"user_col": payload},
+            content=b"user_id,timestamp,lat,lon,value\nu,2024-03-05T10:00:00Z,30.2,-97.7,1\n",
+            headers={**ADMIN, "content-type": "text/csv"},
+        )
+        assert_error(resp, 400, "invalid_request")
+        # as a cell: a user id is only ever hashed; the other fields are rejected per row
+        cells = [
+            [payload, ts, CELL_A[0], CELL_A[1], 1],
+            ["inj-user", payload, CELL_A[0], CELL_A[1], 1],
+            ["inj-user", ts, payload, CELL_A[1], 1],
+            ["inj-user", ts, CELL_A[0], CELL_A[1], payload],
+        ]
+        lines = ["user_id,timestamp,lat,lon,value"]
+        lines += [",".join(json.dumps(str(c)) for c in row) for row in cells]
+        resp = client.post(
+            f"/datasets/{world.dataset_id}/records",
+            content=("\n".join(lines) + "\n").encode(),
+            headers={**ADMIN, "content-type": "text/csv"},
+        )
+        assert resp.status_code == 200, (payload, resp.text)
+        out = resp.json()
+        assert out["rejected"] == 3 and out["accepted"] + out["duplicates"] == 1, (payload, out)
+    after = _n_records(client, world)
+    assert after == before + len({p.strip() for p in INJECTIONS if p.strip()})
+
+
+# ------------------------------------------------------------------------ CSV
+
+
+def _post_csv(client: TestClient, world: World, body: bytes, **params: Any) -> Any:
+    return client.post(
+        f"/datasets/{world.dataset_id}/records",
+        params=params,
+        content=body,
+        headers={**ADMIN, "content-type": "text/csv"},
+    )
+
+
+GOOD_ROW = "bomuser,2024-03-05T11:00:01Z,30.2672,-97.7431,3.5\n"
+HEADER = "user_id,timestamp,lat,lon,value\n"
+
+
+def test_csv_with_bom_is_read(client: TestClient, world: World) -> None:
+    before = _n_records(client, world)
+    resp = _post_csv(client, world, b"\xef\xbb\xbf" + (HEADER + GOOD_ROW).encode())
+    assert resp.status_code == 200, resp.text
+    assert resp.json()["accepted"] == 1 and resp.json()["rejected"] == 0
+    assert _n_records(client, world) == before + 1
+
+
+@pytest.mark.parametrize(
+    ("name", "body", "params"),
+    [
+        ("wrong delimiter", (HEADER + GOOD_ROW).replace(",", ";").encode(), {}),
+        ("declared delimiter is not the file's", (HEADER + GOOD_ROW).encode(), {"delimiter": ";"}),
+        ("missing header", GOOD_ROW.encode() * 3, {}),
+        ("empty file", b"", {}),
+        ("only blank lines", b"\n\n\r\n", {}),
+        ("header lacks a column", b"user_id,timestamp,lat,lon\nu,1,2,3\n", {}),
+        ("duplicate header column", (HEADER.strip() + ",value\n" + GOOD_ROW).encode(), {}),
+        ("invalid UTF-8 in a cell", HEADER.encode() + b"us\xff\xfeer,2024-03-05T11:00:01Z,1,1,1\n", {}),
+        ("invalid UTF-8 in the header", b"user\xc3_id,timestamp,lat,lon,value\n", {}),
+        ("truncated UTF-8 at the end", (HEADER + GOOD_ROW).encode() + b"\xe2\x82", {}),
+        ("UTF-16", (HEADER + GOOD_ROW).encode("utf-16"), {}),
+        ("10^6 empty columns", b"," * (10**6 - 1) + b"\n", {}),
+        ("10^6 named columns", ",".join(f"c{i}" for i in range(10**6)).encode() + b"\n", {}),
+        ("a row of 10^6 columns", (HEADER + "," * (10**6 - 1) + "\n").encode(), {}),
+        ("one 2 MB line", HEADER.encode() + b"u," + b"9" * 2_000_000 + b"\n", {}),
+    ],
+)  # fmt: skip
+def test_unreadable_csv_is_refused_and_writes_nothing(
+    client: TestClient, world: World, name: str, body: bytes, params: dict
+) -> None:
+    before = _n_records(client, world)
+    started = time.monotonic()
+    resp = _post_csv(client, world, body, **params)
+    assert_error(resp, 400, "invalid_request")
+    assert time.monotonic() - started < 10, name
+    assert _n_records(client, world) == before, name
+
+
+def test_the_right_delimiter_reads_the_same_file(client: TestClient, world: World) -> None:
+    body = (HEADER + GOOD_ROW).replace(",", ";").encode()
+    resp = _post_csv(client, world, body, delimiter=";")
+    assert resp.status_code == 200 and resp.json()["accepted"] == 1, resp.text
+
+
+def test_invalid_utf8_after_many_rows_rolls_back_everything(
+    client: TestClient, world: World
+) -> None:
+    """The first batches are already flushed when the bad byte arrives: all of it goes."""
+    before = _n_records(client, world)
+    rows = "".join(
+        f"bulk{i % 50},2024-03-05T12:{(i // 60) % 60:02d}:{i % 60:02d}Z,30.2672,-97.7431,1\n"
+        for i in range(60_000)
+    )
+    body = (HEADER + rows).encode() + b"late,2024-03-05T12:00:00Z,1,1,\xff\n"
+    resp = _post_csv(client, world, body)
+    assert_error(resp, 400, "invalid_request")
+    assert "UTF-8" in resp.json()["error"]["message"]
+    assert _n_records(client, world) == before

@@ -1,0 +1,248 @@
+"""Properties of the release sampler: its output grid, and that the release path cannot
+reach numpy's or the ``random`` module's (non-cryptographic) generators.
+
+OpenDP's discretisation, as shipped (opendp 0.16): ``make_laplace`` over floats
+takes a noise granularity ``2^k``; left unset, ``k`` is *not* derived from the
+scale but is the smallest float exponent, ``k = -1074`` (``get_min_k`` = -bias -
+mantissa bits + 1). The input is rounded to the nearest multiple of ``2^k`` (exact
+for every double), integer noise from the discrete Laplace with scale ``b / 2^k``
+is added, and the exact result ``j · 2^-1074`` is rounded to the nearest double
+(post-processing). The tests below read ``k`` off the measurement's own privacy
+map (its rounding slack is ``2^k - 2^-1074``) and check the outputs against it, with
+a ``k = -20`` measurement as the control that the method sees a coarser grid.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import random
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+import opendp.prelude as dp
+import pytest
+from fastapi.testclient import TestClient
+
+from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS
+from app.core.noise import OpenDPNoise, calibrate_scale
+from tests.security.support import ADMIN, World, populate
+
+APP = Path(__file__).resolve().parents[2] / "app"
+K_MIN = -1074  # -(1023) - 52 + 1
+TINY = math.ldexp(1.0, K_MIN)
+
+# Data generators for demos and experiments: they take a seeded numpy Generator on
+# purpose and must never be reachable from the service (checked below).
+SEEDED_ON_PURPOSE = ("app.experiments", "app.synth", "app.demo")
+
+
+def _production_measurement(scale: float) -> dp.Measurement:
+    from app.core.noise import _MEASUREMENTS
+
+    return _MEASUREMENTS.get(scale)
+
+
+def _coarse(scale: float, k: int) -> dp.Measurement:
+    return dp.m.make_laplace(
+        dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float), scale, k=k
+    )
+
+
+@pytest.mark.parametrize("scale", [1e-6, 0.0123, 0.5, 1.0, 4.1666666666666667, 37.5, 1e6])
+def test_release_sampler_grid_is_2_to_the_minus_1074(scale: float) -> None:
+    meas = _production_measurement(scale)
+    # The map is roundup((d + 2^k - 2^-1074) / scale): at d = 0 it is 0 exactly when
+    # k = -1074, and positive for any coarser grid (controls: k = -1073 and k = -20).
+    assert meas.map(0.0) == 0.0
+    assert _coarse(scale, K_MIN + 1).map(0.0) > 0.0
+    coarse = _coarse(scale, -20)
+    assert coarse.map(0.0) * scale == pytest.approx(2.0**-20, rel=1e-9)
+    assert meas.map(1.0) == pytest.approx(1.0 / scale, rel=1e-15)
+    noise = OpenDPNoise()
+    for value in (0.0, 0.1, 3.0, 1e-300):
+        draws = [noise.laplace(value, scale) for _ in range(200)]
+        for x in draws:
+            assert math.isfinite(x)
+            # on the 2^-1074 grid: x = j · 2^-1074 for an integer j
+            assert (Fraction(x) / Fraction(TINY)).denominator == 1
+        # and really that fine: the draws are not confined to a coarse grid such as 2^-20
+        assert any((Fraction(x) * 2**20).denominator != 1 for x in draws)
+        coarse_draws = [coarse(float(value)) for _ in range(50)]
+        assert all((Fraction(x) * 2**20).denominator == 1 for x in coarse_draws)
+
+
+def test_calibrated_scale_is_certified_by_the_privacy_map() -> None:
+    """The scale used for a release makes OpenDP's own map charge at most eps."""
+    for sens, eps in [(4.166666666666667, 0.5), (0.1, 3.0), (1e-9, 1e-6), (65.0, 0.01), (7, 0.7)]:
+        scale = calibrate_scale(sens, eps)
+        assert scale >= sens / eps
+        assert _production_measurement(scale).map(sens) <= eps
+
+
+# ----------------------------------------------------------- static import check
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in APP.rglob("*.py"):
+        parts = path.relative_to(APP.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _randomness_uses(tree: ast.AST) -> list[str]:
+    """Imports of ``random`` / ``numpy.random`` and ``np.random`` / ``.rvs`` uses."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name == "random" or alias.name.startswith("numpy.random"):
+                    found.append(f"{node.lineno}: import {alias.name}")
+        elif isinstance(node, ast.ImportFrom):
+            mod = node.module or ""
+            if mod == "random" or mod.startswith("numpy.random"):
+                found.append(f"{node.lineno}: from {mod} import ...")
+            if mod in ("numpy", "scipy") and any(a.name == "random" for a in node.names):
+                found.append(f"{node.lineno}: from {mod} import random")
+        elif isinstance(node, ast.Attribute):
+            if (
+                node.attr == "random"
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("np", "numpy")
+            ):
+                found.append(f"{node.lineno}: {node.value.id}.random")
+            if node.attr in ("rvs", "random_state"):
+                found.append(f"{node.lineno}: .{node.attr}")
+    return found
+
+
+def _imports(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
+    """App modules imported anywhere in ``tree`` (function-level imports included)."""
+    out: set[str] = set()
+    for node in ast.walk(tree):
+        names: list[str] = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition(".")[0]
+            if name.startswith("app"):
+                out.add(name)
+    return out
+
+
+def test_no_numpy_or_random_randomness_in_app_code() -> None:
+    modules = _modules()
+    assert "app.core.noise" in modules and "app.main" in modules
+    offenders = {}
+    for name, path in sorted(modules.items()):
+        if name.startswith(SEEDED_ON_PURPOSE):
+            continue
+        uses = _randomness_uses(ast.parse(path.read_text(), str(path)))
+        if uses:
+            offenders[name] = uses
+    assert not offenders, offenders
+    # the detector does detect (control): the experiments' seeded source is flagged
+    assert _randomness_uses(ast.parse("import numpy as np\nnp.random.default_rng(1)"))
+    assert _randomness_uses(ast.parse("from random import random"))
+
+
+def test_the_service_cannot_reach_seeded_generators() -> None:
+    """No module reachable from the ASGI app (through any import, even inside a
+    function) is a seeded generator or uses one."""
+    modules = _modules()
+    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in modules.items()}
+    reach, todo = set(), ["app.main", "app.cli"]
+    while todo:
+        name = todo.pop()
+        if name in reach:
+            continue
+        reach.add(name)
+        todo.extend(_imports(trees[name], modules) - reach)
+    assert {"app.core.noise", "app.queries.service", "app.releases.service"} <= reach
+    service = reach - {"app.cli"} - {m for m in reach if m.startswith(SEEDED_ON_PURPOSE)}
+    for name in service:
+        assert not _randomness_uses(trees[name]), name
+    # app.cli reaches the demo and the experiments (their own commands), app.main must not
+    reach_main, todo = set(), ["app.main"]
+    while todo:
+        name = todo.pop()
+        if name not in reach_main:
+            reach_main.add(name)
+            todo.extend(_imports(trees[name], modules) - reach_main)
+    assert not [m for m in reach_main if m.startswith(SEEDED_ON_PURPOSE)], reach_main
+
+
+# ------------------------------------------------------------------ runtime check
+
+
+def _poison(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Replace every public callable of ``numpy.random`` and every module-level generator
+    function of ``random`` with one that fails the test."""
+    patched = []
+
+    def make(name: str):
+        def refuse(*args: object, **kwargs: object) -> None:
+            raise AssertionError(f"the release path called {name}")
+
+        return refuse
+
+    for name in dir(np.random):
+        if not name.startswith("_") and callable(getattr(np.random, name)):
+            monkeypatch.setattr(np.random, name, make(f"numpy.random.{name}"))
+            patched.append(f"numpy.random.{name}")
+    for name in (
+        "random", "uniform", "randint", "randrange", "choice", "choices", "shuffle", "sample",
+        "gauss", "normalvariate", "expovariate", "betavariate", "getrandbits", "seed",
+        "triangular", "lognormvariate", "vonmisesvariate", "gammavariate", "paretovariate",
+        "weibullvariate", "binomialvariate",
+    ):  # fmt: skip
+        if hasattr(random, name):
+            monkeypatch.setattr(random, name, make(f"random.{name}"))
+            patched.append(f"random.{name}")
+    monkeypatch.setattr(random.Random, "random", make("random.Random.random"))
+    return patched
+
+
+@pytest.fixture
+def world(client: TestClient) -> World:
+    return populate(client)
+
+
+def test_every_release_runs_without_numpy_or_random(
+    client: TestClient, world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    patched = _poison(monkeypatch)
+    assert {"numpy.random.default_rng", "numpy.random.Generator", "random.random"} <= set(
+        patched
+    )
+    with pytest.raises(AssertionError):
+        np.random.default_rng(0)
+    with pytest.raises(AssertionError):
+        random.random()
+    grid = world.grid_ids[0]
+    for mech in sorted(MEAN_MECHANISMS):
+        resp = client.get(f"/grids/{grid}/mean", params={"epsilon": 0.2, "mechanism": mech})
+        assert resp.status_code == 200, (mech, resp.text)
+        assert math.isfinite(resp.json()["estimate"])
+    for mech in sorted(VARIANCE_MECHANISMS):
+        resp = client.get(f"/grids/{grid}/variance", params={"epsilon": 0.2, "mechanism": mech})
+        assert resp.status_code == 200, (mech, resp.text)
+    for clip_user in (False, True):
+        resp = client.post(
+            f"/datasets/{world.dataset_id}/releases",
+            json={"slot_start": world.slot_start, "epsilon": 0.1, "clip_user": clip_user},
+            headers=ADMIN,
+        )
+        assert resp.status_code == 200, resp.text
+        assert all(math.isfinite(g["mean"]["estimate"]) for g in resp.json()["grids"])
+    preview = client.post(
+        "/plans/preview",
+        json={"value_bound": 10, "epsilon": 1, "occupancy": [["g", "u", 3], ["g", "v", 1]]},
+    )
+    assert preview.status_code == 200, preview.text
