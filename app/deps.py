@@ -16,8 +16,7 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from app.config import Settings
-from app.keys.models import ApiKey
-from app.keys.service import authenticate, require_role
+from app.keys.service import KeyIdentity, authenticate, require_role
 
 
 def get_settings(request: Request) -> Settings:
@@ -54,7 +53,7 @@ def current_key(
     request: Request,
     session: SessionDep,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> ApiKey:
+) -> KeyIdentity:
     key = authenticate(session, authorization)
     limiter = getattr(request.app.state, "rate_limiter", None)
     if limiter is not None:
@@ -62,16 +61,16 @@ def current_key(
     return key
 
 
-CurrentKey = Annotated[ApiKey, Depends(current_key)]
+CurrentKey = Annotated[KeyIdentity, Depends(current_key)]
 
 
-def analyst_key(key: CurrentKey) -> ApiKey:
+def analyst_key(key: CurrentKey) -> KeyIdentity:
     return require_role(key, "admin", "analyst")
 
 
-def admin_key(key: CurrentKey) -> ApiKey:
+def admin_key(key: CurrentKey) -> KeyIdentity:
     return require_role(key, "admin")
 
 
-AnalystKey = Annotated[ApiKey, Depends(analyst_key)]
-AdminKey = Annotated[ApiKey, Depends(admin_key)]
+AnalystKey = Annotated[KeyIdentity, Depends(analyst_key)]
+AdminKey = Annotated[KeyIdentity, Depends(admin_key)]

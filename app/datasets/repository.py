@@ -69,12 +69,16 @@ class DatasetRepository:
         return self.session.get(Dataset, dataset_id)
 
     def lock(self, dataset_id: int) -> Dataset | None:
-        """The dataset row, locked until the transaction ends (``FOR UPDATE`` on Postgres;
-        SQLite transactions already hold the database write lock)."""
+        """The dataset row, locked for an upload until the transaction ends.
+
+        Postgres: ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which
+        take ``FOR UPDATE``) but not queries, which take ``FOR KEY SHARE`` and so keep
+        running during a long upload. SQLite transactions already hold the write lock.
+        """
         return self.session.scalars(
             select(Dataset)
             .where(Dataset.id == dataset_id)
-            .with_for_update()
+            .with_for_update(key_share=True)
             .execution_options(populate_existing=True)
         ).first()
 
@@ -408,6 +412,8 @@ class IngestRepository:
         rows["value"] = values
         with self._driver().cursor() as cur:
             if not self._staged:
+                # JIT-compiling each batch's statement costs more than it saves here
+                cur.execute("SET LOCAL jit = off")
                 cur.execute(
                     "CREATE TEMP TABLE dpgate_ingest_stage (grid_id bigint, user_id bigint, "
                     "ts timestamptz, value double precision) ON COMMIT DROP"

@@ -34,7 +34,11 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
 
         return engine
     return create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True, pool_recycle=1800,
+        url,
+        pool_size=pool_size,
+        max_overflow=pool_size,
+        pool_pre_ping=False,
+        pool_recycle=1800,
         pool_timeout=120,
     )
 

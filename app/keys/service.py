@@ -5,6 +5,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
+from dataclasses import dataclass
 
 from sqlalchemy.orm import Session
 
@@ -54,28 +56,54 @@ def ensure_key(session: Session, *, secret: str, role: str, name: str) -> ApiKey
     return create_key(session, name=name, role=role, secret=secret)[0]
 
 
-def authenticate(session: Session, authorization: str | None) -> ApiKey:
-    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``."""
+@dataclass(frozen=True)
+class KeyIdentity:
+    """Who is calling: what the request needs of its key (never the secret)."""
+
+    id: int
+    name: str
+    role: str
+
+
+_AUTH_TTL_S = 30.0
+_AUTH_CACHE_MAX = 10_000
+_auth_cache: dict[str, tuple[float, KeyIdentity]] = {}
+
+
+def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
+    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``.
+
+    Known keys are remembered per process for a few seconds (keys are never
+    revoked or changed; quotas are enforced by the database at spend time).
+    """
     if not authorization:
         raise Unauthenticated("missing Authorization: Bearer <key> header")
     scheme, _, secret = authorization.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthenticated("use Authorization: Bearer <key>")
     digest = hash_key(secret.strip())
+    now = time.monotonic()
+    hit = _auth_cache.get(digest)
+    if hit is not None and now - hit[0] < _AUTH_TTL_S:
+        return hit[1]
     key = KeyRepository(session).by_hash(digest)
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
     if key is None or not hmac.compare_digest(key.key_hash, digest):
         raise Unauthenticated("unknown API key")
-    return key
+    identity = KeyIdentity(key.id, key.name, key.role)
+    if len(_auth_cache) >= _AUTH_CACHE_MAX:
+        _auth_cache.clear()
+    _auth_cache[digest] = (now, identity)
+    return identity
 
 
-def require_role(key: ApiKey, *roles: str) -> ApiKey:
+def require_role(key: KeyIdentity, *roles: str) -> KeyIdentity:
     if key.role not in roles:
         raise Forbidden(f"this needs a key with role {' or '.join(roles)}")
     return key
 
 
-def spend_quota(session: Session, key: ApiKey, epsilon) -> None:
+def spend_quota(session: Session, key: KeyIdentity, epsilon) -> None:
     """Charge ``epsilon`` against the key's quota atomically, or refuse."""
     if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
         raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")

@@ -6,8 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from app import core
-from app.core.clip_user import clip_user, plan_kept
+from app.core.clip_user import clip_user
 from app.errors import InvalidRequest
 from app.plans.schemas import Id, PreviewIn
 

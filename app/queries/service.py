@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -22,14 +23,14 @@ from app import core
 from app.datasets.models import Dataset, Grid
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
-from app.keys.models import ApiKey
-from app.keys.service import spend_quota
+from app.keys.service import KeyIdentity, spend_quota
 from app.ledger import service as ledger
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.queries.models import QueryAnswer
 from app.queries.repository import AnswerRepository
 
 STATISTICS = ("mean", "variance")
+GRID_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # opaque, URL-safe grid ids
 RESERVED_PARAMS = frozenset({"epsilon", "mechanism"})
 
 
@@ -67,36 +68,47 @@ def fingerprint(
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _grid_and_dataset(session: Session, public_id: str) -> tuple[Grid, Dataset]:
+    found = None
+    if GRID_ID.fullmatch(public_id):
+        found = AnswerRepository(session).grid_and_dataset(public_id)
+    if found is None:
+        raise NotFound(f"no grid {public_id!r}")
+    return found
+
+
 def _cached(stored: QueryAnswer) -> dict[str, Any]:
     return {**stored.answer, "cached": True}
 
 
 def answer_statistic(
     session: Session,
-    key: ApiKey,
+    key: KeyIdentity,
     grid_public_id: str,
     statistic: str,
     mechanism: str,
     epsilon: float,
     raw_options: Mapping[str, str],
 ) -> dict[str, Any]:
-    grid = get_grid_by_public_id(session, grid_public_id)
-    dataset = ledger.lock_dataset(session, grid.dataset_id)
-    epoch = dataset.epoch
+    grid, dataset = _grid_and_dataset(session, grid_public_id)
     eps = parse_epsilon(epsilon, dataset.max_epsilon_per_query)
     raw_options = dict(raw_options)
     plan_id = raw_options.pop("plan", None)
     options = parse_options(statistic, mechanism, raw_options)
-
-    arrays = load_grid_snapshot(session, grid)
-    plan_caps = None if plan_id is None else _plan_caps(session, plan_id, grid, arrays)
     if plan_id is not None:
         options = {**options, "plan": plan_id}
-    fp = fingerprint(statistic, mechanism, eps, options, arrays.version)
     answers = AnswerRepository(session)
-    if (stored := answers.find(grid.id, epoch, fp)) is not None:
+    # Fast path, no lock: a stored answer of this epoch and grid version costs nothing.
+    fp = fingerprint(statistic, mechanism, eps, options, grid.version)
+    if (stored := answers.find(grid.id, dataset.epoch, fp)) is not None:
         return _cached(stored)
 
+    dataset = ledger.lock_dataset(session, dataset.id)  # the epoch is fixed from here on
+    epoch = dataset.epoch
+    session.refresh(grid)  # an upload may have committed a new version meanwhile
+    arrays = load_grid_snapshot(session, grid)
+    fp = fingerprint(statistic, mechanism, eps, options, arrays.version)
+    plan_caps = None if plan_id is None else _plan_caps(session, plan_id, grid, arrays)
     budget = ledger.lock_budget(session, dataset, epoch, arrays.user_ids)
     if (stored := answers.find(grid.id, epoch, fp)) is not None:  # a twin committed meanwhile
         return _cached(stored)

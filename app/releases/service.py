@@ -20,13 +20,12 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import core
-from app.core.clip_user import clip_user, plan_kept
 from app.core import bounds
+from app.core.clip_user import clip_user, plan_kept
 from app.datasets.models import Dataset, Grid
 from app.datasets.service import load_grid_snapshot, parse_dataset_id
 from app.errors import BudgetExhausted, InvalidRequest, NotFound
-from app.keys.models import ApiKey
-from app.keys.service import spend_quota
+from app.keys.service import KeyIdentity, spend_quota
 from app.ledger import service as ledger
 from app.queries.epsilon import EpsilonAmount, parse_epsilon
 from app.queries.service import answer_body
@@ -126,7 +125,9 @@ def _fingerprint(
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def release_slot(session: Session, key: ApiKey, dataset_id: int, body: ReleaseIn) -> dict[str, Any]:
+def release_slot(
+    session: Session, key: KeyIdentity, dataset_id: int, body: ReleaseIn
+) -> dict[str, Any]:
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
     epoch = dataset.epoch
     eps = parse_epsilon(body.epsilon, dataset.max_epsilon_per_query)

@@ -16,6 +16,7 @@ from zoneinfo import ZoneInfo
 import anyio
 import h3
 import httpx
+import numpy as np
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -28,7 +29,7 @@ from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_s
 from app.db.migrate import upgrade
 from app.errors import NotFound
 from app.main import create_app
-from tests.conftest import ADMIN_KEY
+from tests.conftest import ADMIN_KEY, DATABASES
 from tests.helpers import create_dataset, make_csv, post_csv, upload_csv
 
 CAPMETRICS = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics/2016-11-25.csv"
@@ -163,20 +164,34 @@ def test_capmetrics_day_matches_an_independent_count(
     # the engine input of every grid: users by id, each user's values in time order
     secret = app.state.hash_secret
     with app.state.sessionmaker() as session:
-        ids = {
-            h: i for h, i in session.execute(select(DatasetUser.user_hash, DatasetUser.id)).all()
-        }
-        for key, users in exp["grids"].items():
-            arrays = load_grid_snapshot(
-                session, get_grid_by_public_id(session, got[key]["grid_id"])
+        ids = dict(session.execute(select(DatasetUser.user_hash, DatasetUser.id)).all())
+        snaps = {
+            (cell, public_id): (version, g_version, u, c, v)
+            for cell, public_id, g_version, version, u, c, v in session.execute(
+                select(
+                    Grid.h3_cell, Grid.public_id, Grid.version, GridSnapshot.version,
+                    GridSnapshot.user_ids, GridSnapshot.counts, GridSnapshot.values,
+                ).join(GridSnapshot, GridSnapshot.grid_id == Grid.id)
             )
+        }  # fmt: skip
+        assert len(snaps) == len(exp["grids"])
+        for n, (key, users) in enumerate(exp["grids"].items()):
             want = sorted(
                 (ids[hmac.new(secret, u.encode(), hashlib.sha256).hexdigest()], sorted(v))
                 for u, v in users.items()
             )
-            assert arrays.user_ids.tolist() == [i for i, _ in want]
-            assert arrays.counts.tolist() == [len(v) for _, v in want]
-            assert arrays.values.tolist() == [x for _, v in want for _, x in v]
+            version, g_version, user_buf, count_buf, value_buf = snaps[
+                (key[0], got[key]["grid_id"])
+            ]
+            assert version == g_version == 1
+            assert np.frombuffer(user_buf, "<i8").tolist() == [i for i, _ in want]
+            assert np.frombuffer(count_buf, "<i8").tolist() == [len(v) for _, v in want]
+            assert np.frombuffer(value_buf, "<f8").tolist() == [x for _, v in want for _, x in v]
+            if n % 50 == 0:  # and through the loader the query code uses
+                grid = get_grid_by_public_id(session, got[key]["grid_id"])
+                arrays = load_grid_snapshot(session, grid)
+                assert arrays.user_ids.tolist() == [i for i, _ in want]
+                assert arrays.values.tolist() == [x for _, v in want for _, x in v]
 
 
 # ------------------------------------------------------------------------- exact tallies
@@ -511,7 +526,12 @@ def test_snapshot_paths_agree(
     (large uploads, batches with duplicates of stored rows): the results are identical."""
     points = [(12.97, 77.59), (12.99, 77.70), (13.05, 77.50)]
     rows = [
-        (f"bus{i % 5}", f"2016-11-25T{9 + i % 2:02d}:{i % 60:02d}:{i % 7:02d}Z", *points[i % 3], i % 50)
+        (
+            f"bus{i % 5}",
+            f"2016-11-25T{9 + i % 2:02d}:{i % 60:02d}:{i % 7:02d}Z",
+            *points[i % 3],
+            i % 50,
+        )
         for i in range(300)
     ]
     rows += rows[::7]  # duplicates far from their first occurrence: other batches
@@ -538,3 +558,41 @@ def test_snapshot_paths_agree(
         results.append(snapshot_of(ds["id"]))
     assert len(results[0]) == 6
     assert results[0] == results[1] == results[2]
+
+
+@pytest.mark.postgres_only
+@pytest.mark.skipif("postgres" not in DATABASES, reason="Postgres tests disabled")
+def test_upload_lock_blocks_uploads_not_queries(postgres_url: str) -> None:
+    """On Postgres an upload holds the dataset row FOR NO KEY UPDATE: a second upload
+    waits, a query's FOR KEY SHARE does not."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.datasets.models import Dataset
+    from app.datasets.repository import DatasetRepository
+    from app.db.engine import make_engine, make_sessionmaker
+
+    upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    sessions = make_sessionmaker(engine)
+    try:
+        with sessions.begin() as s:
+            ds = Dataset(
+                name="lock", value_bound=1, h3_resolution=8, timeslot_minutes=60,
+                timezone="UTC", budget_per_user=1, max_epsilon_per_query=1,
+                on_exhausted="refuse",
+            )  # fmt: skip
+            s.add(ds)
+            s.flush()
+            dataset_id = ds.id
+        with sessions.begin() as uploading:
+            assert DatasetRepository(uploading).lock(dataset_id) is not None
+            with sessions.begin() as query:
+                query.connection().exec_driver_sql("SET LOCAL lock_timeout = '2s'")
+                stmt = select(Dataset).where(Dataset.id == dataset_id)
+                assert query.scalars(stmt.with_for_update(read=True, key_share=True)).first()
+            with sessions() as other:
+                other.connection().exec_driver_sql("SET lock_timeout = '200ms'")
+                with pytest.raises(OperationalError):
+                    DatasetRepository(other).lock(dataset_id)
+    finally:
+        engine.dispose()

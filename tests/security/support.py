@@ -86,9 +86,7 @@ def populate(client: TestClient | httpx.Client, **dataset: Any) -> World:
     assert up.status_code == 200 and up.json()["accepted"] == 16, up.text
     grids = client.get(f"/datasets/{ds}/grids", headers=ADMIN).json()["grids"]
     assert len(grids) == 2
-    key = client.post(
-        "/keys", json={"name": "analyst", "role": "analyst"}, headers=ADMIN
-    ).json()
+    key = client.post("/keys", json={"name": "analyst", "role": "analyst"}, headers=ADMIN).json()
     return World(ds, tuple(g["grid_id"] for g in grids), HOUR.isoformat(), key["key"], key["id"])
 
 

@@ -18,7 +18,8 @@ from urllib.parse import quote
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, inspect as sa_inspect, text
+from sqlalchemy import create_engine, text
+from sqlalchemy import inspect as sa_inspect
 
 import app.keys.service as key_service
 from app.datasets.upload import hash_user
@@ -108,9 +109,7 @@ BAD_AUTH = [
 ]
 
 
-def test_every_operation_refuses_missing_and_unknown_keys(
-    client: TestClient, world: World
-) -> None:
+def test_every_operation_refuses_missing_and_unknown_keys(client: TestClient, world: World) -> None:
     anonymous = TestClient(client.app)  # no default Authorization header
     for method, path in _operations(client):
         if ROLES[(method, path)] == "anyone":
@@ -153,9 +152,7 @@ def test_authentication_comes_before_validation(client: TestClient, world: World
     for method, url, kwargs in cases:
         headers = kwargs.pop("headers", {})
         assert_error(no_key.request(method, url, headers=headers, **kwargs), 401)
-        assert_error(
-            client.request(method, url, headers={**headers, **analyst}, **kwargs), 403
-        )
+        assert_error(client.request(method, url, headers={**headers, **analyst}, **kwargs), 403)
     assert_error(no_key.get("/grids/unknown/mean", params={"epsilon": "nan"}), 401)
 
 

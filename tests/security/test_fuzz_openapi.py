@@ -181,6 +181,29 @@ def _guided(op: Any, fixed: dict[str, str], slot: str) -> list[st.SearchStrategy
     return []
 
 
+def _runner(
+    cases: st.SearchStrategy[Any], keys: tuple[str, ...], codes: Counter[int], checks: list[Any]
+) -> Any:
+    """One operation's seeded, bounded Hypothesis run: call, count, validate."""
+
+    @hypothesis.seed(SEED)
+    @hypothesis.settings(
+        max_examples=EXAMPLES,
+        deadline=None,
+        database=None,
+        phases=[Phase.explicit, Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+        print_blob=True,
+    )
+    @given(case=cases, key=st.sampled_from(keys))
+    def run(case: Any, key: str) -> None:
+        response = case.call(headers={"Authorization": f"Bearer {key}"})
+        codes[response.status_code] += 1
+        case.validate_response(response, checks=checks)
+
+    return run
+
+
 @pytest.mark.slow
 def test_schemathesis_every_operation(app: FastAPI) -> None:
     with TestClient(app) as client:  # runs the lifespan: the admin key exists
@@ -208,21 +231,7 @@ def test_schemathesis_every_operation(app: FastAPI) -> None:
             )
         strategies.extend(_guided(op, fixed, world.slot_start) * 2)  # weight: half the cases
 
-        @hypothesis.seed(SEED)
-        @hypothesis.settings(
-            max_examples=EXAMPLES,
-            deadline=None,
-            database=None,
-            phases=[Phase.explicit, Phase.generate, Phase.shrink],
-            suppress_health_check=list(HealthCheck),
-            print_blob=True,
-        )
-        @given(case=st.one_of(strategies), key=st.sampled_from(keys))
-        def run(case: Any, key: str) -> None:
-            response = case.call(headers={"Authorization": f"Bearer {key}"})
-            codes[response.status_code] += 1
-            case.validate_response(response, checks=checks)
-
+        run = _runner(st.one_of(strategies), keys, codes, checks)
         try:
             run()
         except (Exception, BaseExceptionGroup) as exc:  # report every failing operation

@@ -8,6 +8,7 @@ clients that must not hold up others).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import threading
 import time
@@ -344,10 +345,8 @@ def test_slow_clients_do_not_block_others(small_limits_server: LiveServer) -> No
             if stop.is_set():
                 return
             for s in tricklers:
-                try:
+                with contextlib.suppress(OSError):
                     s.sendall(request[i : i + 1])
-                except OSError:
-                    pass
             time.sleep(0.1)
 
     threading.Thread(target=trickle, daemon=True).start()

@@ -30,12 +30,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from tests.security import audit_lib as A
+from tests.security import audit_lib as audit
 
 N = 100_000
 N_BROKEN = 20_000
 ALPHA = 0.01
-ALPHA_EACH = ALPHA / len(A.TARGETS)
+ALPHA_EACH = ALPHA / len(audit.TARGETS)
 
 
 @pytest.fixture(scope="module")
@@ -46,53 +46,53 @@ def pool() -> Iterator[ProcessPoolExecutor]:
 
 
 def _samples(
-    pool: ProcessPoolExecutor, target: A.Target, n: int, factor: float = 1.0
+    pool: ProcessPoolExecutor, target: audit.Target, n: int, factor: float = 1.0
 ) -> tuple[np.ndarray, np.ndarray]:
     half = n // 2  # two chunks per side keep both workers busy
     jobs = [(target.name, side, half, factor) for side in (0, 1) for _ in range(2)]
-    parts = list(pool.map(A.sample, jobs))
+    parts = list(pool.map(audit.sample, jobs))
     return np.concatenate(parts[:2]), np.concatenate(parts[2:])
 
 
 def _audit(
-    pool: ProcessPoolExecutor, target: A.Target, n: int, factor: float = 1.0
-) -> tuple[A.AuditResult, float]:
-    v0, v1, scale, _ = A.noiseless(target)
-    edges = A.fixed_edges(v0, v1, scale)  # from the correct plan, before any sampling
+    pool: ProcessPoolExecutor, target: audit.Target, n: int, factor: float = 1.0
+) -> tuple[audit.AuditResult, float]:
+    v0, v1, scale, _ = audit.noiseless(target)
+    edges = audit.fixed_edges(v0, v1, scale)  # from the correct plan, before any sampling
     x0, x1 = _samples(pool, target, n, factor)
     true_loss = abs(v1 - v0) / (scale * factor)
-    return A.loss_lower_bound(x0, x1, edges, ALPHA_EACH), true_loss
+    return audit.loss_lower_bound(x0, x1, edges, ALPHA_EACH), true_loss
 
 
 def test_neighbours_move_each_statistic_by_its_sensitivity() -> None:
     """The audit is only as strong as its neighbours: each pair must be a worst case."""
-    for target in A.TARGETS:
-        v0, v1, scale, release = A.noiseless(target)
+    for target in audit.TARGETS:
+        v0, v1, scale, release = audit.noiseless(target)
         assert abs(v1 - v0) == pytest.approx(release.sensitivity, rel=1e-9), target.name
-        assert scale >= release.sensitivity / A.EPS and scale == pytest.approx(
-            release.sensitivity / A.EPS, rel=1e-12
+        assert scale >= release.sensitivity / audit.EPS and scale == pytest.approx(
+            release.sensitivity / audit.EPS, rel=1e-12
         )
     # the clipped targets really clip (otherwise they would repeat the baselines)
-    assert A.noiseless(A.BY_NAME["clip mean"])[3].kept.max() < max(A.COUNTS)
-    assert A.noiseless(A.BY_NAME["clip variance"])[3].kept.max() < max(A.COUNTS)
+    assert audit.noiseless(audit.BY_NAME["clip mean"])[3].kept.max() < max(audit.COUNTS)
+    assert audit.noiseless(audit.BY_NAME["clip variance"])[3].kept.max() < max(audit.COUNTS)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("target", A.TARGETS, ids=lambda t: t.name)
-def test_audit_bounds_the_loss_by_eps(pool: ProcessPoolExecutor, target: A.Target) -> None:
+@pytest.mark.parametrize("target", audit.TARGETS, ids=lambda t: t.name)
+def test_audit_bounds_the_loss_by_eps(pool: ProcessPoolExecutor, target: audit.Target) -> None:
     result, true_loss = _audit(pool, target, N)
-    print(f"\naudit {target.name}: loss >= {result.bound:.4f} (eps {A.EPS}) at {result.event}")
-    assert true_loss <= A.EPS * (1 + 1e-9)
-    assert result.bound <= A.EPS, (target.name, result)
+    print(f"\naudit {target.name}: loss >= {result.bound:.4f} (eps {audit.EPS}) at {result.event}")
+    assert true_loss <= audit.EPS * (1 + 1e-9)
+    assert result.bound <= audit.EPS, (target.name, result)
     # and the audit is tight enough to mean something: within 15% of eps
-    assert result.bound > 0.85 * A.EPS, (target.name, result)
+    assert result.bound > 0.85 * audit.EPS, (target.name, result)
 
 
 def _broken_variants() -> list[tuple[str, str, float]]:
-    out = [(t.name, "noise scale x 0.7", 0.7) for t in A.TARGETS]
-    for t in A.TARGETS:
-        _, _, _, release = A.noiseless(t)
-        broken = A.mean_count_sensitivity(t, np.asarray(release.kept))
+    out = [(t.name, "noise scale x 0.7", 0.7) for t in audit.TARGETS]
+    for t in audit.TARGETS:
+        _, _, _, release = audit.noiseless(t)
+        broken = audit.mean_count_sensitivity(t, np.asarray(release.kept))
         if broken is not None:
             out.append((t.name, "m* -> mean count", broken / release.sensitivity))
     return out
@@ -106,12 +106,12 @@ def test_audit_detects_broken_mechanisms(
     pool: ProcessPoolExecutor, name: str, variant: str, factor: float
 ) -> None:
     assert factor < 0.75, "a broken variant must really shrink the noise"
-    result, true_loss = _audit(pool, A.BY_NAME[name], N_BROKEN, factor)
+    result, true_loss = _audit(pool, audit.BY_NAME[name], N_BROKEN, factor)
     print(
         f"\naudit {name} [{variant}, scale x {factor:.3f}, true loss {true_loss:.3f}]: "
         f"loss >= {result.bound:.4f} at {result.event}"
     )
-    assert result.bound > A.EPS, (name, variant, result)
+    assert result.bound > audit.EPS, (name, variant, result)
 
 
 @pytest.mark.slow
@@ -119,16 +119,17 @@ def test_bulk_source_has_the_production_law() -> None:
     """Releases through the production ``OpenDPNoise`` (the engine's default) and through
     the bulk source have the same law: two-sample KS, and each against the exact
     Laplace CDF; a 25% scale error is caught by the same KS test (its power)."""
-    target = A.BY_NAME["baseline mean"]
-    _, d1 = A.neighbours()
-    _, v1, scale, _ = A.noiseless(target)
+    target = audit.BY_NAME["baseline mean"]
+    _, d1 = audit.neighbours()
+    _, v1, scale, _ = audit.noiseless(target)
     m = 10_000
     production = np.array([target.release(d1, None).estimate for _ in range(m)])
-    bulk = np.asarray(target.release(d1, A.BulkOpenDPNoise(m)).estimate)
+    bulk = np.asarray(target.release(d1, audit.BulkOpenDPNoise(m)).estimate)
     level = 1e-3  # each KS test here errs with probability <= 0.001
     assert stats.ks_2samp(production, bulk).pvalue > level
     laplace = stats.laplace(loc=v1, scale=scale).cdf
     assert stats.kstest(production, laplace).pvalue > level
     assert stats.kstest(bulk, laplace).pvalue > level
-    wrong = np.asarray(target.release(d1, A.ScaledNoise(A.BulkOpenDPNoise(m), 1.25)).estimate)
+    wider = audit.ScaledNoise(audit.BulkOpenDPNoise(m), 1.25)
+    wrong = np.asarray(target.release(d1, wider).estimate)
     assert stats.ks_2samp(production, wrong).pvalue < level

@@ -218,9 +218,7 @@ def test_every_release_runs_without_numpy_or_random(
     client: TestClient, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     patched = _poison(monkeypatch)
-    assert {"numpy.random.default_rng", "numpy.random.Generator", "random.random"} <= set(
-        patched
-    )
+    assert {"numpy.random.default_rng", "numpy.random.Generator", "random.random"} <= set(patched)
     with pytest.raises(AssertionError):
         np.random.default_rng(0)
     with pytest.raises(AssertionError):
