@@ -50,8 +50,8 @@ COLUMNS = {
 }
 
 
-def generate_csv(path: Path, rows: int, users: int = 2000, seed: int = 7) -> None:
-    """``rows`` records of ``users`` vehicles, each a random walk over one local day."""
+def generate_csv(path: Path, rows: int, users: int = 2000, days: int = 1, seed: int = 7) -> None:
+    """``rows`` records of ``users`` vehicles, each a random walk over ``days`` local days."""
     rng = np.random.default_rng(seed)
     midnight = datetime(2016, 11, 25, 6, 0, tzinfo=UTC)  # 00:00 in Austin (UTC-6)
     per_user = rows // users
@@ -60,7 +60,7 @@ def generate_csv(path: Path, rows: int, users: int = 2000, seed: int = 7) -> Non
         f.write("vehicle_id,timestamp,speed,route_id,latitude,longitude\n")
         for u in range(users):
             n = per_user + (1 if u < rows - per_user * users else 0)
-            secs = np.sort(rng.integers(0, 86_400, n)).tolist()
+            secs = np.sort(rng.integers(0, 86_400 * days, n)).tolist()
             lat = 30.10 + 0.4 * rng.random() + np.cumsum(rng.normal(0, 4e-4, n))
             lon = -97.95 + 0.4 * rng.random() + np.cumsum(rng.normal(0, 4e-4, n))
             speed = np.where(rng.random(n) < 0.4, 0.0, rng.uniform(0, 30, n)).tolist()
@@ -281,11 +281,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{kind}: through HTTP in-process: {args.rows / elapsed:,.0f} rows/s")
         for rows in args.memory:
             path = tmp / f"mem-{rows}.csv"
-            generate_csv(path, rows)
+            days = max(1, rows // 1_000_000)  # about a million rows a day: grids grow too
+            generate_csv(path, rows, days=days)
             for kind in kinds:
                 m = peak_memory_child(kind, path, tmp)
+                size = _mib(path.stat().st_size)
                 print(
-                    f"memory {kind:8s} {rows:>10,} rows ({_mib(path.stat().st_size)}): "
+                    f"memory {kind:8s} {rows:>10,} rows, {days} day(s) ({size}): "
                     f"peak RSS {m['peak_mib']:.0f} MiB (after imports {m['base_mib']:.0f} MiB), "
                     f"{rows / m['seconds']:,.0f} rows/s"
                 )

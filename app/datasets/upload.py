@@ -84,7 +84,7 @@ def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
     return order[keep]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Grid:
     grid_id: int
     version: int
