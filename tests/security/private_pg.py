@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -47,12 +48,16 @@ class PrivatePostgres:
 @contextmanager
 def private_postgres() -> Iterator[PrivatePostgres]:
     try:
-        import pgserver
-        from pgserver.utils import PostmasterInfo
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import pgserver
+            from pgserver.utils import PostmasterInfo
     except ImportError:
         pytest.fail("the 'pgserver' package is required (pip install -e '.[dev]')")
     pgdata = Path(tempfile.mkdtemp(prefix="dpg-sec-pg-"))
-    server = pgserver.get_server(pgdata, cleanup_mode="delete")
+    with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set"
+        warnings.simplefilter("ignore")
+        server = pgserver.get_server(pgdata, cleanup_mode="delete")
     info = server.get_postmaster_info()
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
     pg = PrivatePostgres(

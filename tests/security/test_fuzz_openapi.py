@@ -208,9 +208,8 @@ def _runner(
 def test_schemathesis_every_operation(app: FastAPI) -> None:
     with TestClient(app) as client:  # runs the lifespan: the admin key exists
         world = populate(client)
-    schema = schemathesis.openapi.from_asgi("/openapi.json", app)
-    with TestClient(app) as client:
         documented = DocumentedSchema(client.get("/openapi.json").json())
+    schema = schemathesis.openapi.from_asgi("/openapi.json", app)  # runs its own lifespan
     keys = (ADMIN_KEY, world.analyst_key)
     real_ids = {"dataset_id": str(world.dataset_id), "grid_id": world.grid_ids[0]}
     operations = [result.ok() for result in schema.get_all_operations()]
@@ -249,3 +248,19 @@ def test_schemathesis_every_operation(app: FastAPI) -> None:
         ledger = client.get(f"/datasets/{world.dataset_id}/ledger", headers=ADMIN).json()
         cap = resp.json()["budget_per_user"]
         assert all(u["spent"] <= cap for u in ledger["users"]), ledger
+
+
+def test_every_operation_documents_its_error_responses(client: TestClient) -> None:
+    """401/403 and what any keyed request may meet (422, 408, 413, 429, 503) are in the
+    schema, as the error body, for every operation that takes a key."""
+    doc = client.get("/openapi.json").json()
+    error_ref = "#/components/schemas/ErrorBody"
+    for path, ops in doc["paths"].items():
+        for method, op in ops.items():
+            if path == "/healthz":
+                continue
+            codes = set(op["responses"])
+            assert {"401", "403", "408", "413", "422", "429", "503"} <= codes, (method, path)
+            for code in codes - {"200", "201"}:
+                schema = op["responses"][code]["content"]["application/json"]["schema"]
+                assert schema == {"$ref": error_ref}, (method, path, code, schema)

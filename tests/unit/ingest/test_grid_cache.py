@@ -1,0 +1,44 @@
+"""The process-wide LRU of grid engine inputs is bounded in bytes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.datasets import grid_store
+from app.datasets.grid_store import _LRU, GridArrays
+
+
+def arrays(grid_id: int, n: int) -> GridArrays:
+    users = np.arange(n, dtype="<i8").tobytes()
+    return GridArrays.from_bytes(grid_id, 1, users, np.ones(n, "<i8").tobytes(), b"\0" * 8 * n)
+
+
+def test_lru_evicts_least_recently_used_by_bytes() -> None:
+    lru = _LRU(max_bytes=3 * 24 * 10)  # three grids of 10 users (24 bytes per user)
+    for g in range(3):
+        lru.put(("p", g, 1), arrays(g, 10))
+    assert lru.get(("p", 0, 1)) is not None  # 0 is now the most recent
+    lru.put(("p", 3, 1), arrays(3, 10))
+    assert lru.get(("p", 1, 1)) is None  # the least recent went
+    assert all(lru.get(("p", g, 1)) is not None for g in (0, 2, 3))
+    assert lru.bytes == 3 * 240
+    lru.put(("p", 9, 1), arrays(9, 1000))  # larger than the whole budget: not cached
+    assert lru.get(("p", 9, 1)) is None and lru.bytes == 720
+    lru.resize(240)
+    assert lru.bytes <= 240
+
+
+def test_arrays_are_read_only_and_typed() -> None:
+    a = arrays(1, 4)
+    assert a.user_ids.dtype == np.int64 and a.values.dtype == np.float64
+    assert not (a.user_ids.flags.writeable or a.counts.flags.writeable or a.values.flags.writeable)
+    assert a.nbytes == 4 * 24
+
+
+def test_configure_grid_cache() -> None:
+    before = grid_store.grid_cache_info()["max_bytes"]
+    try:
+        grid_store.configure_grid_cache(1234)
+        assert grid_store.grid_cache_info()["max_bytes"] == 1234
+    finally:
+        grid_store.configure_grid_cache(before)
