@@ -9,7 +9,7 @@ while a helper thread maps them to user and grid ids and bulk-writes them; at
 the end every grid that received records gets a fresh snapshot and summary.
 Memory is bounded by a few batches, the upload's distinct users and grids, and
 at most :data:`MEMORY_REBUILD_ROWS` rows kept to build new grids' snapshots
-without reading them back.
+without reading them back (more are spilled to temporary files).
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ import hashlib
 import hmac
 import queue
 import secrets
+import tempfile
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from pathlib import Path
+from typing import Any, BinaryIO, Literal
 
 import h3
 import numpy as np
@@ -53,9 +55,10 @@ __all__ = [
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
-#: Up to this many inserted rows are kept in memory to build new grids' snapshots;
-#: beyond it (or for grids that had records) snapshots are built from the database.
+#: Rows of new grids kept in memory to build their snapshots; beyond this they are
+#: spilled to ``SPILL_BUCKETS`` temporary files (grids that had records are re-read).
 MEMORY_REBUILD_ROWS = 2_000_000
+SPILL_BUCKETS = 64
 #: Records read back per query when rebuilding from the database, and grids per query.
 REBUILD_RECORDS = 1_000_000
 REBUILD_GRIDS = 1000
@@ -93,6 +96,74 @@ class _Grid:
     dirty: bool = False  # some rows may not have been inserted: rebuild from the database
 
 
+_ROW = np.dtype([("code", "<i8"), ("user", "<i8"), ("ts", "<i8"), ("value", "<f8")])
+
+
+class _NewGridRows:
+    """The rows stored this upload for grids it creates, kept to build their snapshots
+    without reading them back from the database.
+
+    Held in memory up to ``MEMORY_REBUILD_ROWS`` rows, then spilled to ``SPILL_BUCKETS``
+    temporary files partitioned by grid code, so each grid lies whole in one bucket
+    and memory stays bounded by one bucket. :meth:`close` removes the files.
+    """
+
+    def __init__(self) -> None:
+        self._chunks: list[np.ndarray] = []
+        self._rows = 0
+        self._dir: tempfile.TemporaryDirectory[str] | None = None
+        self._files: list[BinaryIO] = []
+
+    def add(self, codes: np.ndarray, users: np.ndarray, ts: np.ndarray, values: np.ndarray) -> None:
+        rows = np.empty(len(codes), dtype=_ROW)
+        rows["code"], rows["user"], rows["ts"], rows["value"] = codes, users, ts, values
+        self._rows += len(rows)
+        if self._dir is None and self._rows <= MEMORY_REBUILD_ROWS:
+            self._chunks.append(rows)
+            return
+        if self._dir is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="dpgate-ingest-")
+            self._files = [
+                open(Path(self._dir.name) / f"{b}.bin", "w+b")  # noqa: SIM115 - closed in close()
+                for b in range(SPILL_BUCKETS)
+            ]
+            for chunk in self._chunks:
+                self._spill(chunk)
+            self._chunks = []
+        self._spill(rows)
+
+    def _spill(self, rows: np.ndarray) -> None:
+        bucket = rows["code"] % SPILL_BUCKETS
+        order = np.argsort(bucket, kind="stable")
+        bounds = np.searchsorted(bucket[order], np.arange(SPILL_BUCKETS + 1))
+        for b in range(SPILL_BUCKETS):
+            if bounds[b] < bounds[b + 1]:
+                self._files[b].write(rows[order[bounds[b] : bounds[b + 1]]].tobytes())
+
+    def groups(self) -> Iterator[np.ndarray]:
+        """The rows in parts that each hold whole grids (one part, or one per bucket)."""
+        if self._dir is None:
+            if self._chunks:
+                rows = np.concatenate(self._chunks)
+                self._chunks = []
+                yield rows
+            return
+        for f in self._files:
+            f.flush()
+            f.seek(0)
+            rows = np.frombuffer(f.read(), dtype=_ROW)
+            f.truncate(0)
+            if len(rows):
+                yield rows
+
+    def close(self) -> None:
+        for f in self._files:
+            f.close()
+        if self._dir is not None:
+            self._dir.cleanup()
+        self._chunks, self._files, self._dir = [], [], None
+
+
 class _Ingestor:
     """Maps a batch's user and grid codes to database ids and writes its records.
 
@@ -111,8 +182,7 @@ class _Ingestor:
         self.attempted = np.empty(0, dtype=np.int64)  # rows offered, by grid code
         self.is_new = np.empty(0, dtype=bool)  # grid not stored before this upload, by code
         self.slot_grids: dict[int, dict[str, _Grid]] = {}  # slot µs -> stored grids
-        self.memory: list[tuple[np.ndarray, ...]] | None = []  # inserted rows, while small
-        self.memory_rows = 0
+        self.new_rows = _NewGridRows()
         self.inserted = 0
         self.duplicates = 0
 
@@ -136,22 +206,12 @@ class _Ingestor:
         )
         self.inserted += inserted
         self.duplicates += len(batch) - inserted
-        if inserted == len(keep):  # exactly these rows were stored
-            self._remember(codes, users, ts, values)
+        if inserted == len(keep):  # exactly these rows were stored: keep new grids' rows
+            new = self.is_new[codes]
+            self.new_rows.add(codes[new], users[new], ts[new], values[new])
         else:
             for c in np.unique(codes).tolist():
                 self.grids[c].dirty = True
-
-    def _remember(self, codes: np.ndarray, *arrays: np.ndarray) -> None:
-        """Keep the stored rows of new grids, while they fit in ``MEMORY_REBUILD_ROWS``."""
-        if self.memory is None:
-            return
-        new = self.is_new[codes]
-        self.memory_rows += int(new.sum())
-        if self.memory_rows > MEMORY_REBUILD_ROWS:
-            self.memory = None  # too big: new grids are read back from the database
-            return
-        self.memory.append((codes[new], *(a[new] for a in arrays)))
 
     def _add_grids(self, keys: list[tuple[int, int]]) -> None:
         # Each slot's stored grids are loaded once per upload; a key not among them is
@@ -187,24 +247,25 @@ class _Ingestor:
         grids were created or changed.
         """
         by_id = {g.grid_id: g for g in self.grids}
-        from_memory: set[int] = set()
+        # new grids whose every row is known: built from the kept rows
+        dirty = np.array([g.dirty for g in self.grids], dtype=bool)
+        from_rows = {c for c, g in enumerate(self.grids) if g.new_key and not g.dirty}
         changed = 0
-        if self.memory:
-            from_memory = {c for c, g in enumerate(self.grids) if g.new_key and not g.dirty}
-            codes, users, ts, values = (np.concatenate(a) for a in zip(*self.memory, strict=True))
-            self.memory = None
-            if len(from_memory) < int(self.is_new.sum()):  # drop rows of dirty grids
-                mine = ~np.array([self.grids[c].dirty for c in range(len(self.grids))])[codes]
-                codes, users, ts, values = codes[mine], users[mine], ts[mine], values[mine]
-            order = np.lexsort((ts, users, codes))
-            del ts
-            grid_ids = self.grid_ids[codes[order]]
-            del codes
-            changed += self._store(by_id, summarise_grids(grid_ids, users[order], values[order]))
+        for rows in self.new_rows.groups():
+            rows = rows[~dirty[rows["code"]]]
+            order = np.lexsort((rows["ts"], rows["user"], rows["code"]))
+            rows = rows[order]
+            changed += self._store(
+                by_id,
+                summarise_grids(
+                    self.grid_ids[rows["code"]], rows["user"].copy(), rows["value"].copy()
+                ),
+            )
+        # the others (grids that had records, or saw duplicates of stored rows): re-read
         rest = [
             (g.grid_id, g.n_records + int(n))
             for c, (g, n) in enumerate(zip(self.grids, self.attempted.tolist(), strict=True))
-            if c not in from_memory
+            if c not in from_rows
         ]
         for group in _groups(sorted(rest)):
             changed += self._store(by_id, summarise_grids(*self.bulk.read_grids(group)))
@@ -329,8 +390,8 @@ def upload_records(
     ingestor = _Ingestor(session, dataset, hash_secret)
     rows = rejected = clamped = dropped = 0
     errors: list[tuple[int, str]] = []
-    writer = _Writer(ingestor.write)
     try:
+        writer = _Writer(ingestor.write)
         try:
             reader = RecordReader(chunks, parse)
             for batch in reader.batches(BATCH_ROWS):
@@ -342,10 +403,12 @@ def upload_records(
                 writer.submit(batch)
         finally:
             writer.close()  # the session is ours again only after this
+        changed = ingestor.finish()
     except CsvFormatError as exc:
         raise InvalidRequest(f"cannot read the CSV: {exc}") from None
+    finally:
+        ingestor.new_rows.close()
 
-    changed = ingestor.finish()
     answer = UploadResult(
         accepted=ingestor.inserted,
         rejected=rejected,

@@ -11,9 +11,9 @@ default) of:
   errors, so not a mechanism anyone could pick privately — reported for context);
 * each **peer library**, with its own contribution bounding: every user capped at
   ``k`` records, ``k`` = the median count ``med(m_l)`` (002 §III-C's choice) and
-  ``k`` = the best in hindsight (smallest MAE over a grid of ``k`` values
-  ``{round(2^(j/2))} ∪ {median, m*}``, screened with ``min(runs, 200)`` runs, then
-  re-run with ``runs`` fresh runs).
+  ``k`` = the best in hindsight (smallest MAE over the grid of ``k`` values
+  ``{round(2^(j/2))} ∪ {median, m*}``; :func:`run_peers` says how it is found), each
+  measured with ``runs`` fresh runs of the library.
 
 How each peer releases a user-level ``ε``-DP mean (neighbouring data sets: one
 user's values all changed, occupancy public — SPEC §1):
@@ -49,6 +49,7 @@ errors are reported). A peer that is not installed is reported and skipped
 from __future__ import annotations
 
 import importlib.metadata as md
+import math
 import os
 import time
 import warnings
@@ -71,11 +72,14 @@ from app.synth.itms import ITMS_U
 __all__ = [
     "EPS_PEERS",
     "PEERS",
+    "hindsight_k",
     "k_candidates",
+    "opendp_scale",
     "peer_available",
     "peer_estimates",
     "run_peers",
     "truncate_earliest",
+    "truncation_mae",
 ]
 
 EPS_PEERS: tuple[float, ...] = (0.5, 1.0, 2.0)
@@ -280,6 +284,57 @@ class _Batches:
         return out
 
 
+def truncation_mae(grid: GridData, k: int, scale: float) -> float:
+    """Expected ``|M - μ|`` of a cap-at-``k`` mean plus ``Lap(scale)``: ``c + b e^{-c/b}``.
+
+    ``c`` is the (deterministic) gap between the mean of every user's earliest ``k``
+    records and the grid's mean. This is exactly the MAE of the OpenDP and
+    diffprivlib releases (diffprivlib's truncation of its output to ``[0, U]`` aside).
+    """
+    c = abs(float(truncate_earliest(grid, k).mean()) - float(grid.values.mean()))
+    if scale <= 0:
+        return c
+    return c + scale * math.exp(-c / scale)
+
+
+def opendp_scale(s: int, U: float, eps: float, k: int) -> float:
+    """The Laplace scale OpenDP's own ``binary_search_param`` calibrates for the peer."""
+    import opendp.prelude as dp
+
+    dp.enable_features("contrib")
+    space = (
+        dp.vector_domain(dp.atom_domain(T=float, nan=False), size=int(s)),
+        dp.symmetric_distance(),
+    )
+
+    def make(scale: float) -> dp.Measurement:
+        return (
+            space
+            >> dp.t.then_clamp((0.0, float(U)))
+            >> dp.t.then_mean()
+            >> dp.m.then_laplace(scale)
+        )
+
+    return float(dp.binary_search_param(make, d_in=2 * int(k), d_out=float(eps)))
+
+
+def hindsight_k(peer: str, grid: GridData, U: float, eps: float) -> int:
+    """The candidate ``k`` with the smallest exact expected MAE for a truncating peer.
+
+    ``peer == "opendp"`` uses OpenDP's calibrated scale; anything else the analytic
+    ``kU/(sε)`` (diffprivlib's scale, and the centre of PipelineDP's search).
+    """
+    best: tuple[float, int] | None = None
+    for k in k_candidates(grid.counts):
+        s = int(np.minimum(grid.counts, k).sum())
+        scale = opendp_scale(s, U, eps, k) if peer == "opendp" else k * U / (s * eps)
+        key = (truncation_mae(grid, k, scale), k)
+        if best is None or key < best:
+            best = key
+    assert best is not None
+    return best[1]
+
+
 def run_peers(
     out_dir: Path,
     *,
@@ -293,10 +348,15 @@ def run_peers(
 ) -> ExperimentResult:
     """The peers comparison (module docstring); writes nothing but its markdown.
 
-    The hindsight ``k`` of each peer is found by successive halving with the peer
-    itself: every candidate gets ``min(runs, 200)`` runs, the best three get four
-    times as many more, and the smallest pooled MAE wins; the reported MAE then
-    comes from ``runs`` fresh runs at that ``k`` (reused when it is the median).
+    Hindsight ``k``: OpenDP and diffprivlib release a cap-at-``k`` mean plus Laplace
+    noise of a scale known in advance (OpenDP's own calibration, diffprivlib's
+    ``kU/(sε)``), so their expected MAE at every candidate ``k`` is computed exactly
+    (:func:`truncation_mae`) and the smallest wins. PipelineDP (random sampling, a
+    noisy count) is searched with the library itself, by successive halving over the
+    candidates within a factor 2.9 (three √2 steps) of that analytic optimum: each
+    gets ``min(runs, 200)`` runs, the best three four times as many more, and the
+    smallest pooled MAE wins. Every reported peer MAE then comes from ``runs`` fresh
+    runs of the library at that ``k`` (one set when it equals the median).
     """
     del out_dir
     t0 = time.perf_counter()
@@ -307,53 +367,74 @@ def run_peers(
     rows: list[Row] = []
     n_workers = workers or min(2, os.cpu_count() or 1)
     combos = [(name, grid, U, eps) for name, grid, U in grids for eps in eps_list]
-    n_cand = sum(len(k_candidates(g.counts)) for _, g, _, _ in combos)
-    total = len(combos) * (1 + len(live) * 5) + n_cand * len(live)
+    mus = {name: float(grid.values.mean()) for name, grid, _ in grids}
+    best_k: dict[tuple, int] = {}
+    pdp_cands: dict[tuple, list[int]] = {}
+    for name, grid, U, eps in combos:
+        hint = hindsight_k("analytic", grid, U, eps)
+        for p in live:
+            if p == "pipeline_dp":
+                kc = k_candidates(grid.counts)
+                pdp_cands[(name, eps)] = [k for k in kc if hint / 2.9 <= k <= hint * 2.9]
+            else:
+                best_k[(name, eps, p)] = hindsight_k(p, grid, U, eps)
+    total = (
+        len(combos)
+        + sum(len(v) for v in pdp_cands.values())
+        + 3 * len(pdp_cands)
+        + 2 * len(combos) * len(live)
+    )
     with (
         Progress(total, "peers", progress) as bar,
         ProcessPoolExecutor(max_workers=n_workers) as pool,
     ):
-        batches = _Batches(pool, seed)
-        for name, grid, U, eps in combos:
-            for p in live:
-                for k in k_candidates(grid.counts):
-                    batches.submit(("screen", name, eps, p, k), p, grid, U, eps, k, screen)
-        for name, grid, U, eps in combos:  # dpgate runs while the pool screens
-            rows.extend(_dpgate_rows(name, grid, U, eps, runs, seed, float(grid.values.mean())))
-            bar.update()
-        first = batches.collect(bar)
-        mus = {name: float(grid.values.mean()) for name, grid, _ in grids}
-        top: dict[tuple, list[int]] = {}
-        for name, grid, U, eps in combos:
-            for p in live:
-                kc = k_candidates(grid.counts)
-                ranked = sorted(
-                    kc, key=lambda k: (_mae(first[("screen", name, eps, p, k)], mus[name]), k)
-                )
-                top[(name, eps, p)] = ranked[:3]
-                for k in ranked[:3]:
-                    batches.submit(("refine", name, eps, p, k), p, grid, U, eps, k, 4 * screen)
-        second = batches.collect(bar)
-        best_k: dict[tuple, int] = {}
-        for (name, eps, p), ks in top.items():
+        screening, finals = _Batches(pool, seed), _Batches(pool, seed)
+        where = {(name, eps): (grid, U) for name, grid, U, eps in combos}
+        for (name, eps), ks in pdp_cands.items():
+            grid, U = where[(name, eps)]
+            for k in ks:
+                screening.submit(("screen", name, eps, k), "pipeline_dp", grid, U, eps, k, screen)
 
-            def pooled(k: int, name: str = name, eps: float = eps, p: str = p) -> float:
+        def submit_finals(name: str, grid: GridData, U: float, eps: float, p: str) -> None:
+            median, kb = _median(grid.counts), best_k[(name, eps, p)]
+            finals.submit(("final", name, eps, p, median), p, grid, U, eps, median, runs)
+            if kb != median:
+                finals.submit(("final", name, eps, p, kb), p, grid, U, eps, kb, runs)
+            else:
+                bar.update()
+
+        for name, grid, U, eps in combos:  # their k is known already: keep the pool busy
+            for p in live:
+                if p != "pipeline_dp":
+                    submit_finals(name, grid, U, eps, p)
+        for name, grid, U, eps in combos:  # dpgate runs in this process meanwhile
+            rows.extend(_dpgate_rows(name, grid, U, eps, runs, seed, mus[name]))
+            bar.update()
+        first = screening.collect(bar)
+        top: dict[tuple, list[int]] = {}
+        for (name, eps), ks in pdp_cands.items():
+            grid, U = where[(name, eps)]
+            ranked = sorted(ks, key=lambda k: (_mae(first[("screen", name, eps, k)], mus[name]), k))
+            top[(name, eps)] = ranked[:3]
+            bar.update(3 - len(top[(name, eps)]))
+            for k in top[(name, eps)]:
+                screening.submit(
+                    ("refine", name, eps, k), "pipeline_dp", grid, U, eps, k, 4 * screen
+                )
+        second = screening.collect(bar)
+        for (name, eps), ks in top.items():
+
+            def pooled(k: int, name: str = name, eps: float = eps) -> float:
                 est = np.concatenate(
-                    [first[("screen", name, eps, p, k)], second[("refine", name, eps, p, k)]]
+                    [first[("screen", name, eps, k)], second[("refine", name, eps, k)]]
                 )
                 return _mae(est, mus[name])
 
-            best_k[(name, eps, p)] = min(ks, key=lambda k: (pooled(k), k))
-        for name, grid, U, eps in combos:
-            for p in live:
-                median = _median(grid.counts)
-                batches.submit(("final", name, eps, p, median), p, grid, U, eps, median, runs)
-                kb = best_k[(name, eps, p)]
-                if kb != median:
-                    batches.submit(("final", name, eps, p, kb), p, grid, U, eps, kb, runs)
-                else:
-                    bar.update()
-        final = batches.collect(bar)
+            best_k[(name, eps, "pipeline_dp")] = min(ks, key=lambda k: (pooled(k), k))
+        if "pipeline_dp" in live:
+            for name, grid, U, eps in combos:
+                submit_finals(name, grid, U, eps, "pipeline_dp")
+        final = finals.collect(bar)
         for name, grid, U, eps in combos:
             for p in live:
                 median, kb = _median(grid.counts), best_k[(name, eps, p)]

@@ -522,8 +522,9 @@ def test_concurrent_uploads_to_one_dataset_are_serialised(client: TestClient, ap
 def test_snapshot_paths_agree(
     client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """New grids are built from memory when possible, else read back from the database
-    (large uploads, batches with duplicates of stored rows): the results are identical."""
+    """New grids are built from the rows kept in memory, or spilled to temporary files
+    (large uploads), or read back from the database (batches that met duplicates of
+    stored rows): the results are identical."""
     points = [(12.97, 77.59), (12.99, 77.70), (13.05, 77.50)]
     rows = [
         (
@@ -548,16 +549,26 @@ def test_snapshot_paths_agree(
                 )  # fmt: skip
         return out
 
+    spills: list[int] = []
+    real_spill = upload_module._NewGridRows._spill
+
+    def spy(self, rows):
+        spills.append(len(rows))
+        return real_spill(self, rows)
+
+    monkeypatch.setattr(upload_module._NewGridRows, "_spill", spy)
     results = []
-    for batch_rows, memory_rows in ((50_000, 10**9), (50_000, 5), (20, 10**9)):
+    for batch_rows, memory_rows in ((50_000, 10**9), (50_000, 5), (20, 10**9), (20, 30)):
         monkeypatch.setattr(upload_module, "BATCH_ROWS", batch_rows)
         monkeypatch.setattr(upload_module, "MEMORY_REBUILD_ROWS", memory_rows)
         ds = create_dataset(client)
+        spills.clear()
         answer = upload_csv(client, ds["id"], text)
         assert (answer["accepted"], answer["duplicates"]) == (300, len(rows) - 300)
+        assert bool(spills) == (memory_rows < 300)
         results.append(snapshot_of(ds["id"]))
     assert len(results[0]) == 6
-    assert results[0] == results[1] == results[2]
+    assert results[0] == results[1] == results[2] == results[3]
 
 
 @pytest.mark.postgres_only

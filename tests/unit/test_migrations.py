@@ -36,14 +36,15 @@ def test_ledger_is_append_only_on_postgres(postgres_url: str) -> None:
         with engine.begin() as conn:
             conn.execute(
                 text(
-                    "insert into api_keys (id, name, role, key_hash, prefix, epsilon_spent, created_at)"
-                    " values (1, 'k', 'admin', 'h', 'p', 0, now())"
+                    "insert into api_keys (id, name, role, key_hash, prefix, epsilon_spent,"
+                    " created_at) values (1, 'k', 'admin', 'h', 'p', 0, now())"
                 )
             )
             conn.execute(
                 text(
                     "insert into datasets (id, name, value_bound, h3_resolution, timeslot_minutes,"
-                    " timezone, budget_per_user, max_epsilon_per_query, on_exhausted, epoch, created_at)"
+                    " timezone, budget_per_user, max_epsilon_per_query, on_exhausted, epoch,"
+                    " created_at)"
                     " values (1, 'd', 1, 8, 60, 'UTC', 1, 1, 'refuse', 1, now())"
                 )
             )

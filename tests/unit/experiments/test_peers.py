@@ -97,3 +97,16 @@ def test_run_peers_table_and_missing_peer(monkeypatch, tmp_path):
     assert all(a > 0 and h > 0 for a, h in ratios.values())
     assert any(k.startswith("dpgate auto MAE") for k in r.checks)
     assert "| ITMS-like grid (002 §IV) | 1 |" in r.markdown
+
+
+def test_exact_truncation_mae_and_opendp_scale(small_grid):
+    _need("opendp")
+    s = int(np.minimum(small_grid.counts, 3).sum())
+    scale = peers_mod.opendp_scale(s, U, 1.0, 3)
+    assert scale == pytest.approx(3 * U / s, rel=1e-6)  # OpenDP's sized mean: kU/(s eps)
+    assert peers_mod.truncation_mae(small_grid, 3, scale) == pytest.approx(
+        _expected_clip_mae(small_grid, 3, 1.0), rel=1e-6
+    )
+    k = peers_mod.hindsight_k("opendp", small_grid, U, 1.0)
+    assert k in k_candidates(small_grid.counts)
+    assert k == peers_mod.hindsight_k("analytic", small_grid, U, 1.0)
