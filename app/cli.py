@@ -65,7 +65,7 @@ def _demo(args: argparse.Namespace) -> int:
 def _experiments(args: argparse.Namespace) -> int:
     from app.experiments.runner import run_from_args
 
-    return run_from_args(args, getattr(args, "raw_argv", None))
+    return run_from_args(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -122,8 +122,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if argv is not None:
-        args.raw_argv = list(argv)[1:]
     return int(args.func(args) or 0)
 
 

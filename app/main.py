@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from app import __version__
 from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
+from app.datasets.grid_store import configure_grid_cache
 from app.db.engine import make_engine, make_sessionmaker
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
@@ -58,6 +59,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = sessionmaker
     app.state.hash_secret = settings.hashing_secret()
+    configure_grid_cache(settings.grid_cache_bytes)
     app.state.rate_limiter = (
         RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
     )

@@ -73,8 +73,8 @@ class Record(Base):
     Deliberately without FOREIGN KEY constraints: ingestion is the only writer and
     resolves ``grid_id`` and ``user_id`` itself, in the same transaction and under
     the dataset's lock (it also inserts a new grid only at the end of an upload).
-    On Postgres the three per-row FK triggers made bulk ingestion about 2.5x
-    slower. Deleting a dataset must therefore delete its records explicitly.
+    On Postgres the three per-row FK triggers about tripled the cost of inserting
+    records. Deleting a dataset must therefore delete its records explicitly.
     """
 
     __tablename__ = "records"

@@ -30,6 +30,7 @@ ID_BLOCK = 4096
 PG_EPOCH_OFFSET_US = 946_684_800_000_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ONE_US = timedelta(microseconds=1)
 _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _PG_COPY_TRAILER = struct.pack(">h", -1)
 _PG_STAGE_ROW = np.dtype(
@@ -39,6 +40,7 @@ _PG_STAGE_ROW = np.dtype(
         ("l2", ">i4"), ("user", ">i8"),
         ("l3", ">i4"), ("ts", ">i8"),
         ("l4", ">i4"), ("value", ">f8"),
+        ("l5", ">i4"), ("check", "u1"),
     ]
 )  # fmt: skip
 _PG_FETCH_ROW = np.dtype(
@@ -369,17 +371,54 @@ class IngestRepository:
         user_ids: np.ndarray,
         ts_us: np.ndarray,
         values: np.ndarray,
+        check: np.ndarray | None = None,
     ) -> int:
         """Store records whose (user, ts) is not stored yet; returns how many were inserted.
 
         The rows must not repeat a (user, ts) among themselves (see
-        ``first_occurrences``); they are best given in (user, ts) order.
+        ``first_occurrences``); they are best given in (user, ts) order. ``check``
+        (bool per row, default all) marks the rows that may repeat a stored one; the
+        others are inserted without looking (Postgres; the unique constraint still
+        guards them).
         """
         if len(grid_ids) == 0:
             return 0
         if self.postgres:
-            return self._insert_postgres(dataset_id, grid_ids, user_ids, ts_us, values)
+            if check is None:
+                check = np.ones(len(grid_ids), dtype=bool)
+            return self._insert_postgres(dataset_id, grid_ids, user_ids, ts_us, values, check)
         return self._insert_sqlite(dataset_id, grid_ids, user_ids, ts_us, values)
+
+    def latest_ts(self, dataset_id: int, user_ids: Sequence[int]) -> list[int | None]:
+        """Per user, the latest stored record time (µs), or None (one index probe each)."""
+        if not user_ids:
+            return []
+        if self.postgres:
+            with self._driver().cursor() as cur:
+                cur.execute(
+                    "SELECT (SELECT max(r.ts) FROM records r "
+                    "WHERE r.dataset_id = %s AND r.user_id = u.id) "
+                    "FROM unnest(%s::int[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n",
+                    (dataset_id, list(user_ids)),
+                )
+                return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]
+        cur = self._driver().cursor()
+        try:
+            out: list[int | None] = []
+            for uid in user_ids:
+                cur.execute(
+                    "SELECT max(ts) FROM records WHERE dataset_id = ? AND user_id = ?",
+                    (dataset_id, uid),
+                )
+                (t,) = cur.fetchone()
+                out.append(
+                    None
+                    if t is None
+                    else (datetime.fromisoformat(t + "+00:00") - _EPOCH) // _ONE_US
+                )
+            return out
+        finally:
+            cur.close()
 
     def _insert_sqlite(self, dataset_id, grid_ids, user_ids, ts_us, values) -> int:
         params = zip(
@@ -401,38 +440,48 @@ class IngestRepository:
         finally:
             cur.close()
 
-    def _insert_postgres(self, dataset_id, grid_ids, user_ids, ts_us, values) -> int:
+    def _insert_postgres(self, dataset_id, grid_ids, user_ids, ts_us, values, check) -> int:
         rows = np.empty(len(grid_ids), dtype=_PG_STAGE_ROW)
-        rows["n"] = 4
+        rows["n"] = 5
         for length in ("l1", "l2", "l3", "l4"):
             rows[length] = 8
+        rows["l5"] = 1
         rows["grid"] = grid_ids
         rows["user"] = user_ids
         rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
         rows["value"] = values
+        rows["check"] = check
+        inserted = 0
         with self._driver().cursor() as cur:
             if not self._staged:
                 # JIT-compiling each batch's statement costs more than it saves here
                 cur.execute("SET LOCAL jit = off")
                 cur.execute(
                     "CREATE TEMP TABLE dpgate_ingest_stage (grid_id bigint, user_id bigint, "
-                    "ts timestamptz, value double precision) ON COMMIT DROP"
+                    "ts timestamptz, value double precision, checked boolean) ON COMMIT DROP"
                 )
                 self._staged = True
             with cur.copy(
-                "COPY dpgate_ingest_stage (grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
+                "COPY dpgate_ingest_stage (grid_id, user_id, ts, value, checked) "
+                "FROM STDIN (FORMAT BINARY)"
             ) as copy:
                 copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
-            # The dataset lock makes this the only writer of the dataset's records, so an
-            # anti-join finds every duplicate (the unique constraint stays as a backstop).
-            cur.execute(
+            insert = (
                 "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
                 "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM dpgate_ingest_stage s "
-                "WHERE NOT EXISTS (SELECT 1 FROM records r WHERE r.dataset_id = %(d)s "
-                "AND r.user_id = s.user_id AND r.ts = s.ts)",
-                {"d": dataset_id},
             )
-            inserted = cur.rowcount
+            if not check.all():  # rows that cannot repeat a stored one: no look-up
+                cur.execute(insert + "WHERE NOT s.checked", {"d": dataset_id})
+                inserted += cur.rowcount
+            if check.any():
+                # The dataset lock makes this the only writer of the dataset's records, so
+                # an anti-join finds every duplicate (the unique constraint is a backstop).
+                cur.execute(
+                    insert + "WHERE s.checked AND NOT EXISTS (SELECT 1 FROM records r "  # noqa: S608
+                    "WHERE r.dataset_id = %(d)s AND r.user_id = s.user_id AND r.ts = s.ts)",
+                    {"d": dataset_id},
+                )
+                inserted += cur.rowcount
             cur.execute("TRUNCATE dpgate_ingest_stage")
         return inserted
 

@@ -57,8 +57,10 @@ __all__ = [
 BATCH_ROWS = 50_000
 #: Rows of new grids kept in memory to build their snapshots; beyond this they are
 #: spilled to ``SPILL_BUCKETS`` temporary files (grids that had records are re-read).
-MEMORY_REBUILD_ROWS = 2_000_000
+MEMORY_REBUILD_ROWS = 1_000_000
 SPILL_BUCKETS = 64
+#: Grids written per statement when storing summaries and snapshots.
+STORE_GRIDS = 5000
 #: Records read back per query when rebuilding from the database, and grids per query.
 REBUILD_RECORDS = 1_000_000
 REBUILD_GRIDS = 1000
@@ -96,6 +98,7 @@ class _Grid:
     dirty: bool = False  # some rows may not have been inserted: rebuild from the database
 
 
+_NEVER = np.iinfo(np.int64).min
 _ROW = np.dtype([("code", "<i8"), ("user", "<i8"), ("ts", "<i8"), ("value", "<f8")])
 
 
@@ -141,20 +144,27 @@ class _NewGridRows:
                 self._files[b].write(rows[order[bounds[b] : bounds[b + 1]]].tobytes())
 
     def groups(self) -> Iterator[np.ndarray]:
-        """The rows in parts that each hold whole grids (one part, or one per bucket)."""
+        """The rows in parts that each hold whole grids (one part, or one per bucket).
+        Each part is handed over without a reference kept here, to free it early."""
         if self._dir is None:
             if self._chunks:
-                rows = np.concatenate(self._chunks)
-                self._chunks = []
-                yield rows
+                yield self._take_chunks()
             return
         for f in self._files:
-            f.flush()
-            f.seek(0)
-            rows = np.frombuffer(f.read(), dtype=_ROW)
-            f.truncate(0)
-            if len(rows):
-                yield rows
+            if f.tell():
+                yield self._take_bucket(f)
+
+    def _take_chunks(self) -> np.ndarray:
+        chunks, self._chunks = self._chunks, []
+        return np.concatenate(chunks)
+
+    @staticmethod
+    def _take_bucket(f: BinaryIO) -> np.ndarray:
+        f.flush()
+        f.seek(0)
+        rows = np.frombuffer(f.read(), dtype=_ROW)
+        f.truncate(0)
+        return rows
 
     def close(self) -> None:
         for f in self._files:
@@ -183,6 +193,7 @@ class _Ingestor:
         self.is_new = np.empty(0, dtype=bool)  # grid not stored before this upload, by code
         self.slot_grids: dict[int, dict[str, _Grid]] = {}  # slot µs -> stored grids
         self.new_rows = _NewGridRows()
+        self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
         self.inserted = 0
         self.duplicates = 0
 
@@ -192,17 +203,22 @@ class _Ingestor:
             hashes = [hash_user(self.secret, u) for u in batch.new_users]
             ids = self.bulk.user_ids(self.dataset.id, hashes)
             self.user_ids = np.concatenate([self.user_ids, np.array(ids, dtype=np.int64)])
+            known = [_NEVER if t is None else t for t in self.bulk.latest_ts(self.dataset.id, ids)]
+            self.latest = np.concatenate([self.latest, np.array(known, dtype=np.int64)])
         if batch.new_grids:
             self._add_grids(batch.new_grids)
         if not len(batch):
             return
         self.attempted += np.bincount(batch.grid_codes, minlength=len(self.attempted))
-        users = self.user_ids[batch.user_codes]
-        keep = first_occurrences(users, batch.ts_us)
-        codes = batch.grid_codes[keep]
-        users, ts, values = users[keep], batch.ts_us[keep], batch.values[keep]
+        keep = first_occurrences(batch.user_codes, batch.ts_us)
+        codes, user_codes = batch.grid_codes[keep], batch.user_codes[keep]
+        ts, values = batch.ts_us[keep], batch.values[keep]
+        # A row later than everything stored for its user cannot repeat a stored row.
+        check = ts <= self.latest[user_codes]
+        np.maximum.at(self.latest, user_codes, ts)
+        users = self.user_ids[user_codes]
         inserted = self.bulk.insert_records(
-            self.dataset.id, self.grid_ids[codes], users, ts, values
+            self.dataset.id, self.grid_ids[codes], users, ts, values, check
         )
         self.inserted += inserted
         self.duplicates += len(batch) - inserted
@@ -252,15 +268,13 @@ class _Ingestor:
         from_rows = {c for c, g in enumerate(self.grids) if g.new_key and not g.dirty}
         changed = 0
         for rows in self.new_rows.groups():
-            rows = rows[~dirty[rows["code"]]]
-            order = np.lexsort((rows["ts"], rows["user"], rows["code"]))
-            rows = rows[order]
-            changed += self._store(
-                by_id,
-                summarise_grids(
-                    self.grid_ids[rows["code"]], rows["user"].copy(), rows["value"].copy()
-                ),
-            )
+            if dirty.any():
+                rows = rows[~dirty[rows["code"]]]
+            rows = rows[np.lexsort((rows["ts"], rows["user"], rows["code"]))]
+            grid_ids = self.grid_ids[rows["code"]]
+            users, values = rows["user"].copy(), rows["value"].copy()
+            del rows
+            changed += self._store(by_id, summarise_grids(grid_ids, users, values))
         # the others (grids that had records, or saw duplicates of stored rows): re-read
         rest = [
             (g.grid_id, g.n_records + int(n))
@@ -272,6 +286,8 @@ class _Ingestor:
         return changed
 
     def _store(self, by_id: dict[int, _Grid], summaries: Iterator[GridSummary]) -> int:
+        """Write the grids whose record count changed, ``STORE_GRIDS`` at a time."""
+        changed = 0
         new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
         for s in summaries:
             grid = by_id[s.grid_id]
@@ -287,6 +303,12 @@ class _Ingestor:
                 cell, slot = grid.new_key
                 new_grids.append((s.grid_id, secrets.token_urlsafe(12), cell, slot, *summary))
                 new_snaps.append(snap)
+            if len(new_grids) + len(old_grids) >= STORE_GRIDS:
+                changed += self._flush(new_grids, new_snaps, old_grids, old_snaps)
+                new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
+        return changed + self._flush(new_grids, new_snaps, old_grids, old_snaps)
+
+    def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
         self.bulk.insert_grids(self.dataset.id, new_grids)
         self.bulk.write_snapshots(new_snaps, replace=False)
         self.bulk.update_grids(old_grids)

@@ -48,6 +48,7 @@ from app.experiments.common import (
     panel_plot,
     seed_for,
 )
+from app.experiments.noise import SeededNoise
 from app.synth.bounding import (
     BOUNDING_U,
     extreme_collection,
@@ -138,9 +139,13 @@ def bounding_errors(
     draw: Callable[[np.random.Generator, tuple[int, int]], np.ndarray],
     eps: float,
     runs: int,
-    rng: np.random.Generator,
+    noise: SeededNoise,
 ) -> dict[str, np.ndarray]:
-    """Absolute errors of Laplace, OPT-worst-case and AKMV over ``runs`` fresh data sets."""
+    """Absolute errors of Laplace, OPT-worst-case and AKMV over ``runs`` fresh data sets.
+
+    Data and noise are drawn from the ``Generator`` of ``noise`` (vectorised).
+    """
+    rng = noise.rng
     c = np.asarray(counts, dtype=np.int64)
     n, L, m_star = int(c.sum()), c.size, int(c.max())
     starts = np.concatenate(([0], np.cumsum(c)[:-1]))
@@ -212,8 +217,8 @@ def run_bounding(
             mae: dict[str, list[float]] = {m: [] for m in MECHS}
             se: dict[str, list[float]] = {m: [] for m in MECHS}
             for eps in eps_list:
-                rng = np.random.default_rng(seed_for(seed, "003", key, eps))
-                errs = bounding_errors(counts, draw, eps, runs, rng)
+                noise = SeededNoise(np.random.default_rng(seed_for(seed, "003", key, eps)))
+                errs = bounding_errors(counts, draw, eps, runs, noise)
                 for m in MECHS:
                     mae[m].append(float(errs[m].mean()))
                     se[m].append(float(errs[m].std(ddof=1) / np.sqrt(errs[m].size)))

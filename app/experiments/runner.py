@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import platform
+import shlex
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -204,7 +205,17 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     return p
 
 
-def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None = None) -> int:
+def command_line(args: argparse.Namespace) -> str:
+    """The ``dpgate experiments ...`` command that reproduces ``args`` (for reports)."""
+    parts = ["dpgate", "experiments", args.name, "--out", str(args.out)]
+    for flag in ("runs", "seed", "draws", "data", "report"):
+        value = getattr(args, flag)
+        if value is not None and not (flag == "seed" and value == 0):
+            parts += [f"--{flag}", str(value)]
+    return " ".join(shlex.quote(p) for p in parts)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
     """Run what ``args`` asks for; print the written files and a claims summary."""
     if args.runs is not None and args.runs < 2:
         print("--runs must be >= 2", file=sys.stderr)
@@ -228,8 +239,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None = None) -
             print(f"  {'ok ' if ok else 'NOT'} {claim}", flush=True)
     total = time.perf_counter() - t0
     if args.report is not None:
-        cmd = "dpgate experiments " + " ".join(argv if argv is not None else sys.argv[2:])
-        path = write_report(results, args.report, cmd.strip(), total)
+        path = write_report(results, args.report, command_line(args), total)
         print(f"report: {path}")
     print(f"total: {total:.1f} s")
     return 0
@@ -238,7 +248,7 @@ def run_from_args(args: argparse.Namespace, argv: Sequence[str] | None = None) -
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry point (``python -m app.experiments.runner``)."""
     args = build_parser().parse_args(argv)
-    return run_from_args(args, argv)
+    return run_from_args(args)
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ __all__ = [
     "LINEAR",
     "PROJECTION",
     "WRAP_PROJECTION",
+    "MaePoint",
     "bestfit_array_means",
     "choose_many",
     "deterministic_release",

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import codecs
 import csv
+import itertools
 import math
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -104,15 +106,17 @@ def iter_lines(chunks: Iterable[bytes], max_line_chars: int = MAX_LINE_CHARS) ->
 
     Holds at most one chunk and one partial line in memory; a line longer than
     ``max_line_chars`` or bytes that are not UTF-8 raise :class:`CsvFormatError`.
+    Lines are handed out by C-level iterators, one per chunk.
     """
+    return itertools.chain.from_iterable(_chunk_lines(chunks, max_line_chars))
+
+
+def _chunk_lines(chunks: Iterable[bytes], max_line_chars: int) -> Iterator[Iterator[str]]:
     decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
     pending = ""
     offset = 0
     lineno = 0
-    final = False
-    it = iter(chunks)
-    while not final:
-        chunk = next(it, None)
+    for chunk in itertools.chain(chunks, [None]):
         final = chunk is None
         try:
             text = decoder.decode(b"" if chunk is None else chunk, final=final)
@@ -121,19 +125,20 @@ def iter_lines(chunks: Iterable[bytes], max_line_chars: int = MAX_LINE_CHARS) ->
                 f"the file is not valid UTF-8 (near byte {offset + exc.start}, after line {lineno})"
             ) from None
         offset += 0 if chunk is None else len(chunk)
-        if not text and not final:
+        if not text:
             continue
-        parts = (pending + text).split("\n") if pending else text.split("\n")
-        pending = parts.pop()
+        lines = (pending + text).split("\n") if pending else text.split("\n")
+        pending = lines.pop()
         if len(pending) > max_line_chars:
-            raise CsvFormatError(f"line {lineno + len(parts) + 1} is longer than {max_line_chars}")
-        for part in parts:
-            lineno += 1
-            if len(part) > max_line_chars:
-                raise CsvFormatError(f"line {lineno} is longer than {max_line_chars} characters")
-            yield part + "\n"
+            raise CsvFormatError(f"line {lineno + len(lines) + 1} is longer than {max_line_chars}")
+        if lines:
+            if max(map(len, lines)) > max_line_chars:
+                n = next(i for i, line in enumerate(lines) if len(line) > max_line_chars)
+                raise CsvFormatError(f"line {lineno + n + 1} is longer than {max_line_chars}")
+            lineno += len(lines)
+            yield map(operator.add, lines, itertools.repeat("\n"))
     if pending:
-        yield pending
+        yield iter((pending,))
 
 
 def _resolve_header(header: list[str], columns: ColumnMap) -> tuple[int, ...]:
@@ -230,91 +235,93 @@ class RecordReader:
             if len(errors) < MAX_REPORTED_ERRORS:
                 errors.append((line, reason))
 
-        while len(users) < batch_rows:
-            try:
-                row = next(reader, None)
-            except csv.Error as exc:
-                raise CsvFormatError(f"malformed CSV at line {last + 1}: {exc}") from None
-            if row is None:
-                self._done = True
-                break
-            line = last + 1
-            last = reader.line_num
-            if not row:
-                continue  # a blank line is not a record
-            rows += 1
-            if len(row) != ncols:
-                if len(row) > MAX_COLUMNS:
-                    raise CsvFormatError(
-                        f"line {line} has {len(row)} fields (at most {MAX_COLUMNS})"
-                    )
-                if len(row) == 1 and not row[0].strip():
-                    rows -= 1
-                    continue  # whitespace-only line
-                reject(line, f"expected {ncols} fields, got {len(row)}")
-                continue
-            user = row[iu].strip()
-            if not user:
-                reject(line, "missing user id")
-                continue
-            text = row[it]
-            try:
-                us, aware = parse_ts(text)
-            except (ValueError, OverflowError):
-                reject(line, f"unparsable timestamp {_short(text)}")
-                continue
-            # naive times are wall clock: allow a day of slack, checked again after localising
-            if not MIN_US + 86_400_000_000 <= us < MAX_US - 86_400_000_000:
-                reject(line, f"timestamp {_short(text)} outside 1900-01-02..2299-12-30")
-                continue
-            text = row[ila]
-            try:
-                lat = float(text)
-            except ValueError:
-                reject(line, f"unparsable latitude {_short(text)}")
-                continue
-            if not -90.0 <= lat <= 90.0:
-                reason = "non-finite latitude" if not isfinite(lat) else f"latitude {lat!r}"
-                reject(line, f"{reason} outside [-90, 90]")
-                continue
-            text = row[ilo]
-            try:
-                lon = float(text)
-            except ValueError:
-                reject(line, f"unparsable longitude {_short(text)}")
-                continue
-            if not -180.0 <= lon <= 180.0:
-                reason = "non-finite longitude" if not isfinite(lon) else f"longitude {lon!r}"
-                reject(line, f"{reason} outside [-180, 180]")
-                continue
-            text = row[iv]
-            try:
-                value = float(text)
-            except ValueError:
-                reject(line, f"unparsable value {_short(text)}")
-                continue
-            if not isfinite(value):
-                reject(line, f"non-finite value {_short(text)}")
-                continue
-            if value == 0.0 and drop_zero:
-                dropped += 1
-                continue
-            if value < 0.0 or value > U:
-                if reject_oor:
-                    reject(line, f"value {value!r} outside [0, {U!r}]")
+        kept = 0
+        try:
+            for row in reader:
+                line = last + 1
+                last = reader.line_num
+                if not row:
+                    continue  # a blank line is not a record
+                rows += 1
+                if len(row) != ncols:
+                    if len(row) > MAX_COLUMNS:
+                        raise CsvFormatError(
+                            f"line {line} has {len(row)} fields (at most {MAX_COLUMNS})"
+                        )
+                    if len(row) == 1 and not row[0].strip():
+                        rows -= 1
+                        continue  # whitespace-only line
+                    reject(line, f"expected {ncols} fields, got {len(row)}")
                     continue
-                value = 0.0 if value < 0.0 else U
-                clamped += 1
-            if not aware:
-                naive.append(len(users))
-            code = user_codes.get(user)
-            if code is None:
-                code = user_codes[user] = len(user_codes)
-                new_users.append(user)
-            users.append(code)
-            ts.append(us)
-            cells.append(to_cell(lat, lon, res))
-            values.append(value)
+                user = row[iu].strip()
+                if not user:
+                    reject(line, "missing user id")
+                    continue
+                text = row[it]
+                try:
+                    us, aware = parse_ts(text)
+                except (ValueError, OverflowError):
+                    reject(line, f"unparsable timestamp {_short(text)}")
+                    continue
+                # naive times are wall clock: allow a day of slack, checked again after localising
+                if not MIN_US + 86_400_000_000 <= us < MAX_US - 86_400_000_000:
+                    reject(line, f"timestamp {_short(text)} outside 1900-01-02..2299-12-30")
+                    continue
+                text = row[ila]
+                try:
+                    lat = float(text)
+                except ValueError:
+                    reject(line, f"unparsable latitude {_short(text)}")
+                    continue
+                if not -90.0 <= lat <= 90.0:
+                    reason = "non-finite latitude" if not isfinite(lat) else f"latitude {lat!r}"
+                    reject(line, f"{reason} outside [-90, 90]")
+                    continue
+                text = row[ilo]
+                try:
+                    lon = float(text)
+                except ValueError:
+                    reject(line, f"unparsable longitude {_short(text)}")
+                    continue
+                if not -180.0 <= lon <= 180.0:
+                    reason = "non-finite longitude" if not isfinite(lon) else f"longitude {lon!r}"
+                    reject(line, f"{reason} outside [-180, 180]")
+                    continue
+                text = row[iv]
+                try:
+                    value = float(text)
+                except ValueError:
+                    reject(line, f"unparsable value {_short(text)}")
+                    continue
+                if not isfinite(value):
+                    reject(line, f"non-finite value {_short(text)}")
+                    continue
+                if value == 0.0 and drop_zero:
+                    dropped += 1
+                    continue
+                if value < 0.0 or value > U:
+                    if reject_oor:
+                        reject(line, f"value {value!r} outside [0, {U!r}]")
+                        continue
+                    value = 0.0 if value < 0.0 else U
+                    clamped += 1
+                if not aware:
+                    naive.append(len(users))
+                code = user_codes.get(user)
+                if code is None:
+                    code = user_codes[user] = len(user_codes)
+                    new_users.append(user)
+                users.append(code)
+                ts.append(us)
+                cells.append(to_cell(lat, lon, res))
+                values.append(value)
+                kept += 1
+                if kept >= batch_rows:
+                    break
+            else:
+                self._done = True
+        except csv.Error as exc:
+            raise CsvFormatError(f"malformed CSV at line {last + 1}: {exc}") from None
         self._last_line = last
 
         ts_arr = np.array(ts, dtype=np.int64)

@@ -130,13 +130,16 @@ def parse_timestamp(text: str) -> tuple[int, bool]:
     return (dt - EPOCH) // ONE_US, True
 
 
+_SECONDS = {f"{i:02d}": i * US for i in range(60)}
+
+
 class TimestampParser:
     """:func:`parse_timestamp` with a cache for the usual whole-second shapes.
 
     ``YYYY-MM-DD[T ]HH:MM:SS`` optionally followed by ``Z`` or ``±HH:MM``: the
-    text without its seconds is parsed once (by :func:`parse_timestamp`) and
-    cached, then each row only adds its seconds. Anything else, and leap
-    seconds, go the general way. Results are identical to :func:`parse_timestamp`.
+    text with its seconds set to ``00`` is parsed once (by :func:`parse_timestamp`,
+    which validates it) and cached; each row then only adds its seconds (``00``
+    to ``59``). Anything else goes the general way, so the results are identical.
     """
 
     def __init__(self, max_entries: int = 65_536) -> None:
@@ -145,16 +148,16 @@ class TimestampParser:
 
     def __call__(self, text: str) -> tuple[int, bool]:
         n = len(text)
-        if (n == 19 or n == 20 or n == 25) and text[16] == ":" and text[13] == ":":
-            sec = text[17:19]
-            if sec.isdigit() and sec.isascii() and sec < "60":
+        if n == 25 or n == 19 or n == 20:
+            sec = _SECONDS.get(text[17:19])
+            if sec is not None and text[16] == ":":
                 key = text[:17] + text[19:]
                 hit = self._cache.get(key)
                 if hit is None:
                     if len(self._cache) >= self._max:
                         self._cache.clear()
                     hit = self._cache[key] = parse_timestamp(text[:17] + "00" + text[19:])
-                return hit[0] + int(sec) * US, hit[1]
+                return hit[0] + sec, hit[1]
         return parse_timestamp(text)
 
 

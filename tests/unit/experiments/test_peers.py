@@ -110,3 +110,22 @@ def test_exact_truncation_mae_and_opendp_scale(small_grid):
     k = peers_mod.hindsight_k("opendp", small_grid, U, 1.0)
     assert k in k_candidates(small_grid.counts)
     assert k == peers_mod.hindsight_k("analytic", small_grid, U, 1.0)
+
+
+def test_run_peers_with_all_three_libraries_on_a_small_grid(small_grid, tmp_path):
+    for name in ("opendp", "diffprivlib", "pipeline_dp"):
+        _need(name)
+    r = run_peers(
+        tmp_path, runs=30, eps_list=(2.0,), progress=False, workers=2,
+        grids=[("ITMS-like test grid", small_grid, U)],
+    )  # fmt: skip
+    rows = r.data["rows"]
+    assert {row.system for row in rows} == {"dpgate", "OpenDP", "PipelineDP", "diffprivlib"}
+    for lib in ("OpenDP", "PipelineDP", "diffprivlib"):
+        labels = sorted(row.extra["label"] for row in rows if row.system == lib)
+        assert labels == ["hindsight", "median"]
+    for row in rows:
+        assert np.isfinite(row.mae) and row.mae >= 0
+    ((ra, rh),) = r.data["ratios"].values()
+    assert ra > 0 and rh > 0
+    assert "Reading the ITMS-like rows" in r.markdown
