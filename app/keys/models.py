@@ -22,5 +22,6 @@ class ApiKey(Base):
     key_hash: Mapped[str] = mapped_column(String(64), unique=True)
     prefix: Mapped[str] = mapped_column(String(16))
     epsilon_quota: Mapped[Decimal | None] = mapped_column(Epsilon, nullable=True)
+    # spend counted against ``epsilon_quota`` (keys without a quota: see the ledger entries)
     epsilon_spent: Mapped[Decimal] = mapped_column(Epsilon, default=Decimal(0))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

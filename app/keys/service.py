@@ -63,6 +63,7 @@ class KeyIdentity:
     id: int
     name: str
     role: str
+    has_quota: bool = False
 
 
 _AUTH_TTL_S = 30.0
@@ -90,7 +91,7 @@ def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
     if key is None or not hmac.compare_digest(key.key_hash, digest):
         raise Unauthenticated("unknown API key")
-    identity = KeyIdentity(key.id, key.name, key.role)
+    identity = KeyIdentity(key.id, key.name, key.role, key.epsilon_quota is not None)
     if len(_auth_cache) >= _AUTH_CACHE_MAX:
         _auth_cache.clear()
     _auth_cache[digest] = (now, identity)
@@ -104,6 +105,11 @@ def require_role(key: KeyIdentity, *roles: str) -> KeyIdentity:
 
 
 def spend_quota(session: Session, key: KeyIdentity, epsilon) -> None:
-    """Charge ``epsilon`` against the key's quota atomically, or refuse."""
+    """Charge ``epsilon`` against the key's quota atomically, or refuse.
+
+    Keys without a quota are not touched: the ledger entries record every key's spend.
+    """
+    if not key.has_quota:
+        return
     if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
         raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")

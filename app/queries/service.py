@@ -105,7 +105,8 @@ def answer_statistic(
 
     dataset = ledger.lock_dataset(session, dataset.id)  # the epoch is fixed from here on
     epoch = dataset.epoch
-    session.refresh(grid)  # an upload may have committed a new version meanwhile
+    # The answer uses, and charges the users of, exactly the snapshot read here; its
+    # version is part of the fingerprint (an upload committing meanwhile is harmless).
     arrays = load_grid_snapshot(session, grid)
     fp = fingerprint(statistic, mechanism, eps, options, arrays.version)
     plan_caps = None if plan_id is None else _plan_caps(session, plan_id, grid, arrays)
