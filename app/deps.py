@@ -16,11 +16,27 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.orm import Session
 
 from app.config import Settings
-from app.keys.service import KeyIdentity, authenticate, require_role
+from app.keys.service import (
+    KeyIdentity,
+    bearer_digest,
+    cached_identity,
+    lookup_identity,
+    require_role,
+)
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
+
+
+def _finish(session: Session, ok: bool) -> None:
+    try:
+        if ok:
+            session.commit()
+        else:
+            session.rollback()
+    finally:
+        session.close()
 
 
 async def get_session(request: Request) -> AsyncIterator[Session]:
@@ -29,32 +45,32 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
     The gate admits at most as many requests as the pool has connections, before any
     connection is taken, so a burst queues here rather than deadlocking (requests
     holding connections while waiting for threads held by requests waiting for
-    connections). Commit, rollback and close run on their own limiter, never waiting
-    for request threads: a transaction holding row locks can always finish.
+    connections). Commit (or rollback) and close run in one hop on their own limiter,
+    never waiting for request threads: a transaction holding row locks can always
+    finish. A failed commit raises here, before any response is sent.
     """
     state = request.app.state
     async with state.db_gate:
         session: Session = state.sessionmaker()
         try:
             yield session
-            await to_thread.run_sync(session.commit, limiter=state.db_finish)
         except BaseException:
-            await to_thread.run_sync(session.rollback, limiter=state.db_finish)
+            await to_thread.run_sync(_finish, session, False, limiter=state.db_finish)
             raise
-        finally:
-            await to_thread.run_sync(session.close, limiter=state.db_finish)
+        await to_thread.run_sync(_finish, session, True, limiter=state.db_finish)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-def current_key(
+async def current_key(
     request: Request,
     session: SessionDep,
     authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> KeyIdentity:
-    key = authenticate(session, authorization)
+    digest = bearer_digest(authorization)
+    key = cached_identity(digest) or await to_thread.run_sync(lookup_identity, session, digest)
     limiter = getattr(request.app.state, "rate_limiter", None)
     if limiter is not None:
         limiter.check(key.id)
@@ -64,11 +80,11 @@ def current_key(
 CurrentKey = Annotated[KeyIdentity, Depends(current_key)]
 
 
-def analyst_key(key: CurrentKey) -> KeyIdentity:
+async def analyst_key(key: CurrentKey) -> KeyIdentity:
     return require_role(key, "admin", "analyst")
 
 
-def admin_key(key: CurrentKey) -> KeyIdentity:
+async def admin_key(key: CurrentKey) -> KeyIdentity:
     return require_role(key, "admin")
 
 

@@ -71,22 +71,26 @@ _AUTH_CACHE_MAX = 10_000
 _auth_cache: dict[str, tuple[float, KeyIdentity]] = {}
 
 
-def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
-    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``.
-
-    Known keys are remembered per process for a few seconds (keys are never
-    revoked or changed; quotas are enforced by the database at spend time).
-    """
+def bearer_digest(authorization: str | None) -> str:
+    """The SHA-256 of the key in ``Authorization: Bearer <key>``, or ``Unauthenticated``."""
     if not authorization:
         raise Unauthenticated("missing Authorization: Bearer <key> header")
     scheme, _, secret = authorization.partition(" ")
     if scheme.lower() != "bearer" or not secret.strip():
         raise Unauthenticated("use Authorization: Bearer <key>")
-    digest = hash_key(secret.strip())
-    now = time.monotonic()
+    return hash_key(secret.strip())
+
+
+def cached_identity(digest: str) -> KeyIdentity | None:
+    """A key seen in the last few seconds by this process (keys never change)."""
     hit = _auth_cache.get(digest)
-    if hit is not None and now - hit[0] < _AUTH_TTL_S:
+    if hit is not None and time.monotonic() - hit[0] < _AUTH_TTL_S:
         return hit[1]
+    return None
+
+
+def lookup_identity(session: Session, digest: str) -> KeyIdentity:
+    """Find the key by its digest in the database (and remember it), or ``Unauthenticated``."""
     key = KeyRepository(session).by_hash(digest)
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
     if key is None or not hmac.compare_digest(key.key_hash, digest):
@@ -94,8 +98,14 @@ def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
     identity = KeyIdentity(key.id, key.name, key.role, key.epsilon_quota is not None)
     if len(_auth_cache) >= _AUTH_CACHE_MAX:
         _auth_cache.clear()
-    _auth_cache[digest] = (now, identity)
+    _auth_cache[digest] = (time.monotonic(), identity)
     return identity
+
+
+def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
+    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``."""
+    digest = bearer_digest(authorization)
+    return cached_identity(digest) or lookup_identity(session, digest)
 
 
 def require_role(key: KeyIdentity, *roles: str) -> KeyIdentity:

@@ -3,7 +3,9 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
+from anyio import to_thread
 from fastapi import APIRouter, Query, Request
+from sqlalchemy.orm import Session
 
 from app.deps import AnalystKey, SessionDep
 from app.errors import (
@@ -14,6 +16,7 @@ from app.errors import (
     Unauthenticated,
     responses,
 )
+from app.keys.service import KeyIdentity
 from app.queries import service
 from app.queries.schemas import QuoteOut, StatisticAnswer
 
@@ -31,6 +34,28 @@ def _options(request: Request) -> dict[str, str]:
     return {k: v for k, v in params.items() if k not in service.RESERVED_PARAMS}
 
 
+async def _answer(
+    session: Session,
+    key: KeyIdentity,
+    grid_id: str,
+    statistic: str,
+    mechanism: str,
+    epsilon: float,
+    request: Request,
+) -> dict:
+    """The whole query in one worker-thread hop (the session is used by that thread only)."""
+    return await to_thread.run_sync(
+        service.answer_statistic,
+        session,
+        key,
+        grid_id,
+        statistic,
+        mechanism,
+        epsilon,
+        _options(request),
+    )
+
+
 @router.get(
     "/grids/{grid_id}/mean",
     response_model=StatisticAnswer,
@@ -40,7 +65,7 @@ def _options(request: Request) -> dict[str, str]:
     "quantile_optimized, opt_array, opt_array_convex, clip, worst_case_optimal, auto "
     "(SPEC §5). Mechanism options are further query parameters; unknown ones are refused.",
 )
-def mean(
+async def mean(
     grid_id: str,
     request: Request,
     session: SessionDep,
@@ -48,9 +73,7 @@ def mean(
     epsilon: EPSILON,
     mechanism: str = "auto",
 ) -> dict:
-    return service.answer_statistic(
-        session, key, grid_id, "mean", mechanism, epsilon, _options(request)
-    )
+    return await _answer(session, key, grid_id, "mean", mechanism, epsilon, request)
 
 
 @router.get(
@@ -60,7 +83,7 @@ def mean(
     summary="DP population variance of one grid",
     description="Mechanisms: baseline, clip, auto (004 Prop III.1, Lemma III.3).",
 )
-def variance(
+async def variance(
     grid_id: str,
     request: Request,
     session: SessionDep,
@@ -68,9 +91,7 @@ def variance(
     epsilon: EPSILON,
     mechanism: str = "auto",
 ) -> dict:
-    return service.answer_statistic(
-        session, key, grid_id, "variance", mechanism, epsilon, _options(request)
-    )
+    return await _answer(session, key, grid_id, "variance", mechanism, epsilon, request)
 
 
 @router.get(
