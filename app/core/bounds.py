@@ -22,6 +22,7 @@ __all__ = [
     "mean_clip_bias",
     "mean_sensitivity",
     "optimal_split",
+    "split_epsilon",
     "variance_clip_bias",
     "variance_clip_bias_array",
     "variance_sensitivity",
@@ -137,6 +138,16 @@ def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
     return eps1, eps - eps1
 
 
+def split_epsilon(d_mu: float, d_var: float, eps: float, split: str) -> tuple[float, float]:
+    """The mean's and the variance's shares of a joint release's ``eps`` (SPEC §4):
+    ``eps/2`` each (``"half"``, 004 §III) or :func:`optimal_split` (``"optimal"``)."""
+    if split == "half":
+        return eps / 2.0, eps / 2.0
+    if split == "optimal":
+        return optimal_split(d_mu, d_var, eps)
+    raise ValueError(f"unknown split {split!r}; use 'half' or 'optimal'")
+
+
 def joint_clip_error(
     U: float,
     eps: float,
@@ -156,12 +167,7 @@ def joint_clip_error(
     eps = check_epsilon(eps)
     d_mu = mean_sensitivity(U, max_kept, kept_total)
     d_var = variance_sensitivity(U, max_kept, kept_total)
-    if split == "half":
-        eps1 = eps2 = eps / 2.0
-    elif split == "optimal":
-        eps1, eps2 = optimal_split(d_mu, d_var, eps)
-    else:
-        raise ValueError(f"unknown split {split!r}; use 'half' or 'optimal'")
+    eps1, eps2 = split_epsilon(d_mu, d_var, eps, split)
     bias = mean_clip_bias(U, kept_total, total) + variance_clip_bias(U, kept_total, total)
     # A statistic with zero sensitivity needs no noise (and the optimal split gives it
     # no budget): its noise term is 0, not 0/0.

@@ -19,11 +19,16 @@ from app.core.interval import private_interval, private_quantile
 from app.core.noise import NoiseSource
 
 __all__ = [
-    "plan_levy", "plan_quantile", "plan_worst_case_optimal", "wco_intervals", "wco_threshold",
+    "array_means",
+    "plan_levy",
+    "plan_quantile",
+    "plan_worst_case_optimal",
+    "wco_intervals",
+    "wco_threshold",
 ]
 
 
-def _array_means(grid: GridData, info: CountsInfo, bf: BestFit, fill: bool) -> np.ndarray:
+def array_means(grid: GridData, info: CountsInfo, bf: BestFit, fill: bool) -> np.ndarray:
     """Means ``Ā_i`` of the BESTFIT arrays (user means in place of records when ``fill``)."""
     used = bf.array_of >= 0
     if fill:
@@ -59,7 +64,7 @@ def plan_levy(
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        means = _array_means(grid, info, bf, fill)
+        means = array_means(grid, info, bf, fill)
         lo, hi, center = private_interval(means, U, tau, eps / 2.0, noise)
         extra: dict[str, object] = {
             "interval_lo": lo, "interval_hi": hi, "interval_center": center,
@@ -98,7 +103,7 @@ def plan_quantile(
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        means = _array_means(grid, info, bf, fill)
+        means = array_means(grid, info, bf, fill)
         a = private_quantile(means, q_lo, U, eps / 4.0, noise)
         b = private_quantile(means, q_hi, U, eps / 4.0, noise)
         lo, hi = min(a, b), max(a, b)

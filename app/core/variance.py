@@ -14,7 +14,7 @@ import numpy as np
 from app.core.bounds import (
     mean_clip_bias,
     mean_sensitivity,
-    optimal_split,
+    split_epsilon,
     variance_clip_bias,
     variance_clip_bias_array,
     variance_sensitivity,
@@ -109,12 +109,7 @@ def joint_drafts(
     top = int(kept.max())
     d_mu = mean_sensitivity(U, top, s)
     d_var = variance_sensitivity(U, top, s)
-    if split == "half":
-        eps1 = eps2 = eps / 2.0
-    elif split == "optimal":
-        eps1, eps2 = optimal_split(d_mu, d_var, eps)
-    else:
-        raise ValueError(f"unknown split {split!r}; use 'half' or 'optimal'")
+    eps1, eps2 = split_epsilon(d_mu, d_var, eps, split)
     details: dict[str, object] = {"split": split, "joint_epsilon": eps}
     if chosen is not None:
         details["m"] = chosen

@@ -46,6 +46,7 @@ from app.core.draft import rank_from_epsilon
 from app.core.grid import GridData
 from app.core.grouping import bestfit, levy_m_ub, levy_tau, wraparound
 from app.core.interval import interval_costs, quantile_log_weights
+from app.core.mean_projection import array_means
 from app.core.noise import calibrate_scale
 from app.core.options import OptionValue
 from app.experiments.noise import SeededNoise
@@ -113,15 +114,7 @@ def deterministic_release(
 def bestfit_array_means(grid: GridData, m_ub: int, fill: bool = True) -> np.ndarray:
     """Means of the ``K̄`` BESTFIT arrays (002 §III-A2), user means in place when ``fill``."""
     info = prepare_counts(grid.counts)
-    bf = bestfit(info, int(m_ub))
-    used = bf.array_of >= 0
-    if fill:
-        contrib = np.zeros(info.eff.size)
-        contrib[used] = grid.head_sums(info.eff)[used] * bf.slots[used] / info.eff[used]
-    else:
-        contrib = grid.head_sums(bf.slots)
-    sums = np.bincount(bf.array_of[used], weights=contrib[used], minlength=bf.k_bar)
-    return sums / bf.fills
+    return array_means(grid, info, bestfit(info, int(m_ub)), fill)
 
 
 def wraparound_array_means(grid: GridData, m_ub: int, fill: bool = True) -> np.ndarray:
