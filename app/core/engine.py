@@ -77,9 +77,7 @@ _MEAN: Mapping[str, Builder] = {
         i, U, e, "optimized", _int_opt(o, "m_ub"), _fill(o)
     ),
     "opt_array": lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
-    "opt_array_convex": lambda i, U, e, o: plan_opt_array_convex(
-        i, U, e, _fill(o), str(o["rule"])
-    ),
+    "opt_array_convex": lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
     "clip": lambda i, U, e, o: plan_clip(i, U, e, _int_opt(o, "m")),
     "worst_case_optimal": lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
 }
@@ -91,8 +89,13 @@ _VARIANCE: Mapping[str, Builder] = {
 
 # Candidates of ``auto`` and ``quote_epsilon``, in tie-breaking order.
 AUTO_MEAN = (
-    "baseline", "clip", "worst_case_optimal", "opt_array", "opt_array_convex",
-    "array_avg_bestfit", "array_avg_wrap",
+    "baseline",
+    "clip",
+    "worst_case_optimal",
+    "opt_array",
+    "opt_array_convex",
+    "array_avg_bestfit",
+    "array_avg_wrap",
 )
 AUTO_VARIANCE = ("baseline", "clip")
 _TABLES: Mapping[str, tuple[Mapping[str, Builder], tuple[str, ...]]] = {
@@ -102,7 +105,11 @@ _TABLES: Mapping[str, tuple[Mapping[str, Builder], tuple[str, ...]]] = {
 
 
 def _draft(
-    statistic: str, info: CountsInfo, U: float, eps: float, mechanism: str,
+    statistic: str,
+    info: CountsInfo,
+    U: float,
+    eps: float,
+    mechanism: str,
     options: Mapping[str, OptionValue],
 ) -> Draft:
     opts = validate_options(statistic, mechanism, options)
@@ -301,12 +308,19 @@ def _error_at(statistic: str, info: CountsInfo, U: float, eps: float, name: str)
 
 
 def _smallest_eps(
-    statistic: str, info: CountsInfo, U: float, target: float, name: str, max_eps: float
+    statistic: str,
+    info: CountsInfo,
+    U: float,
+    target: float,
+    name: str,
+    max_eps: float,
+    min_eps: float,
 ) -> float | None:
-    """Bisection (in log ε) for the smallest ε with error <= target; errors fall with ε."""
+    """Bisection (in log ε) for the smallest ε >= min_eps with error <= target; errors
+    fall with ε."""
     if _error_at(statistic, info, U, max_eps, name) > target:
         return None
-    floor = max_eps * 2.0**-40
+    floor = max(min_eps, max_eps * 2.0**-40)
     if _error_at(statistic, info, U, floor, name) <= target:
         return floor
     lo, hi = floor, max_eps
@@ -326,9 +340,11 @@ def quote_epsilon(
     statistic: str = "mean",
     *,
     max_epsilon: float,
+    min_epsilon: float = 0.0,
     caps: npt.ArrayLike | None = None,
 ) -> tuple[float, str] | None:
-    """The smallest ``ε <= max_epsilon`` (and its mechanism) whose worst-case error <= target.
+    """The smallest ``min_epsilon <= ε <= max_epsilon`` (and its mechanism) whose
+    worst-case error <= target.
 
     Public counts only. Each mechanism with a bound is bisected in log ``ε`` to a
     relative 1e-9 (their errors are non-increasing in ``ε``; for ``opt_array``, whose
@@ -344,7 +360,7 @@ def quote_epsilon(
         raise ValueError(f"target error must be finite and > 0, got {target_error!r}")
     found = []
     for name in _TABLES[statistic][1]:
-        eps = _smallest_eps(statistic, info, U, target, name, max_eps)
+        eps = _smallest_eps(statistic, info, U, target, name, max_eps, min(min_epsilon, max_eps))
         if eps is not None:
             found.append((eps, name))
     for eps, name in sorted(found):

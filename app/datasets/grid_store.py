@@ -13,10 +13,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.core.grid import GridData
 from app.datasets.models import Grid
 from app.datasets.repository import GridRepository
 
@@ -51,9 +53,16 @@ class GridArrays:
     counts: np.ndarray
     values: np.ndarray
 
+    @cached_property
+    def grid(self) -> GridData:
+        """The engine's grid, built once per cached version: its prepared structures
+        (range check, prefix sums, array groupings) then serve every later query."""
+        return GridData.from_counts_and_values(self.counts, self.values)
+
     @property
     def nbytes(self) -> int:
-        return int(self.user_ids.nbytes + self.counts.nbytes + self.values.nbytes)
+        # the engine grid adds a copy of the values and two prefix-sum arrays
+        return int(self.user_ids.nbytes + self.counts.nbytes + 4 * self.values.nbytes)
 
     @classmethod
     def from_bytes(

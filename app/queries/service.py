@@ -181,10 +181,9 @@ def _release(
     options: dict[str, Any],
     caps: np.ndarray | None,
 ) -> core.Release:
-    grid_data = core.GridData.from_counts_and_values(arrays.counts, arrays.values)
     fn = core.release_mean if statistic == "mean" else core.release_variance
     try:
-        return fn(grid_data, dataset.value_bound, eps.used, mechanism, caps=caps, **options)
+        return fn(arrays.grid, dataset.value_bound, eps.used, mechanism, caps=caps, **options)
     except ValueError as exc:
         raise InvalidRequest(f"cannot release this statistic: {exc}") from exc
 
@@ -237,12 +236,15 @@ def quote(session: Session, grid_public_id: str, statistic: str, target_error: f
     max_eps = float(dataset.max_epsilon_per_query)
     try:
         found = core.quote_epsilon(
-            arrays.counts, dataset.value_bound, target_error, statistic, max_epsilon=max_eps
+            arrays.counts,
+            dataset.value_bound,
+            target_error,
+            statistic,
+            max_epsilon=max_eps,
+            min_epsilon=float(MIN_EPSILON),
         )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
-    if found is not None and found[0] < float(MIN_EPSILON):  # errors never grow with eps
-        found = (float(MIN_EPSILON), found[1])
     return {
         "grid_id": grid.public_id,
         "statistic": statistic,

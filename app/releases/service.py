@@ -235,9 +235,8 @@ def _release_grids(
         if caps is None:
             withheld.append(g.public_id)
             continue
-        data = core.GridData.from_counts_and_values(a.counts, a.values)
         mean, var = core.release_joint(
-            data, dataset.value_bound, eps.used, "clip", split=body.split, caps=caps, m=m
+            a.grid, dataset.value_bound, eps.used, "clip", split=body.split, caps=caps, m=m
         )
         errors.append(float(mean.details.get("joint_error", np.nan)))
         opts = {"release": True}

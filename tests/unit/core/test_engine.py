@@ -443,3 +443,16 @@ def test_d_dimensional_sensitivity_covers_the_worst_neighbour() -> None:
     assert moved > a.details["T"] / 5  # 003 Lemma III.3's T/n would be too small
     with pytest.raises(ValueError, match="l1 norm"):
         worst_case_optimal_d(np.full((5, 2), U), offsets, U, eps)
+
+
+def test_quote_respects_min_epsilon() -> None:
+    """A target of U/2 is met by worst_case_optimal with T = 0 (no noise) at any tiny
+    eps; the quote must still not go below the service's smallest epsilon."""
+    from app.core import plan_mean, quote_epsilon
+
+    counts = [1, 2, 5]
+    free = quote_epsilon(counts, 10.0, 5.0, max_epsilon=10.0)
+    assert free is not None and free[0] < 1e-6
+    eps, name = quote_epsilon(counts, 10.0, 5.0, max_epsilon=10.0, min_epsilon=1e-6)
+    assert eps >= 1e-6
+    assert plan_mean(counts, 10.0, eps, name).worst_case_error <= 5.0
