@@ -28,6 +28,7 @@ from app.ledger import service as ledger
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.queries.models import QueryAnswer
 from app.queries.repository import AnswerRepository
+from app.releases.repository import ReleaseRepository
 
 STATISTICS = ("mean", "variance")
 GRID_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # opaque, URL-safe grid ids
@@ -156,8 +157,6 @@ def answer_statistic(
 
 def _plan_caps(session: Session, plan_id: str, grid: Grid, arrays) -> np.ndarray:
     """Γ caps from a stored slot release, so its suppressed users are not charged again."""
-    from app.releases.repository import ReleaseRepository
-
     stored = ReleaseRepository(session).by_public_id(plan_id)
     if stored is None or stored.dataset_id != grid.dataset_id:
         raise NotFound(f"no release {plan_id!r} of this dataset")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import h3
 from fastapi.testclient import TestClient
+
+from tests.helpers import auth, create_dataset, create_key, upload_csv
 
 # Two H3 resolution-8 cells in Austin, far enough apart to be different cells.
 CELL_A = (30.2672, -97.7431)
@@ -27,38 +30,19 @@ def csv_for(grids: dict[tuple[float, float], dict[str, list[float]]]) -> str:
 
 
 def make_dataset(client: TestClient, **overrides: object) -> int:
-    body = {
-        "name": "test",
-        "value_bound": 10.0,
-        "h3_resolution": 8,
-        "timeslot_minutes": 60,
-        "timezone": "UTC",
-        "budget_per_user": 1.0,
-        "max_epsilon_per_query": 10,
-        "on_exhausted": "refuse",
-    } | overrides
-    resp = client.post("/datasets", json=body)
-    assert resp.status_code == 201, resp.text
-    return resp.json()["id"]
+    """A dataset with U = 10 and a budget of 1.0 per user (the queries' tests); its id."""
+    return create_dataset(client, **{"value_bound": 10.0, "budget_per_user": 1.0, **overrides})[
+        "id"
+    ]
 
 
 def load(client: TestClient, dataset_id: int, grids: dict) -> dict[tuple[float, float], str]:
     """Upload ``grids`` and return the grid id of each location."""
-    resp = client.post(
-        f"/datasets/{dataset_id}/records",
-        content=csv_for(grids).encode(),
-        headers={"content-type": "text/csv"},
-    )
-    assert resp.status_code == 200, resp.text
-    assert resp.json()["rejected"] == 0, resp.json()
+    assert upload_csv(client, dataset_id, csv_for(grids))["rejected"] == 0
     listed = client.get(f"/datasets/{dataset_id}/grids").json()["grids"]
-    import h3
-
     by_cell = {g["h3_cell"]: g["grid_id"] for g in listed}
     return {loc: by_cell[h3.latlng_to_cell(loc[0], loc[1], 8)] for loc in grids}
 
 
 def analyst(client: TestClient, quota: float | None = None) -> dict[str, str]:
-    resp = client.post("/keys", json={"name": "analyst", "role": "analyst", "epsilon_quota": quota})
-    assert resp.status_code == 201, resp.text
-    return {"Authorization": f"Bearer {resp.json()['key']}"}
+    return auth(create_key(client, "analyst", quota))
