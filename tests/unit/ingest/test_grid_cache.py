@@ -14,25 +14,28 @@ def arrays(grid_id: int, n: int) -> GridArrays:
 
 
 def test_lru_evicts_least_recently_used_by_bytes() -> None:
-    lru = _LRU(max_bytes=3 * 24 * 10)  # three grids of 10 users (24 bytes per user)
+    # one record per user: 8 (user id) + 8 (count) + 4 × 8 (the value, its copy in the
+    # engine grid and two prefix sums) = 48 bytes per user
+    per_grid = 48 * 10
+    lru = _LRU(max_bytes=3 * per_grid)  # three grids of 10 users
     for g in range(3):
         lru.put(("p", g, 1), arrays(g, 10))
     assert lru.get(("p", 0, 1)) is not None  # 0 is now the most recent
     lru.put(("p", 3, 1), arrays(3, 10))
     assert lru.get(("p", 1, 1)) is None  # the least recent went
     assert all(lru.get(("p", g, 1)) is not None for g in (0, 2, 3))
-    assert lru.bytes == 3 * 240
+    assert lru.bytes == 3 * per_grid
     lru.put(("p", 9, 1), arrays(9, 1000))  # larger than the whole budget: not cached
-    assert lru.get(("p", 9, 1)) is None and lru.bytes == 720
-    lru.resize(240)
-    assert lru.bytes <= 240
+    assert lru.get(("p", 9, 1)) is None and lru.bytes == 3 * per_grid
+    lru.resize(per_grid)
+    assert lru.bytes <= per_grid
 
 
 def test_arrays_are_read_only_and_typed() -> None:
     a = arrays(1, 4)
     assert a.user_ids.dtype == np.int64 and a.values.dtype == np.float64
     assert not (a.user_ids.flags.writeable or a.counts.flags.writeable or a.values.flags.writeable)
-    assert a.nbytes == 4 * 24
+    assert a.nbytes == 4 * 48  # ids, counts, and the values four times (see GridArrays.nbytes)
 
 
 def test_configure_grid_cache() -> None:
@@ -42,3 +45,10 @@ def test_configure_grid_cache() -> None:
         assert grid_store.grid_cache_info()["max_bytes"] == 1234
     finally:
         grid_store.configure_grid_cache(before)
+
+
+def test_engine_grid_is_built_once_per_cached_version() -> None:
+    a = arrays(1, 4)
+    assert a.grid is a.grid  # prefix sums and groupings survive between queries
+    assert a.grid.counts.tolist() == a.counts.tolist()
+    assert a.grid.values.tolist() == a.values.tolist()
