@@ -8,6 +8,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.base import to_epsilon
@@ -50,10 +51,16 @@ def create_key(
 
 def ensure_key(session: Session, *, secret: str, role: str, name: str) -> ApiKey:
     """Make sure a key with exactly this secret exists (``DPGATE_ADMIN_KEY`` bootstrap)."""
-    existing = KeyRepository(session).by_hash(hash_key(secret))
-    if existing is not None:
+    repo = KeyRepository(session)
+    if (existing := repo.by_hash(hash_key(secret))) is not None:
         return existing
-    return create_key(session, name=name, role=role, secret=secret)[0]
+    try:
+        with session.begin_nested():
+            return create_key(session, name=name, role=role, secret=secret)[0]
+    except IntegrityError:  # another server process created it at the same moment
+        if (existing := repo.by_hash(hash_key(secret))) is None:
+            raise
+        return existing
 
 
 @dataclass(frozen=True)

@@ -56,13 +56,29 @@ class LedgerRepository:
         this transaction never holds an insert lock outside the ascending order —
         the one way two charges over overlapping users could deadlock.
         """
-        missing = sorted(set(user_ids) - self._existing(dataset_id, epoch, user_ids))
-        if missing:
-            self._create(dataset_id, epoch, missing)
+        self.create_accounts(dataset_id, epoch, user_ids)
         spent = self._select_for_update(dataset_id, epoch, user_ids)
         if len(spent) != len(set(user_ids)):
             raise RuntimeError("budget accounts vanished while locking them")
         return spent
+
+    def spent(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> dict[int, Decimal]:
+        """What each of ``user_ids`` has spent (0 without an account); no lock."""
+        out = dict.fromkeys((int(u) for u in user_ids), Decimal(0))
+        for chunk in _chunks(sorted(out)):
+            rows = self.session.execute(
+                select(BudgetAccount.user_id, BudgetAccount.spent)
+                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(BudgetAccount.user_id.in_(chunk))
+            )
+            out.update({u: s for u, s in rows})
+        return out
+
+    def create_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
+        """Make sure every account of ``user_ids`` exists (see ``lock_accounts``)."""
+        missing = sorted(set(user_ids) - self._existing(dataset_id, epoch, user_ids))
+        if missing:
+            self._create(dataset_id, epoch, missing)
 
     def _existing(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> set[int]:
         found: set[int] = set()

@@ -62,6 +62,23 @@ def lock_budget(
     return LockedBudget(dataset.id, epoch, dataset.budget_per_user, spent)
 
 
+def exhausted_now(
+    session: Session, dataset_id: int, epoch: int, cap: Decimal, user_ids: np.ndarray, epsilon
+) -> np.ndarray:
+    """Bool per user: would ``epsilon`` more pass the cap, as the ledger reads now (no
+    lock: spend only grows within an epoch, so a user found exhausted stays so, and the
+    charge itself re-checks the others under lock)."""
+    spent = LedgerRepository(session).spent(dataset_id, epoch, [int(u) for u in user_ids])
+    return np.fromiter(
+        (spent[int(u)] + epsilon > cap for u in user_ids), dtype=bool, count=len(user_ids)
+    )
+
+
+def ensure_accounts(session: Session, dataset_id: int, epoch: int, user_ids) -> None:
+    """Create the missing budget accounts of ``user_ids`` (committed on their own)."""
+    LedgerRepository(session).create_accounts(dataset_id, epoch, [int(u) for u in user_ids])
+
+
 def charge(
     session: Session,
     budget: LockedBudget,

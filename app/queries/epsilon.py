@@ -10,6 +10,7 @@ from app.db.base import to_epsilon
 from app.errors import InvalidRequest
 
 MIN_EPSILON = Decimal("1e-6")
+MAX_EPSILON = 1e12
 
 
 @dataclass(frozen=True)
@@ -18,18 +19,27 @@ class EpsilonAmount:
     used: float  # what calibrates the noise; never more than ``charged``
 
 
-def parse_epsilon(value: float, max_epsilon: Decimal) -> EpsilonAmount:
-    """Validate ``0 < eps <= max_epsilon`` (finite) and split it as above."""
+def parse_epsilon(value: float, max_epsilon: Decimal | None = None) -> EpsilonAmount:
+    """Validate ``0 < eps`` (finite; and ``<= max_epsilon`` when given) and split it as above."""
     if value is None or not math.isfinite(value) or value <= 0:
         raise InvalidRequest("epsilon must be a finite number > 0")
-    if value > float(max_epsilon):
+    if max_epsilon is not None and value > float(max_epsilon):
         raise InvalidRequest(f"epsilon must be at most max_epsilon_per_query = {max_epsilon}")
+    if value >= MAX_EPSILON:  # more than the ledger's NUMERIC(24, 12) holds
+        raise InvalidRequest(f"epsilon must be below {MAX_EPSILON:g} (and its dataset's maximum)")
     charged = to_epsilon(value)
     if charged < MIN_EPSILON:
         raise InvalidRequest(f"epsilon must be at least {MIN_EPSILON}")
-    if charged > max_epsilon:
-        raise InvalidRequest(f"epsilon must be at most max_epsilon_per_query = {max_epsilon}")
     used = float(charged)
     if Decimal(used) > charged:  # binary rounding went up: step down one ulp
         used = math.nextafter(used, 0.0)
-    return EpsilonAmount(charged=charged, used=used)
+    eps = EpsilonAmount(charged=charged, used=used)
+    if max_epsilon is not None:
+        check_max_epsilon(eps, max_epsilon)
+    return eps
+
+
+def check_max_epsilon(eps: EpsilonAmount, max_epsilon: Decimal) -> None:
+    """Refuse ``eps`` above the dataset's ``max_epsilon_per_query``."""
+    if eps.charged > max_epsilon:
+        raise InvalidRequest(f"epsilon must be at most max_epsilon_per_query = {max_epsilon}")

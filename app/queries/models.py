@@ -14,7 +14,7 @@ class QueryAnswer(Base):
     """A released answer; the same query in the same epoch is served from here."""
 
     __tablename__ = "query_answers"
-    __table_args__ = (UniqueConstraint("grid_id", "epoch", "fingerprint"),)
+    __table_args__ = (UniqueConstraint("grid_id", "epoch", "grid_version", "fingerprint"),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     public_id: Mapped[str] = mapped_column(String(32), unique=True)

@@ -1,10 +1,14 @@
-"""Answering one DP statistic of one grid, charged in the same transaction.
+"""Answering one DP statistic of one grid, charged before the answer leaves.
 
-Order of work (all inside the request's transaction, committed before the
-answer is sent): lock the dataset epoch → serve a stored identical answer if
-any → lock every account of the grid's users → decide who is exhausted (ledger
-only) → plan from public counts → check the key's quota → release with the
-vetted sampler → store answer and charge.
+Order of work: find the grid, its dataset's epoch and any stored identical answer
+(one read; a stored answer is served and costs nothing) → decide who is exhausted
+(``exclude`` datasets; ledger only, never values) → release with the vetted
+sampler from the grid's snapshot → commit: lock the dataset row and the users'
+accounts, re-check epoch, caps, twin answer and quota, charge and store. Only an
+``ok`` commit returns the fresh answer; on Postgres that commit is one atomic
+statement (``AnswerRepository.commit_in_database``), on SQLite the same steps run
+here inside the request's ``BEGIN IMMEDIATE`` transaction. A release whose commit
+fails is discarded unseen, and a retry draws fresh noise.
 """
 
 from __future__ import annotations
@@ -20,19 +24,21 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import core
-from app.datasets.models import Dataset, Grid
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
-from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
+from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity, spend_quota
 from app.ledger import service as ledger
-from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
+from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
 from app.queries.models import QueryAnswer
-from app.queries.repository import AnswerRepository
+from app.queries.repository import AnswerRepository, Committed, GridContext
 from app.releases.repository import ReleaseRepository
 
 STATISTICS = ("mean", "variance")
 GRID_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # opaque, URL-safe grid ids
 RESERVED_PARAMS = frozenset({"epsilon", "mechanism"})
+#: commits that found the epoch moved on, accounts missing or (``exclude``) a user
+#: newly exhausted look again; past this many the client is asked to retry.
+MAX_ATTEMPTS = 5
 
 
 def mechanisms_for(statistic: str) -> Mapping[str, Any]:
@@ -53,33 +59,30 @@ def parse_options(statistic: str, mechanism: str, raw: Mapping[str, str]) -> dic
 
 
 def fingerprint(
-    statistic: str,
-    mechanism: str,
-    eps: EpsilonAmount,
-    options: Mapping[str, Any],
-    grid_version: int,
+    statistic: str, mechanism: str, eps: EpsilonAmount, options: Mapping[str, Any]
 ) -> str:
+    """Identifies a query within one grid version and epoch (stored beside both)."""
     key = {
         "s": statistic,
         "m": mechanism,
         "e": str(eps.charged),
         "o": dict(sorted(options.items())),
-        "v": grid_version,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _grid_and_dataset(session: Session, public_id: str) -> tuple[Grid, Dataset]:
-    found = None
-    if GRID_ID.fullmatch(public_id):
-        found = AnswerRepository(session).grid_and_dataset(public_id)
-    if found is None:
-        raise NotFound(f"no grid {public_id!r}")
-    return found
+def _cached(stored: Mapping[str, Any]) -> dict[str, Any]:
+    return {**stored, "cached": True}
 
 
-def _cached(stored: QueryAnswer) -> dict[str, Any]:
-    return {**stored.answer, "cached": True}
+def _parse_query(
+    statistic: str, mechanism: str, epsilon: float, raw_options: Mapping[str, str]
+) -> tuple[EpsilonAmount, dict[str, Any]]:
+    raw = dict(raw_options)
+    plan_id = raw.pop("plan", None)
+    eps = parse_epsilon(epsilon)
+    options = parse_options(statistic, mechanism, raw)
+    return eps, options if plan_id is None else {**options, "plan": plan_id}
 
 
 def answer_statistic(
@@ -91,71 +94,127 @@ def answer_statistic(
     epsilon: float,
     raw_options: Mapping[str, str],
 ) -> dict[str, Any]:
-    grid, dataset = _grid_and_dataset(session, grid_public_id)
-    eps = parse_epsilon(epsilon, dataset.max_epsilon_per_query)
-    raw_options = dict(raw_options)
-    plan_id = raw_options.pop("plan", None)
-    options = parse_options(statistic, mechanism, raw_options)
-    if plan_id is not None:
-        options = {**options, "plan": plan_id}
+    try:
+        eps, options = _parse_query(statistic, mechanism, epsilon, raw_options)
+    except InvalidRequest as exc:  # reported after "no such grid", as ever
+        invalid, fp = exc, ""
+    else:
+        invalid, fp = None, fingerprint(statistic, mechanism, eps, options)
     answers = AnswerRepository(session)
-    # Fast path, no lock: a stored answer of this epoch and grid version costs nothing.
-    fp = fingerprint(statistic, mechanism, eps, options, grid.version)
-    if (stored := answers.find(grid.id, dataset.epoch, fp)) is not None:
-        return _cached(stored)
-
-    dataset = ledger.lock_dataset(session, dataset.id)  # the epoch is fixed from here on
-    epoch = dataset.epoch
-    # The answer uses, and charges the users of, exactly the snapshot read here; its
-    # version is part of the fingerprint (an upload committing meanwhile is harmless).
-    arrays = load_grid_snapshot(session, grid)
-    fp = fingerprint(statistic, mechanism, eps, options, arrays.version)
-    plan_caps = None if plan_id is None else _plan_caps(session, plan_id, grid, arrays)
-    budget = ledger.lock_budget(session, dataset, epoch, arrays.user_ids)
-    if (stored := answers.find(grid.id, epoch, fp)) is not None:  # a twin committed meanwhile
-        return _cached(stored)
-
-    caps = plan_caps
-    exhausted = budget.exhausted(arrays.user_ids, eps.charged)
-    if dataset.on_exhausted == "exclude" and exhausted.any():
-        if exhausted.all():
-            raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
-        caps = np.where(exhausted, 0, arrays.counts if caps is None else caps)
-    engine_options = {k: v for k, v in options.items() if k != "plan"}
-    release = _release(statistic, arrays, dataset, eps, mechanism, engine_options, caps)
-    spend_quota(session, key, eps.charged)
-
-    answer = answer_body(grid, statistic, mechanism, eps, options, release, epoch)
-    stored = answers.add(
-        QueryAnswer(
-            public_id=answer["query_id"],
-            dataset_id=dataset.id,
-            grid_id=grid.id,
-            epoch=epoch,
-            grid_version=arrays.version,
-            fingerprint=fp,
-            statistic=statistic,
-            mechanism=release.mechanism,
-            epsilon=eps.charged,
-            options=options,
-            answer=answer,
-            key_id=key.id,
+    for _ in range(MAX_ATTEMPTS):
+        found = answers.lookup(grid_public_id, fp) if GRID_ID.fullmatch(grid_public_id) else None
+        if found is None:
+            raise NotFound(f"no grid {grid_public_id!r}")
+        if invalid is not None:
+            raise invalid
+        ctx, stored = found
+        check_max_epsilon(eps, ctx.max_epsilon_per_query)
+        if stored is not None:  # the same query in this epoch and grid version: free
+            return _cached(stored)
+        answer, row, users = _release_answer(
+            session, ctx, key, statistic, mechanism, eps, options, fp
         )
+        if answers.in_database:
+            outcome = answers.commit_in_database(row, users, ctx.budget_per_user, key.has_quota)
+        else:
+            outcome = _commit_here(session, ctx, key, row, users)
+        if outcome.status == "ok":
+            return answer
+        if outcome.status == "twin":
+            return _cached(outcome.stored or {})
+        if outcome.status == "quota":
+            raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")
+        if outcome.status == "exhausted" and ctx.on_exhausted != "exclude":
+            raise BudgetExhausted(_exhausted_message(len(users)))
+        if outcome.status == "missing":
+            ledger.ensure_accounts(session, ctx.dataset_id, ctx.epoch, users)
+        # stale epoch, new accounts, or a user newly exhausted (exclude): look again
+    raise Unavailable("the ledger is busy with this grid; retry")
+
+
+def _exhausted_message(n_users: int) -> str:
+    return f"a user of this grid (of {n_users} charged) would pass the privacy budget"
+
+
+def _release_answer(
+    session: Session,
+    ctx: GridContext,
+    key: KeyIdentity,
+    statistic: str,
+    mechanism: str,
+    eps: EpsilonAmount,
+    options: dict[str, Any],
+    fp: str,
+) -> tuple[dict[str, Any], QueryAnswer, list[int]]:
+    """The fresh answer, its row to store, and the users to charge (not yet charged)."""
+    # The answer uses, and charges the users of, exactly this snapshot; its version is
+    # stored with it (an upload committing meanwhile is harmless).
+    arrays = load_grid_snapshot(session, ctx)
+    plan_id = options.get("plan")
+    caps = None if plan_id is None else _plan_caps(session, plan_id, ctx, arrays)
+    if ctx.on_exhausted == "exclude":
+        exhausted = ledger.exhausted_now(
+            session, ctx.dataset_id, ctx.epoch, ctx.budget_per_user, arrays.user_ids, eps.charged
+        )
+        if exhausted.any():
+            if exhausted.all():
+                raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
+            caps = np.where(exhausted, 0, arrays.counts if caps is None else caps)
+    engine_options = {k: v for k, v in options.items() if k != "plan"}
+    release = _release(statistic, arrays, ctx, eps, mechanism, engine_options, caps)
+    answer = answer_body(ctx, statistic, mechanism, eps, options, release, ctx.epoch)
+    row = QueryAnswer(
+        public_id=answer["query_id"],
+        dataset_id=ctx.dataset_id,
+        grid_id=ctx.id,
+        epoch=ctx.epoch,
+        grid_version=arrays.version,
+        fingerprint=fp,
+        statistic=statistic,
+        mechanism=release.mechanism,
+        epsilon=eps.charged,
+        options=options,
+        answer=answer,
+        key_id=key.id,
     )
+    return answer, row, sorted(int(u) for u in arrays.user_ids[release.kept > 0])
+
+
+def _commit_here(
+    session: Session, ctx: GridContext, key: KeyIdentity, row: QueryAnswer, users: list[int]
+) -> Committed:
+    """``dpgate_commit_query`` in Python, for SQLite (whose transaction is already
+    ``BEGIN IMMEDIATE``): the same checks in the same order, then charge and store."""
+    dataset = ledger.lock_dataset(session, ctx.dataset_id)
+    if dataset.epoch != ctx.epoch:
+        return Committed("stale")
+    budget = ledger.lock_budget(session, dataset, ctx.epoch, np.asarray(users, dtype=np.int64))
+    answers = AnswerRepository(session)
+    if (
+        twin := answers.find(row.grid_id, row.epoch, row.grid_version, row.fingerprint)
+    ) is not None:
+        return Committed("twin", twin.answer)
+    if budget.exhausted(np.asarray(users, dtype=np.int64), row.epsilon).any():
+        return Committed("exhausted")
+    try:
+        spend_quota(session, key, row.epsilon)
+    except BudgetExhausted:
+        return Committed("quota")
+    stored = answers.add(row)
     ledger.charge(
         session,
         budget,
-        arrays.user_ids[release.kept > 0],
-        eps.charged,
+        users,
+        row.epsilon,
         key_id=key.id,
         kind="query",
         reference_id=stored.id,
-        grid_id=grid.id,
+        grid_id=row.grid_id,
     )
-    return answer
+    return Committed("ok")
 
 
-def _plan_caps(session: Session, plan_id: str, grid: Grid, arrays) -> np.ndarray:
+def _plan_caps(session: Session, plan_id: str, grid: GridContext, arrays) -> np.ndarray:
     """Γ caps from a stored slot release, so its suppressed users are not charged again."""
     stored = ReleaseRepository(session).by_public_id(plan_id)
     if stored is None or stored.dataset_id != grid.dataset_id:
@@ -174,7 +233,7 @@ def _plan_caps(session: Session, plan_id: str, grid: Grid, arrays) -> np.ndarray
 def _release(
     statistic: str,
     arrays,
-    dataset: Dataset,
+    ctx: GridContext,
     eps: EpsilonAmount,
     mechanism: str,
     options: dict[str, Any],
@@ -182,13 +241,13 @@ def _release(
 ) -> core.Release:
     fn = core.release_mean if statistic == "mean" else core.release_variance
     try:
-        return fn(arrays.grid, dataset.value_bound, eps.used, mechanism, caps=caps, **options)
+        return fn(arrays.grid, ctx.value_bound, eps.used, mechanism, caps=caps, **options)
     except ValueError as exc:
         raise InvalidRequest(f"cannot release this statistic: {exc}") from exc
 
 
 def answer_body(
-    grid: Grid,
+    grid: GridContext,
     statistic: str,
     requested: str,
     eps: EpsilonAmount,

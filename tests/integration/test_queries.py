@@ -12,6 +12,7 @@ from sqlalchemy import select
 from app import core
 from app.core import bounds
 from app.ledger.models import BudgetReset, LedgerEntry
+from app.queries.schemas import StatisticAnswer
 from tests.integration.grid_fixtures import CELL_A, CELL_B, analyst, load, make_dataset
 
 # Grid A: three users with 1, 2 and 5 records (n = 8, m* = 5, m_* = 1); U = 10.
@@ -64,6 +65,21 @@ def test_baseline_mean_fields_follow_the_formulas(client: TestClient, grids) -> 
     assert body["ci95"] == pytest.approx([body["estimate"] - half, body["estimate"] + half])
     assert (body["n_users"], body["n_users_charged"], body["cached"]) == (3, 3, False)
     assert body["epsilon"] == eps and body["grid_id"] == a
+
+
+@pytest.mark.parametrize("mechanism", sorted(core.MEAN_MECHANISMS))
+def test_every_answer_matches_the_documented_schema(client: TestClient, grids, mechanism) -> None:
+    """The endpoints send the service's dict unvalidated: it must be a StatisticAnswer,
+    field for field, fresh and cached."""
+    _, a, _ = grids
+    params = {"epsilon": 0.7, "mechanism": mechanism}
+    for cached in (False, True):
+        body = client.get(f"/grids/{a}/mean", params=params).json()
+        assert set(body) == set(StatisticAnswer.model_fields), body
+        assert StatisticAnswer.model_validate(body).model_dump(mode="json") == body
+        assert body["cached"] is cached
+    var = client.get(f"/grids/{a}/variance", params={"epsilon": 0.3}).json()
+    assert StatisticAnswer.model_validate(var).model_dump(mode="json") == var
 
 
 def test_variance_and_clip_fields_follow_the_formulas(client: TestClient, grids) -> None:
