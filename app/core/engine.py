@@ -18,6 +18,7 @@ from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft
 from app.core.grid import GridData
+from app.core.mean_centered import plan_centered_clip
 from app.core.mean_linear import (
     plan_array_bestfit,
     plan_array_wrap,
@@ -80,6 +81,14 @@ _MEAN: Mapping[str, Builder] = {
     "opt_array_convex": lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
     "clip": lambda i, U, e, o: plan_clip(i, U, e, _int_opt(o, "m")),
     "worst_case_optimal": lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
+    "centered_clip": lambda i, U, e, o: plan_centered_clip(
+        i,
+        U,
+        e,
+        _float_opt(o, "centre_share"),
+        _float_opt(o, "width_share"),
+        _float_opt(o, "width_factor"),
+    ),
 }
 
 _VARIANCE: Mapping[str, Builder] = {

@@ -147,6 +147,21 @@ _RULE = OptionSpec(
     "exact: smallest minimiser of eq. 19; paper: 002 Lemma VI.2's procedure literally",
     choices=("exact", "paper"),
 )
+_CENTRE_SHARE = OptionSpec(
+    "centre_share", "float", 0.4,
+    "share of eps for the private centre (exponential mechanism on user means)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_WIDTH_SHARE = OptionSpec(
+    "width_share", "float", 0.2,
+    "share of eps for the private width (centre_share + width_share < 1)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_WIDTH_FACTOR = OptionSpec(
+    "width_factor", "float", 0.5,
+    "half-width R = width_factor x private residual scale rho x sqrt(m*)",
+    minimum=0.0, maximum=1e6, exclusive=True,
+)
 _SPLIT = OptionSpec(
     "split", "choice", "half",
     "budget split between mean and variance: eps/2 each or the optimal split (SPEC §4)",
@@ -194,6 +209,12 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
     "worst_case_optimal": _spec(
         "worst_case_optimal", "per-user projection with threshold T_eps (003 Thm III.1)",
         True, _FILL,
+    ),
+    "centered_clip": _spec(
+        "centered_clip",
+        "user sums clipped to a window around a private centre, private width "
+        "(003 Thm III.1 re-centred; app/core/mean_centered.py)",
+        False, _CENTRE_SHARE, _WIDTH_SHARE, _WIDTH_FACTOR,
     ),
     "auto": _spec("auto", "the bounded mechanism with the smallest worst-case error", True),
 })

@@ -7,13 +7,19 @@ baseline and clip variance, worst_case_optimal) through ``app.core.release_mean`
 ``release_variance``. Samples are binned on fixed edges and the privacy loss is
 bounded from below with Clopper–Pearson intervals; the audit fails if that lower
 bound exceeds eps. Confidence: alpha = 0.01 for the whole audit (Bonferroni over
-the five statistics and over every event and interval within each).
+the five statistics and centered_clip, and over every event and interval within each).
 
 Noise source: :class:`tests.security.audit_lib.BulkOpenDPNoise` — OpenDP's own
 ``make_laplace`` on a vector domain, i.e. the production sampler drawn 10^5 at a
 time (a scalar OpenDP draw costs ~0.2 ms; 10^6 of them would take minutes).
 ``test_bulk_source_has_the_production_law`` shows with KS tests that it has the law
 of the production :class:`app.core.noise.OpenDPNoise` on the same release.
+
+centered_clip (a private centre and width, then Laplace) is audited on its own
+neighbours and eps (``audit_lib.ADAPTIVE_*``, where its public gate is met), with
+full releases through the production :class:`app.core.noise.OpenDPNoise`; its
+output is encoded so that the events are "(centre, width) is the most likely cell
+and the estimate lies in a bin" (events of the whole output, so the bound is valid).
 
 Power: the same audit, on mechanisms broken in this module only (noise scale × 0.7;
 sensitivity computed with m* replaced by the mean count), must report a loss
@@ -35,7 +41,7 @@ from tests.security import audit_lib as audit
 N = 100_000
 N_BROKEN = 20_000
 ALPHA = 0.01
-ALPHA_EACH = ALPHA / len(audit.TARGETS)
+ALPHA_EACH = ALPHA / (len(audit.TARGETS) + 1)  # + centered_clip
 
 
 @pytest.fixture(scope="module")
@@ -133,3 +139,40 @@ def test_bulk_source_has_the_production_law() -> None:
     wider = audit.ScaledNoise(audit.BulkOpenDPNoise(m), 1.25)
     wrong = np.asarray(target.release(d1, wider).estimate)
     assert stats.ks_2samp(production, wrong).pvalue < level
+
+
+N_ADAPTIVE = 40_000
+
+
+def _adaptive_samples(
+    pool: ProcessPoolExecutor, n: int, factor: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    half = n // 2
+    jobs = [(side, half, factor) for side in (0, 1) for _ in range(2)]
+    parts = list(pool.map(audit.sample_adaptive, jobs))
+    return np.concatenate(parts[:2]), np.concatenate(parts[2:])
+
+
+def test_centered_clip_neighbours_move_its_estimate_by_its_sensitivity() -> None:
+    """In the audited (centre, width) cell the heavy user's move realises the sensitivity,
+    and the Laplace step gets 0.4 of eps."""
+    v0, v1, scale, release = audit.adaptive_noiseless()
+    assert release.details["path"] == "adaptive"
+    assert abs(v1 - v0) == pytest.approx(release.sensitivity, rel=1e-9)
+    assert scale == pytest.approx(release.sensitivity / (0.4 * audit.ADAPTIVE_EPS), rel=1e-12)
+
+
+@pytest.mark.slow
+def test_audit_centered_clip(pool: ProcessPoolExecutor) -> None:
+    v0, v1, scale, _ = audit.adaptive_noiseless()
+    edges = audit.fixed_edges(v0, v1, scale)
+    x0, x1 = _adaptive_samples(pool, N_ADAPTIVE)
+    assert min(np.mean(x0 < audit.SENTINEL), np.mean(x1 < audit.SENTINEL)) > 0.1
+    result = audit.loss_lower_bound(x0, x1, edges, ALPHA_EACH)
+    print(f"\naudit centered_clip: loss >= {result.bound:.4f} (eps {audit.ADAPTIVE_EPS})")
+    assert result.bound <= audit.ADAPTIVE_EPS, result
+    # the Laplace step alone has loss 0.4 eps in the cell: the audit sees most of it
+    assert result.bound > 0.25 * audit.ADAPTIVE_EPS, result
+    broken = audit.loss_lower_bound(*_adaptive_samples(pool, N_ADAPTIVE, 0.1), edges, ALPHA_EACH)
+    print(f"audit centered_clip [noise scale x 0.1]: loss >= {broken.bound:.4f}")
+    assert broken.bound > audit.ADAPTIVE_EPS, broken
