@@ -1,19 +1,26 @@
 """FastAPI dependencies as ``Annotated`` aliases.
 
-The request owns the transaction: :func:`get_session` commits once after the
-endpoint returns and **before** the response is sent (``scope="function"``), and
-rolls back on any error. An answer therefore never leaves before its charge is
-durable.
+The request owns the transaction, in one of two ways, both committing once
+**before** the response is sent and rolling back on any error (an answer
+therefore never leaves before its charge is durable):
+
+* :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
+  commits after it returns (``scope="function"``);
+* :func:`database` — :meth:`Database.run` runs a whole unit of work (open,
+  work, commit or roll back, close) in one hop to a database thread: the hot
+  query path, where every hop between the event loop and a thread counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Annotated
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, TypeVar
 
-from anyio import to_thread
+from anyio import CapacityLimiter, to_thread
 from fastapi import Depends, Header, Request
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
 from app.keys.service import (
@@ -23,6 +30,53 @@ from app.keys.service import (
     lookup_identity,
     require_role,
 )
+
+R = TypeVar("R")
+
+
+class Database:
+    """Runs units of work, each in one hop to one of the process's database threads.
+
+    A unit enters the process's database gate first (shared with
+    :func:`get_session`, so the two together never hold more connections than the
+    pool has), then runs ``fn(session, *args)`` on a thread of its own executor,
+    committing if ``fn`` returns and rolling back if it raises, and closes the
+    session — all in that one thread, which never waits for another request.
+    """
+
+    def __init__(self, make_session: sessionmaker[Session], gate: CapacityLimiter) -> None:
+        self.make_session = make_session
+        self.gate = gate
+        self.executor = ThreadPoolExecutor(int(gate.total_tokens), thread_name_prefix="dpgate-db")
+
+    async def run(self, fn: Callable[..., R], *args: Any) -> R:
+        async with self.gate:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, self._unit, fn, args
+            )
+
+    async def run_ungated(self, fn: Callable[..., R], *args: Any) -> R:
+        """A short unit outside the gate (a request already holding a gate token may
+        need one, e.g. the key look-up; it uses the pool's spare connections)."""
+        return await to_thread.run_sync(self._unit, fn, args)
+
+    def _unit(self, fn: Callable[..., R], args: tuple[Any, ...]) -> R:
+        with self.make_session() as session:
+            try:
+                result = fn(session, *args)
+            except BaseException:
+                session.rollback()
+                raise
+            session.commit()
+            return result
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+def database(request: Request) -> Database:
+    """The process's :class:`Database` (made at start-up)."""
+    return request.app.state.database
 
 
 async def get_settings(request: Request) -> Settings:
@@ -64,29 +118,31 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-async def current_key(
-    request: Request,
-    session: SessionDep,
-    authorization: Annotated[str | None, Header(include_in_schema=False)] = None,
-) -> KeyIdentity:
+async def _identify(request: Request, authorization: str | None) -> KeyIdentity:
     digest = bearer_digest(authorization)
-    key = cached_identity(digest) or await to_thread.run_sync(lookup_identity, session, digest)
+    key = cached_identity(digest) or await database(request).run_ungated(lookup_identity, digest)
     limiter = getattr(request.app.state, "rate_limiter", None)
     if limiter is not None:
         limiter.check(key.id)
     return key
 
 
+# One dependency per alias (not a chain): each dependency call costs the hot path.
+AuthorizationHeader = Annotated[str | None, Header(include_in_schema=False)]
+
+
+async def current_key(request: Request, authorization: AuthorizationHeader = None) -> KeyIdentity:
+    return await _identify(request, authorization)
+
+
+async def analyst_key(request: Request, authorization: AuthorizationHeader = None) -> KeyIdentity:
+    return require_role(await _identify(request, authorization), "admin", "analyst")
+
+
+async def admin_key(request: Request, authorization: AuthorizationHeader = None) -> KeyIdentity:
+    return require_role(await _identify(request, authorization), "admin")
+
+
 CurrentKey = Annotated[KeyIdentity, Depends(current_key)]
-
-
-async def analyst_key(key: CurrentKey) -> KeyIdentity:
-    return require_role(key, "admin", "analyst")
-
-
-async def admin_key(key: CurrentKey) -> KeyIdentity:
-    return require_role(key, "admin")
-
-
 AnalystKey = Annotated[KeyIdentity, Depends(analyst_key)]
 AdminKey = Annotated[KeyIdentity, Depends(admin_key)]

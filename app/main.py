@@ -13,6 +13,7 @@ from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
 from app.db.engine import make_engine, make_sessionmaker
+from app.deps import Database
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
 from app.keys.endpoints import router as keys_router
@@ -43,6 +44,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             4 if settings.is_sqlite else settings.db_pool_size  # the overflow stays free
         )
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
+        app.state.database = Database(sessionmaker, app.state.db_gate)
         if settings.admin_key is not None:
             with sessionmaker.begin() as session:
                 ensure_key(
@@ -52,6 +54,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                     name="bootstrap admin (DPGATE_ADMIN_KEY)",
                 )
         yield
+        app.state.database.close()
         engine.dispose()
 
     app = FastAPI(title="dpgate", version=__version__, description=DESCRIPTION, lifespan=lifespan)

@@ -102,10 +102,13 @@ class _MeasurementCache:
             self._items.clear()
 
 
+# Immutable and shared: building them anew costs more than the measurement itself.
+_DOMAIN = dp.atom_domain(T=float, nan=False)
+_METRIC = dp.absolute_distance(T=float)
+
+
 def _make_laplace(scale: float) -> dp.Measurement:
-    return dp.m.make_laplace(
-        dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float), scale
-    )
+    return dp.m.make_laplace(_DOMAIN, _METRIC, scale)
 
 
 _MEASUREMENTS = _MeasurementCache()

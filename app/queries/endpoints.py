@@ -3,12 +3,10 @@ from __future__ import annotations
 import math
 from typing import Annotated, Literal
 
-from anyio import to_thread
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse
-from sqlalchemy.orm import Session
 
-from app.deps import AnalystKey, SessionDep
+from app.deps import AnalystKey, SessionDep, database
 from app.errors import (
     BudgetExhausted,
     Forbidden,
@@ -36,7 +34,6 @@ def _options(request: Request) -> dict[str, str]:
 
 
 async def _answer(
-    session: Session,
     key: KeyIdentity,
     grid_id: str,
     statistic: str,
@@ -44,14 +41,13 @@ async def _answer(
     epsilon: float,
     request: Request,
 ) -> JSONResponse:
-    """The whole query in one worker-thread hop (the session is used by that thread only).
+    """The whole query, commit included, in one hop to a database thread.
 
     The answer is built field by field by ``service.answer_body`` (tested against
     ``StatisticAnswer``), so it is sent as it is rather than validated again.
     """
-    answer = await to_thread.run_sync(
+    answer = await database(request).run(
         service.answer_statistic,
-        session,
         key,
         grid_id,
         statistic,
@@ -74,12 +70,11 @@ async def _answer(
 async def mean(
     grid_id: str,
     request: Request,
-    session: SessionDep,
     key: AnalystKey,
     epsilon: EPSILON,
     mechanism: str = "auto",
 ) -> JSONResponse:
-    return await _answer(session, key, grid_id, "mean", mechanism, epsilon, request)
+    return await _answer(key, grid_id, "mean", mechanism, epsilon, request)
 
 
 @router.get(
@@ -92,12 +87,11 @@ async def mean(
 async def variance(
     grid_id: str,
     request: Request,
-    session: SessionDep,
     key: AnalystKey,
     epsilon: EPSILON,
     mechanism: str = "auto",
 ) -> JSONResponse:
-    return await _answer(session, key, grid_id, "variance", mechanism, epsilon, request)
+    return await _answer(key, grid_id, "variance", mechanism, epsilon, request)
 
 
 @router.get(
