@@ -17,7 +17,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     upgrade(get_settings().database_url)
     uvicorn.run(
-        "app.main:create_app",
+        "app.main:create_server_app",
         factory=True,
         host=args.host,
         port=args.port,

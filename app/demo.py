@@ -229,5 +229,7 @@ def run_demo(*, host: str, port: int, data: str | None) -> int:
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
     base = f"http://{shown}:{port}"
     print(_banner(setup, base), flush=True)
-    uvicorn.run("app.main:create_app", factory=True, host=host, port=port, log_level="warning")
+    uvicorn.run(
+        "app.main:create_server_app", factory=True, host=host, port=port, log_level="warning"
+    )
     return 0

@@ -19,6 +19,7 @@ import math
 import secrets
 import threading
 from collections import OrderedDict
+from fractions import Fraction
 from typing import Protocol, runtime_checkable
 
 import numpy as np
@@ -112,16 +113,18 @@ def _make_laplace(scale: float) -> dp.Measurement:
 
 
 _MEASUREMENTS = _MeasurementCache()
-_SCALES: OrderedDict[tuple[float, float], float] = OrderedDict()
-_SCALES_LOCK = threading.Lock()
 
 
 def calibrate_scale(sensitivity: float, epsilon: float) -> float:
-    """The Laplace scale for ``sensitivity`` at ``epsilon`` that OpenDP certifies (SPEC §1).
+    """The smallest Laplace scale whose OpenDP privacy map charges at most ``epsilon``
+    for ``sensitivity`` (SPEC §1). A zero sensitivity needs no noise: scale 0.
 
-    Starts at ``sensitivity / epsilon`` and moves up by one float step at a time only
-    while OpenDP's privacy map of the measurement at that scale, applied to
-    ``sensitivity``, exceeds ``epsilon``. A zero sensitivity needs no noise: scale 0.
+    OpenDP's ``make_laplace`` maps ``d_in`` to ``d_in / scale`` rounded up to a float,
+    which is ``<= epsilon`` exactly when ``d_in / scale <= epsilon`` as rationals. So
+    the answer is the smallest float ``>= sensitivity / epsilon``, found exactly with
+    :class:`~fractions.Fraction` — no call into OpenDP on the release path. That this
+    is OpenDP's rule is checked against OpenDP itself when this module is imported
+    (:func:`_check_against_opendp`, which fails closed) and in the tests.
     """
     sensitivity = float(sensitivity)
     epsilon = float(epsilon)
@@ -131,23 +134,39 @@ def calibrate_scale(sensitivity: float, epsilon: float) -> float:
         return 0.0
     if not math.isfinite(epsilon) or epsilon <= 0:
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    key = (sensitivity, epsilon)
-    with _SCALES_LOCK:
-        if key in _SCALES:
-            _SCALES.move_to_end(key)
-            return _SCALES[key]
-    scale = sensitivity / epsilon
-    for _ in range(200):
-        if _MEASUREMENTS.get(scale).map(sensitivity) <= epsilon:
-            break
+    exact = Fraction(sensitivity) / Fraction(epsilon)
+    overflow = ValueError(f"sensitivity / epsilon overflows: {sensitivity!r} / {epsilon!r}")
+    try:
+        scale = float(exact)  # round to nearest: at most one step below the exact quotient
+    except OverflowError:
+        raise overflow from None
+    if Fraction(scale) < exact:
         scale = math.nextafter(scale, math.inf)
-    else:  # pragma: no cover - OpenDP's map rounds by a few ulps at most
-        raise RuntimeError("could not calibrate the Laplace scale with OpenDP's privacy map")
-    with _SCALES_LOCK:
-        _SCALES[key] = scale
-        if len(_SCALES) > 4096:
-            _SCALES.popitem(last=False)
+    if math.isinf(scale):
+        raise overflow
     return scale
+
+
+#: (sensitivity, epsilon) pairs on which the plain quotient rounds both ways.
+_CHECK_PAIRS = ((1.0, 3.0), (30.0, 0.7), (0.1, 0.3), (7.0, 1e-3), (1e-3, 9.9), (2.5, 0.1))
+
+
+def _check_against_opendp() -> None:
+    """Fail closed if OpenDP's privacy map is not the rule :func:`calibrate_scale` uses:
+    at each checked pair the scale must be certified and the next float down refused."""
+    for sensitivity, epsilon in _CHECK_PAIRS:
+        scale = calibrate_scale(sensitivity, epsilon)
+        below = math.nextafter(scale, 0.0)
+        if not (
+            _make_laplace(scale).map(sensitivity) <= epsilon
+            and _make_laplace(below).map(sensitivity) > epsilon
+        ):
+            raise RuntimeError(
+                "OpenDP's Laplace privacy map changed; calibrate_scale must be revisited"
+            )
+
+
+_check_against_opendp()
 
 
 def _secure_uniform() -> float:

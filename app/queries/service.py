@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import orjson
 from sqlalchemy.orm import Session
 
 from app import core
@@ -283,7 +284,7 @@ def _opt_float(x: float | None) -> float | None:
 
 
 def _jsonable(details: Mapping[str, Any]) -> dict[str, Any]:
-    return json.loads(json.dumps(dict(details), default=lambda o: getattr(o, "tolist", str)()))
+    return orjson.loads(orjson.dumps(dict(details), default=lambda o: getattr(o, "tolist", str)()))
 
 
 def quote(session: Session, grid_public_id: str, statistic: str, target_error: float) -> dict:

@@ -93,3 +93,24 @@ def test_oversized_json_body_is_413(client: TestClient, app) -> None:
         413,
         "payload_too_large",
     )
+
+
+def test_serving_app_freezes_startup_objects_out_of_the_collector(
+    settings, monkeypatch
+) -> None:
+    """``dpgate serve`` builds its app with ``create_server_app``: after start-up every
+    long-lived object is frozen, so no full collection walks them mid-request."""
+    import gc
+
+    from app.db.migrate import upgrade
+    from app.main import create_server_app
+
+    upgrade(settings.database_url)
+    monkeypatch.setattr("app.main.get_settings", lambda: settings)
+    assert gc.get_freeze_count() == 0
+    try:
+        with TestClient(create_server_app()) as c:
+            assert gc.get_freeze_count() > 10_000  # modules, routes, numpy, OpenDP ...
+            assert c.get("/healthz").status_code == 200
+    finally:
+        gc.unfreeze()

@@ -6,6 +6,8 @@ except the last ones, which check that the release path draws through OpenDP.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import opendp.prelude as dp
 import pytest
@@ -111,20 +113,48 @@ def test_joint_shares(split: str, mechanism: str) -> None:
         assert _opendp_map(part.noise_scale, part.sensitivity) <= part.epsilon
 
 
-def test_calibration_nudges_up_only_when_the_map_says_so() -> None:
+def test_calibration_is_the_smallest_scale_opendp_certifies() -> None:
     rng = np.random.default_rng(7)
     nudged = 0
     for _ in range(300):
-        sens, eps = float(rng.uniform(1e-3, 100)), float(rng.uniform(0.01, 10))
+        sens = float(10 ** rng.uniform(-6, 4))
+        eps = float(10 ** rng.uniform(-4, 1.5))
         scale = calibrate_scale(sens, eps)
-        assert scale >= sens / eps
-        assert _opendp_map(scale, sens) <= eps
+        assert _opendp_map(scale, sens) <= eps  # certified by OpenDP itself
+        assert _opendp_map(math.nextafter(scale, 0.0), sens) > eps  # and no smaller float is
         if scale > sens / eps:
             nudged += 1
-            assert _opendp_map(sens / eps, sens) > eps  # the plain scale was refused
-            assert scale <= (sens / eps) * (1 + 1e-13)
-    assert nudged > 0  # OpenDP's rounding does bite on some inputs
+            assert scale == math.nextafter(sens / eps, math.inf)
+    assert nudged > 0  # the float quotient is refused on some inputs
     assert calibrate_scale(0.0, 1.0) == 0.0
+
+
+@pytest.mark.parametrize(("sens", "eps"), [(-1.0, 1.0), (math.nan, 1.0), (1.0, 0.0), (1.0, -2.0)])
+def test_calibration_refuses_bad_inputs(sens: float, eps: float) -> None:
+    with pytest.raises(ValueError, match="must be finite"):
+        calibrate_scale(sens, eps)
+
+
+def test_calibration_refuses_an_overflowing_scale() -> None:
+    with pytest.raises(ValueError, match="overflows"):
+        calibrate_scale(1e300, 1e-300)
+
+
+def test_import_check_fails_closed_when_opendp_map_differs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class _Stricter:  # a map that charges one ulp more than d_in / scale
+        def __init__(self, scale: float) -> None:
+            self.scale = scale
+
+        def map(self, d_in: float) -> float:
+            return math.nextafter(d_in / self.scale, math.inf)
+
+    monkeypatch.setattr(noise_module, "_make_laplace", _Stricter)
+    with pytest.raises(RuntimeError, match="privacy map changed"):
+        noise_module._check_against_opendp()
+    monkeypatch.undo()
+    noise_module._check_against_opendp()  # the real OpenDP passes
 
 
 class _SpyMeasurement:
