@@ -43,7 +43,18 @@ class Settings(BaseSettings):
         default=0, ge=0, description="Requests per minute per key; 0 switches it off."
     )
     grid_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
-    db_pool_size: int = Field(default=10, ge=1)
+    db_pool_size: int = Field(
+        default=5,
+        ge=1,
+        description="Connections per server process for uploads, admin calls and the "
+        "rarer query steps (as many again may open in bursts).",
+    )
+    query_pool_size: int = Field(
+        default=10,
+        ge=1,
+        description="Postgres: connections per server process for the query hot path "
+        "(look-up and commit, sent from the event loop).",
+    )
 
     @property
     def is_sqlite(self) -> bool:

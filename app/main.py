@@ -14,6 +14,7 @@ from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
 from app.db.engine import make_engine, make_sessionmaker
+from app.db.pg_async import make_async_pool
 from app.deps import Database
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
@@ -48,6 +49,13 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         )
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
         app.state.database = Database(sessionmaker, app.state.db_gate)
+        app.state.query_pool = (
+            None
+            if settings.is_sqlite
+            else make_async_pool(settings.database_url, size=settings.query_pool_size)
+        )
+        if app.state.query_pool is not None:
+            await app.state.query_pool.open()
         if settings.admin_key is not None:
             with sessionmaker.begin() as session:
                 ensure_key(
@@ -63,6 +71,8 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             gc.collect()
             gc.freeze()
         yield
+        if app.state.query_pool is not None:
+            await app.state.query_pool.close()
         app.state.database.close()
         engine.dispose()
 

@@ -78,7 +78,15 @@ def city_csv(n_cells: int = 40, users_per_cell: int = 30, records: int = 20) -> 
     return "\n".join(lines) + "\n"
 
 
-def _wrk(url: str, paths: list[str], mode: str, base: int, args: argparse.Namespace) -> dict:
+def _wrk(
+    url: str,
+    paths: list[str],
+    mode: str,
+    base: int,
+    args: argparse.Namespace,
+    *,
+    seconds: int | None = None,
+) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         script, listing = Path(tmp) / "load.lua", Path(tmp) / "paths.txt"
         script.write_text(WRK_SCRIPT)
@@ -88,7 +96,7 @@ def _wrk(url: str, paths: list[str], mode: str, base: int, args: argparse.Namesp
                 "wrk",
                 "-t2",
                 f"-c{args.clients}",
-                f"-d{args.seconds}s",
+                f"-d{seconds or args.seconds}s",
                 "--latency",
                 "-s",
                 str(script),
@@ -129,6 +137,12 @@ def main() -> int:
     ap.add_argument("--url", default=DEFAULT_URL)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--seconds", type=int, default=10, help="length of each phase (wrk)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=5,
+        help="seconds of unreported uncached load first (wrk): pools, prepared statements",
+    )
     ap.add_argument("--requests", type=int, default=4000, help="requests per phase (httpx)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--clients", type=int, default=32)
@@ -172,6 +186,8 @@ def main() -> int:
             f"{len(grids)} grids; {args.workers} server workers; {args.clients} "
             f"connections; client {client}"
         )
+        if use_wrk and args.warmup > 0:
+            _wrk(server.url, paths, "uncached", 99 * 10**8, args, seconds=args.warmup)
         rows = []
         for run in range(args.runs):
             if use_wrk:

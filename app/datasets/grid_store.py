@@ -14,16 +14,19 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Protocol
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from app.core.grid import GridData
-from app.datasets.models import Grid
 from app.datasets.repository import GridRepository
+from app.errors import Conflict
 
 __all__ = [
     "GridArrays",
+    "GridChanged",
+    "cached_grid_snapshot",
     "clear_grid_cache",
     "configure_grid_cache",
     "grid_cache_info",
@@ -144,8 +147,31 @@ def grid_cache_info() -> dict[str, int]:
     }
 
 
+class GridVersion(Protocol):
+    """A grid at a version (an ORM ``Grid`` or a query's ``GridContext``)."""
+
+    id: int
+    public_id: str
+    version: int
+
+
+class GridChanged(Conflict):
+    """The grid's stored snapshot is not the version the caller saw: an upload
+    committed in between. The caller looks the grid up again (409 if it cannot)."""
+
+
+def _key(grid: GridVersion) -> tuple[str, int, int]:
+    # public_id is random per grid, so equal keys never come from two databases
+    return (grid.public_id, grid.id, grid.version)
+
+
+def cached_grid_snapshot(grid: GridVersion) -> GridArrays | None:
+    """The cached engine input of ``grid`` at its version, without touching the database."""
+    return _cache.get(_key(grid))
+
+
 def load_grid_snapshot(
-    session: Session, grid: Grid, *, cache_bytes: int | None = None
+    session: Session, grid: GridVersion, *, cache_bytes: int | None = None
 ) -> GridArrays:
     """The engine input of ``grid`` at its current version, from the cache or its snapshot.
 
@@ -154,8 +180,7 @@ def load_grid_snapshot(
     """
     if cache_bytes is not None and cache_bytes != _cache.max_bytes:
         configure_grid_cache(cache_bytes)
-    # public_id is random per grid, so equal keys never come from two databases
-    key = (grid.public_id, grid.id, grid.version)
+    key = _key(grid)
     hit = _cache.get(key)
     if hit is not None:
         return hit
@@ -164,8 +189,9 @@ def load_grid_snapshot(
         arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
     else:
         if snap.version != grid.version:
-            raise RuntimeError(
-                f"grid {grid.id}: snapshot version {snap.version} != grid version {grid.version}"
+            raise GridChanged(
+                f"grid {grid.public_id} changed while it was read (version {grid.version} "
+                f"became {snap.version}); retry"
             )
         arrays = GridArrays.from_bytes(
             grid.id, snap.version, snap.user_ids, snap.counts, snap.values

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 import orjson
 from fastapi import APIRouter, Query, Request, Response
 
-from app.deps import AnalystKey, SessionDep, database
+from app.deps import AnalystKey, SessionDep
 from app.errors import (
     BudgetExhausted,
     Forbidden,
@@ -18,6 +18,7 @@ from app.errors import (
 from app.keys.service import KeyIdentity
 from app.queries import service
 from app.queries.schemas import QuoteOut, StatisticAnswer
+from app.queries.store import open_store
 
 router = APIRouter(tags=["queries"])
 
@@ -41,20 +42,16 @@ async def _answer(
     epsilon: float,
     request: Request,
 ) -> Response:
-    """The whole query, commit included, in one hop to a database thread.
+    """The whole query, commit included (``app.queries.store`` says where each step runs).
 
     The answer is built field by field by ``service.answer_body`` (tested against
     ``StatisticAnswer``), so it is sent as it is rather than validated again (orjson).
     """
-    answer = await database(request).run(
-        service.answer_statistic,
-        key,
-        grid_id,
-        statistic,
-        mechanism,
-        epsilon,
-        _options(request),
-    )
+    options = _options(request)
+    async with open_store(request.app.state) as store:
+        answer = await service.answer_statistic(
+            store, key, grid_id, statistic, mechanism, epsilon, options
+        )
     return Response(orjson.dumps(answer), media_type="application/json")
 
 

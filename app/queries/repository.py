@@ -1,21 +1,25 @@
 """All SQL of single-grid queries: find the grid with its stored answer, commit an answer.
 
-On Postgres the query path runs in autocommit mode: the look-up is one read, and
-the charge is one call of ``dpgate_commit_query`` (migration 0003), a single
-atomic statement that locks, checks, charges and stores — so row locks live only
-for that statement. SQLite has no stored functions: there the same steps run in
-Python (``app.queries.service``) inside the request's ``BEGIN IMMEDIATE``
-transaction, which serialises writers.
+On Postgres (:class:`AsyncAnswerRepository`, on the event loop, autocommit) the
+look-up is one read, and the charge is one call of ``dpgate_commit_query``
+(migration 0003), a single atomic statement that locks, checks, charges and
+stores — so row locks live only for that statement. SQLite has no stored
+functions: there (:class:`AnswerRepository`) the same steps run in Python
+(``app.queries.store.commit_here``) inside a ``BEGIN IMMEDIATE`` transaction,
+which serialises writers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 import orjson
-from sqlalchemy import Connection, bindparam, select, text
+from psycopg import AsyncConnection
+from sqlalchemy import bindparam, select
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
@@ -35,6 +39,28 @@ class GridContext:
     budget_per_user: Decimal
     max_epsilon_per_query: Decimal
     on_exhausted: str
+
+
+@dataclass(frozen=True)
+class AnswerRecord:
+    """A fresh answer and everything stored with it (not yet stored)."""
+
+    public_id: str
+    dataset_id: int
+    grid_id: int
+    epoch: int
+    grid_version: int
+    fingerprint: str
+    statistic: str
+    mechanism: str
+    epsilon: Decimal
+    options: dict[str, Any]
+    answer: dict[str, Any]
+    key_id: int
+
+
+#: The grid (with its dataset's settings) and the answer stored for the query, if any.
+Found = tuple[GridContext, dict[str, Any] | None]
 
 
 @dataclass(frozen=True)
@@ -80,12 +106,14 @@ _LOOKUP = (
     .where(Grid.public_id == bindparam("public_id"))
 )
 
-_COMMIT = text(
+_COMMIT_SQL = (
     "SELECT status, stored FROM dpgate_commit_query("
-    ":dataset, :epoch, :grid, :grid_version, :fingerprint, CAST(:users AS integer[]), "
-    ":epsilon, :cap, :key, :key_has_quota, :public_id, :statistic, :mechanism, "
-    "CAST(:options AS json), CAST(:answer AS json))"
+    "%(dataset)s, %(epoch)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
+    "CAST(%(users)s AS integer[]), %(epsilon)s, %(cap)s, %(key)s, %(key_has_quota)s, "
+    "%(public_id)s, %(statistic)s, %(mechanism)s, CAST(%(options)s AS json), "
+    "CAST(%(answer)s AS json))"
 )
+_LOOKUP_SQL = str(_LOOKUP.compile(dialect=PGDialect_psycopg()))
 
 
 def int_array_literal(values: list[int]) -> str:
@@ -94,35 +122,21 @@ def int_array_literal(values: list[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
+def _found(row: Any) -> Found | None:
+    return None if row is None else (GridContext(*row[:9]), row[9])
+
+
 class AnswerRepository:
+    """SQLite (and any session): the look-up, and the steps of a commit."""
+
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    @property
-    def in_database(self) -> bool:
-        """True when ``commit`` runs as one database function (Postgres)."""
-        return self.session.get_bind().dialect.name == "postgresql"
-
-    def connection(self) -> Connection:
-        """The request's connection; on Postgres in autocommit mode (see the module)
-        unless the request already opened a transaction (then the charge commits with it)."""
-        if self.in_database and not self.session.in_transaction():
-            return self.session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-        return self.session.connection()
-
-    def lookup(
-        self, grid_public_id: str, fingerprint: str
-    ) -> tuple[GridContext, dict[str, Any] | None] | None:
+    def lookup(self, grid_public_id: str, fingerprint: str) -> Found | None:
         """The grid and the answer stored for ``fingerprint`` at its current version and
         its dataset's current epoch, in one round trip (no lock)."""
-        row = (
-            self.connection()
-            .execute(_LOOKUP, {"public_id": grid_public_id, "fingerprint": fingerprint})
-            .first()
-        )
-        if row is None:
-            return None
-        return GridContext(*row[:9]), row[9]
+        params = {"public_id": grid_public_id, "fingerprint": fingerprint}
+        return _found(self.session.execute(_LOOKUP, params).first())
 
     def find(
         self, grid_id: int, epoch: int, grid_version: int, fingerprint: str
@@ -136,37 +150,46 @@ class AnswerRepository:
             )
         ).first()
 
-    def add(self, answer: QueryAnswer) -> QueryAnswer:
-        self.session.add(answer)
+    def add(self, record: AnswerRecord) -> QueryAnswer:
+        row = QueryAnswer(**dataclasses.asdict(record))
+        self.session.add(row)
         self.session.flush()
-        return answer
+        return row
 
-    def commit_in_database(
-        self, answer: QueryAnswer, users: list[int], cap: Decimal, key_has_quota: bool
+
+class AsyncAnswerRepository:
+    """Postgres, from the event loop: the look-up and the one-statement commit, each
+    its own (autocommit) transaction on a connection of the query pool."""
+
+    def __init__(self, conn: AsyncConnection) -> None:
+        self.conn = conn
+
+    async def lookup(self, grid_public_id: str, fingerprint: str) -> Found | None:
+        params = {"public_id": grid_public_id, "fingerprint": fingerprint}
+        cur = await self.conn.execute(_LOOKUP_SQL, params, prepare=True)
+        return _found(await cur.fetchone())
+
+    async def commit(
+        self, record: AnswerRecord, users: list[int], cap: Decimal, key_has_quota: bool
     ) -> Committed:
-        """Postgres: check and charge ``users``, store ``answer`` — one atomic statement."""
-        row = (
-            self.connection()
-            .execute(
-                _COMMIT,
-                {
-                    "dataset": answer.dataset_id,
-                    "epoch": answer.epoch,
-                    "grid": answer.grid_id,
-                    "grid_version": answer.grid_version,
-                    "fingerprint": answer.fingerprint,
-                    "users": int_array_literal(users),
-                    "epsilon": answer.epsilon,
-                    "cap": cap,
-                    "key": answer.key_id,
-                    "key_has_quota": key_has_quota,
-                    "public_id": answer.public_id,
-                    "statistic": answer.statistic,
-                    "mechanism": answer.mechanism,
-                    "options": orjson.dumps(answer.options).decode(),
-                    "answer": orjson.dumps(answer.answer).decode(),
-                },
-            )
-            .one()
-        )
-        return Committed(row.status, row.stored)
+        """Check and charge ``users``, store ``record`` — one atomic statement."""
+        params = {
+            "dataset": record.dataset_id,
+            "epoch": record.epoch,
+            "grid": record.grid_id,
+            "grid_version": record.grid_version,
+            "fingerprint": record.fingerprint,
+            "users": int_array_literal(users),
+            "epsilon": record.epsilon,
+            "cap": cap,
+            "key": record.key_id,
+            "key_has_quota": key_has_quota,
+            "public_id": record.public_id,
+            "statistic": record.statistic,
+            "mechanism": record.mechanism,
+            "options": orjson.dumps(record.options).decode(),
+            "answer": orjson.dumps(record.answer).decode(),
+        }
+        cur = await self.conn.execute(_COMMIT_SQL, params, prepare=True)
+        status, stored = await cur.fetchone()
+        return Committed(status, stored)

@@ -6,13 +6,14 @@ Order of work: find the grid, its dataset's epoch and any stored identical answe
 sampler from the grid's snapshot → commit: lock the dataset row and the users'
 accounts, re-check epoch, caps, twin answer and quota, charge and store. Only an
 ``ok`` commit returns the fresh answer; on Postgres that commit is one atomic
-statement (``AnswerRepository.commit_in_database``), on SQLite the same steps run
-here inside the request's ``BEGIN IMMEDIATE`` transaction. A release whose commit
-fails is discarded unseen, and a retry draws fresh noise.
+statement sent from the event loop, on SQLite the same steps run in one
+``BEGIN IMMEDIATE`` transaction on a database thread (``app.queries.store``). A
+release whose commit fails is discarded unseen, and a retry draws fresh noise.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -22,16 +23,18 @@ from typing import Any
 
 import numpy as np
 import orjson
+from anyio import to_thread
 from sqlalchemy.orm import Session
 
 from app import core
+from app.datasets.grid_store import GridArrays, GridChanged
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
-from app.keys.service import KeyIdentity, spend_quota
+from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
-from app.queries.models import QueryAnswer
-from app.queries.repository import AnswerRepository, Committed, GridContext
+from app.queries.repository import AnswerRecord, GridContext
+from app.queries.store import QueryStore
 from app.releases.repository import ReleaseRepository
 
 STATISTICS = ("mean", "variance")
@@ -40,6 +43,8 @@ RESERVED_PARAMS = frozenset({"epsilon", "mechanism"})
 #: commits that found the epoch moved on, accounts missing or (``exclude``) a user
 #: newly exhausted look again; past this many the client is asked to retry.
 MAX_ATTEMPTS = 5
+#: grids with more records than this are released on a worker thread.
+RELEASE_ON_LOOP_MAX_RECORDS = 20_000
 
 
 def mechanisms_for(statistic: str) -> Mapping[str, Any]:
@@ -86,8 +91,8 @@ def _parse_query(
     return eps, options if plan_id is None else {**options, "plan": plan_id}
 
 
-def answer_statistic(
-    session: Session,
+async def answer_statistic(
+    store: QueryStore,
     key: KeyIdentity,
     grid_public_id: str,
     statistic: str,
@@ -101,9 +106,10 @@ def answer_statistic(
         invalid, fp = exc, ""
     else:
         invalid, fp = None, fingerprint(statistic, mechanism, eps, options)
-    answers = AnswerRepository(session)
+    if not GRID_ID.fullmatch(grid_public_id):
+        raise NotFound(f"no grid {grid_public_id!r}")
     for _ in range(MAX_ATTEMPTS):
-        found = answers.lookup(grid_public_id, fp) if GRID_ID.fullmatch(grid_public_id) else None
+        found = await store.lookup(grid_public_id, fp)
         if found is None:
             raise NotFound(f"no grid {grid_public_id!r}")
         if invalid is not None:
@@ -112,13 +118,19 @@ def answer_statistic(
         check_max_epsilon(eps, ctx.max_epsilon_per_query)
         if stored is not None:  # the same query in this epoch and grid version: free
             return _cached(stored)
-        answer, row, users = _release_answer(
-            session, ctx, key, statistic, mechanism, eps, options, fp
+        try:
+            arrays = await store.snapshot(ctx)
+        except GridChanged:  # an upload committed since the look-up: look again
+            continue
+        caps = await _caps(store, ctx, options, arrays, eps)
+        release = functools.partial(
+            _release_answer, ctx, key, statistic, mechanism, eps, options, fp, arrays, caps
         )
-        if answers.in_database:
-            outcome = answers.commit_in_database(row, users, ctx.budget_per_user, key.has_quota)
-        else:
-            outcome = _commit_here(session, ctx, key, row, users)
+        # A small grid's release (well under a millisecond) runs right here; a large
+        # one's would stall every request of this process, so it goes to a thread.
+        small = arrays.values.size <= RELEASE_ON_LOOP_MAX_RECORDS
+        answer, record, users = release() if small else await to_thread.run_sync(release)
+        outcome = await store.commit(ctx, key, record, users)
         if outcome.status == "ok":
             return answer
         if outcome.status == "twin":
@@ -128,7 +140,7 @@ def answer_statistic(
         if outcome.status == "exhausted" and ctx.on_exhausted != "exclude":
             raise BudgetExhausted(_exhausted_message(len(users)))
         if outcome.status == "missing":
-            ledger.ensure_accounts(session, ctx.dataset_id, ctx.epoch, users)
+            await store.run(ledger.ensure_accounts, ctx.dataset_id, ctx.epoch, users)
         # stale epoch, new accounts, or a user newly exhausted (exclude): look again
     raise Unavailable("the ledger is busy with this grid; retry")
 
@@ -137,8 +149,34 @@ def _exhausted_message(n_users: int) -> str:
     return f"a user of this grid (of {n_users} charged) would pass the privacy budget"
 
 
+async def _caps(
+    store: QueryStore,
+    ctx: GridContext,
+    options: dict[str, Any],
+    arrays: GridArrays,
+    eps: EpsilonAmount,
+) -> np.ndarray | None:
+    """Γ caps: a plan's (its suppressed users are not charged again) and, for
+    ``exclude`` datasets, 0 for users the ledger shows exhausted (never values)."""
+    plan_id = options.get("plan")
+    caps = None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays)
+    if ctx.on_exhausted == "exclude":
+        exhausted = await store.run(
+            ledger.exhausted_now,
+            ctx.dataset_id,
+            ctx.epoch,
+            ctx.budget_per_user,
+            arrays.user_ids,
+            eps.charged,
+        )
+        if exhausted.any():
+            if exhausted.all():
+                raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
+            caps = np.where(exhausted, 0, arrays.counts if caps is None else caps)
+    return caps
+
+
 def _release_answer(
-    session: Session,
     ctx: GridContext,
     key: KeyIdentity,
     statistic: str,
@@ -146,25 +184,17 @@ def _release_answer(
     eps: EpsilonAmount,
     options: dict[str, Any],
     fp: str,
-) -> tuple[dict[str, Any], QueryAnswer, list[int]]:
-    """The fresh answer, its row to store, and the users to charge (not yet charged)."""
-    # The answer uses, and charges the users of, exactly this snapshot; its version is
-    # stored with it (an upload committing meanwhile is harmless).
-    arrays = load_grid_snapshot(session, ctx)
-    plan_id = options.get("plan")
-    caps = None if plan_id is None else _plan_caps(session, plan_id, ctx, arrays)
-    if ctx.on_exhausted == "exclude":
-        exhausted = ledger.exhausted_now(
-            session, ctx.dataset_id, ctx.epoch, ctx.budget_per_user, arrays.user_ids, eps.charged
-        )
-        if exhausted.any():
-            if exhausted.all():
-                raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
-            caps = np.where(exhausted, 0, arrays.counts if caps is None else caps)
+    arrays: GridArrays,
+    caps: np.ndarray | None,
+) -> tuple[dict[str, Any], AnswerRecord, list[int]]:
+    """The fresh answer, its record to store, and the users to charge (not yet charged).
+
+    The answer uses, and charges the users of, exactly this snapshot; its version is
+    stored with it (an upload committing meanwhile is harmless)."""
     engine_options = {k: v for k, v in options.items() if k != "plan"}
     release = _release(statistic, arrays, ctx, eps, mechanism, engine_options, caps)
     answer = answer_body(ctx, statistic, mechanism, eps, options, release, ctx.epoch)
-    row = QueryAnswer(
+    record = AnswerRecord(
         public_id=answer["query_id"],
         dataset_id=ctx.dataset_id,
         grid_id=ctx.id,
@@ -178,44 +208,12 @@ def _release_answer(
         answer=answer,
         key_id=key.id,
     )
-    return answer, row, sorted(int(u) for u in arrays.user_ids[release.kept > 0])
+    return answer, record, arrays.user_ids[release.kept > 0].tolist()
 
 
-def _commit_here(
-    session: Session, ctx: GridContext, key: KeyIdentity, row: QueryAnswer, users: list[int]
-) -> Committed:
-    """``dpgate_commit_query`` in Python, for SQLite (whose transaction is already
-    ``BEGIN IMMEDIATE``): the same checks in the same order, then charge and store."""
-    dataset = ledger.lock_dataset(session, ctx.dataset_id)
-    if dataset.epoch != ctx.epoch:
-        return Committed("stale")
-    budget = ledger.lock_budget(session, dataset, ctx.epoch, np.asarray(users, dtype=np.int64))
-    answers = AnswerRepository(session)
-    if (
-        twin := answers.find(row.grid_id, row.epoch, row.grid_version, row.fingerprint)
-    ) is not None:
-        return Committed("twin", twin.answer)
-    if budget.exhausted(np.asarray(users, dtype=np.int64), row.epsilon).any():
-        return Committed("exhausted")
-    try:
-        spend_quota(session, key, row.epsilon)
-    except BudgetExhausted:
-        return Committed("quota")
-    stored = answers.add(row)
-    ledger.charge(
-        session,
-        budget,
-        users,
-        row.epsilon,
-        key_id=key.id,
-        kind="query",
-        reference_id=stored.id,
-        grid_id=row.grid_id,
-    )
-    return Committed("ok")
-
-
-def _plan_caps(session: Session, plan_id: str, grid: GridContext, arrays) -> np.ndarray:
+def _plan_caps(
+    session: Session, plan_id: str, grid: GridContext, arrays: GridArrays
+) -> np.ndarray:
     """Γ caps from a stored slot release, so its suppressed users are not charged again."""
     stored = ReleaseRepository(session).by_public_id(plan_id)
     if stored is None or stored.dataset_id != grid.dataset_id:
