@@ -7,8 +7,9 @@ therefore never leaves before its charge is durable):
 * :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
   commits after it returns (``scope="function"``);
 * :func:`database` — :meth:`Database.run` runs a whole unit of work (open,
-  work, commit or roll back, close) in one hop to a database thread: the hot
-  query path, where every hop between the event loop and a thread counts.
+  work, commit or roll back, close) in one hop to a database thread: the steps
+  of a query on SQLite, and its rarer steps on Postgres (``app.queries.store``;
+  there its look-up and commit go from the event loop to ``app.state.query_pool``).
 """
 
 from __future__ import annotations
