@@ -20,7 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, TypeVar
 
 from anyio import CapacityLimiter, to_thread
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request
+from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.config import Settings
@@ -119,31 +120,34 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
-async def _identify(request: Request, authorization: str | None) -> KeyIdentity:
-    digest = bearer_digest(authorization)
-    key = cached_identity(digest) or await database(request).run_ungated(lookup_identity, digest)
-    limiter = getattr(request.app.state, "rate_limiter", None)
-    if limiter is not None:
-        limiter.check(key.id)
-    return key
+class KeyAuth(HTTPBearer):
+    """The request's API key (``Authorization: Bearer <key>``), holding one of ``roles``.
+
+    A security scheme (``APIKey``, HTTP bearer) in the OpenAPI document, so ``/docs``
+    offers its *Authorize* button and every operation lists it; one dependency call
+    per request (the hot path counts them). A missing or malformed header is 401, a
+    key of the wrong role 403, each with the error shape.
+    """
+
+    def __init__(self, *roles: str) -> None:
+        super().__init__(
+            scheme_name="APIKey",
+            description="An API key issued by `POST /keys` or `dpgate keys create`.",
+            auto_error=False,
+        )
+        self.roles = roles
+
+    async def __call__(self, request: Request) -> KeyIdentity:  # type: ignore[override]
+        digest = bearer_digest(request.headers.get("Authorization"))
+        key = cached_identity(digest) or await database(request).run_ungated(
+            lookup_identity, digest
+        )
+        limiter = getattr(request.app.state, "rate_limiter", None)
+        if limiter is not None:
+            limiter.check(key.id)
+        return require_role(key, *self.roles) if self.roles else key
 
 
-# One dependency per alias (not a chain): each dependency call costs the hot path.
-AuthorizationHeader = Annotated[str | None, Header(include_in_schema=False)]
-
-
-async def current_key(request: Request, authorization: AuthorizationHeader = None) -> KeyIdentity:
-    return await _identify(request, authorization)
-
-
-async def analyst_key(request: Request, authorization: AuthorizationHeader = None) -> KeyIdentity:
-    return require_role(await _identify(request, authorization), "admin", "analyst")
-
-
-async def admin_key(request: Request, authorization: AuthorizationHeader = None) -> KeyIdentity:
-    return require_role(await _identify(request, authorization), "admin")
-
-
-CurrentKey = Annotated[KeyIdentity, Depends(current_key)]
-AnalystKey = Annotated[KeyIdentity, Depends(analyst_key)]
-AdminKey = Annotated[KeyIdentity, Depends(admin_key)]
+CurrentKey = Annotated[KeyIdentity, Depends(KeyAuth())]
+AnalystKey = Annotated[KeyIdentity, Depends(KeyAuth("admin", "analyst"))]
+AdminKey = Annotated[KeyIdentity, Depends(KeyAuth("admin"))]

@@ -114,3 +114,19 @@ def test_serving_app_freezes_startup_objects_out_of_the_collector(
             assert c.get("/healthz").status_code == 200
     finally:
         gc.unfreeze()
+
+
+def test_openapi_declares_the_bearer_key_scheme(client: TestClient) -> None:
+    """``/docs`` offers *Authorize*: every operation but the health check needs the key."""
+    spec = client.get("/openapi.json").json()
+    assert spec["components"]["securitySchemes"]["APIKey"] == {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "An API key issued by `POST /keys` or `dpgate keys create`.",
+    }
+    for path, operations in spec["paths"].items():
+        for method, op in operations.items():
+            expected = None if path == "/healthz" else [{"APIKey": []}]
+            assert op.get("security") == expected, (method, path)
+            names = {p["name"].lower() for p in op.get("parameters", [])}
+            assert "authorization" not in names, (method, path)  # a scheme, not a parameter
