@@ -16,10 +16,12 @@ from app.core import bounds
 from app.datasets.grid_store import GridChanged, clear_grid_cache, load_grid_snapshot
 from app.datasets.models import Grid
 from app.ledger.models import BudgetReset, LedgerEntry
+from app.ledger.repository import needs_analyze
 from app.queries import service
 from app.queries.repository import _LOOKUP
 from app.queries.schemas import StatisticAnswer
 from app.queries.store import QueryStore
+from tests.helpers import upload_csv
 from tests.integration.grid_fixtures import CELL_A, CELL_B, analyst, load, make_dataset
 
 # Grid A: three users with 1, 2 and 5 records (n = 8, m* = 5, m_* = 1); U = 10.
@@ -355,3 +357,50 @@ def test_a_grid_changed_under_the_query_is_looked_up_again(
     resp = client.get(f"/grids/{a}/mean", params={"epsilon": 0.3, "mechanism": "baseline"})
     assert resp.status_code == 200, resp.text
     assert len(calls) >= 2
+
+
+def test_needs_analyze_when_never_analyzed_or_after_a_large_batch() -> None:
+    assert needs_analyze(-1.0, 1)  # never analyzed
+    assert not needs_analyze(30.0, 30)  # within 50 + 3
+    assert needs_analyze(30.0, 54)
+    assert not needs_analyze(1000.0, 150)  # within 50 + 100
+    assert needs_analyze(1000.0, 151)
+
+
+@POSTGRES_ONLY
+def test_commit_function_probes_the_primary_key_as_accounts_grow(
+    client: TestClient, app
+) -> None:
+    """12 grids of 50 users charged one after another: the commit function may not scan
+    every account of the dataset to charge one grid's (migration 0004), though the
+    statistics were taken when the first grid's 50 accounts were all there were."""
+    ds = make_dataset(client, budget_per_user=100.0)
+    lines = ["user_id,timestamp,lat,lon,value"]
+    for cell in range(12):
+        lat, lon = 30.20 + 0.03 * (cell % 4), -97.80 + 0.03 * (cell // 4)
+        lines += [f"c{cell}u{u},2024-03-05T10:00:{u:02d}Z,{lat},{lon},{u % 10}" for u in range(50)]
+    assert upload_csv(client, ds, "\n".join(lines) + "\n")["rejected"] == 0
+    grid_ids = [g["grid_id"] for g in client.get(f"/datasets/{ds}/grids").json()["grids"]]
+    assert len(grid_ids) == 12
+    for g in grid_ids:
+        resp = client.get(f"/grids/{g}/mean", params={"epsilon": 0.1, "mechanism": "baseline"})
+        assert resp.json()["n_users_charged"] == 50
+    with app.state.engine.connect() as conn:
+        known = conn.exec_driver_sql(
+            "SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass"
+        ).scalar_one()
+        config = conn.exec_driver_sql(
+            "SELECT proconfig FROM pg_proc WHERE proname = 'dpgate_commit_query'"
+            " AND pronamespace = current_schema()::regnamespace"
+        ).scalar_one()
+        conn.exec_driver_sql("SET enable_seqscan = off")  # as inside the function
+        plan = "\n".join(
+            conn.exec_driver_sql(
+                f"EXPLAIN SELECT spent FROM budget_accounts WHERE dataset_id = {ds} AND epoch = 1"
+                " AND user_id = ANY ('{1,2,3,4,5,6,7,8,9,10}'::integer[]) FOR UPDATE"
+            ).scalars()
+        )
+    assert known == 50  # analyzed once; the planner scales it by the table's size
+    assert config == ["enable_seqscan=off"]
+    index_cond = next(line for line in plan.splitlines() if "Index Cond" in line)
+    assert "user_id" in index_cond, plan
