@@ -10,16 +10,18 @@ city (40 grids of 30 users), then drives it with 32 concurrent connections:
 The client is ``wrk`` (2 threads; C, so it leaves the two cores to the server and
 Postgres) with a Lua script that makes every uncached request unique; without
 ``wrk`` on the PATH it falls back to httpx in two processes (which costs the
-server about half a core, so its figures are lower). Prints each run and the
-median of ``--runs`` runs: answered queries per second, p50 and p99 latency.
+server about half a core, so its figures are lower; ``apt install wrk``). After
+``--warmup`` seconds of unreported load it prints each run and the median of
+``--runs`` runs: answered queries per second, p50 and p99 latency.
 Targets: >= 500 uncached answers/s with p99 <= 100 ms; >= 2,000 cached answers/s.
 
-    python benchmarks/api.py [--runs 5] [--seconds 10] [--url postgresql+psycopg://...]
+    python benchmarks/api.py [--runs 5] [--seconds 10] [--warmup 5] [--url postgresql+psycopg://...]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -182,9 +184,12 @@ def main() -> int:
             for p in cached:  # answer (and charge) each cached query once
                 assert c.get(p).status_code == 200
         client = "wrk" if use_wrk else "httpx"
+        with admin.connect() as conn:
+            autovacuum = conn.exec_driver_sql("SHOW autovacuum").scalar_one()
         print(
             f"{len(grids)} grids; {args.workers} server workers; {args.clients} "
-            f"connections; client {client}"
+            f"connections; client {client}; {os.cpu_count()} CPUs shared by server, "
+            f"Postgres and client; Postgres autovacuum {autovacuum}"
         )
         if use_wrk and args.warmup > 0:
             _wrk(server.url, paths, "uncached", 99 * 10**8, args, seconds=args.warmup)
