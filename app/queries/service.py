@@ -8,7 +8,9 @@ accounts, re-check epoch, caps, twin answer and quota, charge and store. Only an
 ``ok`` commit returns the fresh answer; on Postgres that commit is one atomic
 statement sent from the event loop, on SQLite the same steps run in one
 ``BEGIN IMMEDIATE`` transaction on a database thread (``app.queries.store``). A
-release whose commit fails is discarded unseen, and a retry draws fresh noise.
+release whose commit fails is discarded unseen, and a retry draws fresh noise
+(except on a grid's first query, whose release is committed again once its users'
+accounts exist: the only thing that failed was their absence, a public fact).
 """
 
 from __future__ import annotations
@@ -131,6 +133,10 @@ async def answer_statistic(
         small = arrays.values.size <= RELEASE_ON_LOOP_MAX_RECORDS
         answer, record, users = release() if small else await to_thread.run_sync(release)
         outcome = await store.commit(ctx, key, record, users)
+        if outcome.status == "missing":  # a grid's first query: its users' accounts are
+            # created (committed on their own), then the same unseen release is committed
+            await store.run(ledger.ensure_accounts, ctx.dataset_id, ctx.epoch, users)
+            outcome = await store.commit(ctx, key, record, users)
         if outcome.status == "ok":
             return answer
         if outcome.status == "twin":
@@ -139,9 +145,7 @@ async def answer_statistic(
             raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")
         if outcome.status == "exhausted" and ctx.on_exhausted != "exclude":
             raise BudgetExhausted(_exhausted_message(len(users)))
-        if outcome.status == "missing":
-            await store.run(ledger.ensure_accounts, ctx.dataset_id, ctx.epoch, users)
-        # stale epoch, new accounts, or a user newly exhausted (exclude): look again
+        # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the ledger is busy with this grid; retry")
 
 
