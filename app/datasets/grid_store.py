@@ -31,6 +31,7 @@ __all__ = [
     "configure_grid_cache",
     "grid_cache_info",
     "load_grid_snapshot",
+    "read_grid_snapshot",
     "summarise_grids",
 ]
 
@@ -176,14 +177,18 @@ def load_grid_snapshot(
     """The engine input of ``grid`` at its current version, from the cache or its snapshot.
 
     ``cache_bytes`` (e.g. ``settings.grid_cache_bytes``) resizes the process-wide
-    cache when given. A grid without a snapshot (no records) gives empty arrays.
+    cache when given.
     """
     if cache_bytes is not None and cache_bytes != _cache.max_bytes:
         configure_grid_cache(cache_bytes)
-    key = _key(grid)
-    hit = _cache.get(key)
-    if hit is not None:
-        return hit
+    hit = cached_grid_snapshot(grid)
+    return hit if hit is not None else read_grid_snapshot(session, grid)
+
+
+def read_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
+    """A cache miss: ``grid``'s snapshot from the database, then cached. A grid without
+    a snapshot (no records) gives empty arrays; one whose snapshot is at another
+    version than ``grid.version`` raises :class:`GridChanged`."""
     snap = GridRepository(session).snapshot(grid.id)
     if snap is None:
         arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
@@ -196,7 +201,7 @@ def load_grid_snapshot(
         arrays = GridArrays.from_bytes(
             grid.id, snap.version, snap.user_ids, snap.counts, snap.values
         )
-    _cache.put(key, arrays)
+    _cache.put(_key(grid), arrays)
     return arrays
 
 

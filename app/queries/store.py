@@ -23,7 +23,7 @@ import numpy as np
 from psycopg import AsyncConnection
 from sqlalchemy.orm import Session
 
-from app.datasets.grid_store import GridArrays, cached_grid_snapshot, load_grid_snapshot
+from app.datasets.grid_store import GridArrays, cached_grid_snapshot, read_grid_snapshot
 from app.deps import Database
 from app.errors import BudgetExhausted
 from app.keys.service import KeyIdentity, spend_quota
@@ -56,7 +56,7 @@ class QueryStore:
     async def snapshot(self, ctx: GridContext) -> GridArrays:
         """The grid's engine input at ``ctx.version`` (from the cache when it is there)."""
         hit = cached_grid_snapshot(ctx)
-        return hit if hit is not None else await self.run(load_grid_snapshot, ctx)
+        return hit if hit is not None else await self.run(read_grid_snapshot, ctx)
 
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]

@@ -13,12 +13,17 @@ from sqlalchemy import select
 
 from app import core
 from app.core import bounds
-from app.datasets.grid_store import GridChanged, clear_grid_cache, load_grid_snapshot
+from app.datasets.grid_store import (
+    GridChanged,
+    clear_grid_cache,
+    grid_cache_info,
+    load_grid_snapshot,
+)
 from app.datasets.models import Grid
 from app.ledger.models import BudgetReset, LedgerEntry
 from app.ledger.repository import needs_analyze
 from app.queries import service
-from app.queries.repository import _LOOKUP
+from app.queries.repository import _LOOKUP_SQL
 from app.queries.schemas import StatisticAnswer
 from app.queries.store import QueryStore
 from tests.helpers import upload_csv
@@ -291,8 +296,7 @@ def test_cached_answer_lookup_uses_all_four_index_keys(client: TestClient, grids
     _, a, _ = grids
     for eps in (0.01, 0.02, 0.03):  # some stored answers, never analyzed
         assert client.get(f"/grids/{a}/mean", params={"epsilon": eps}).status_code == 200
-    sql = str(_LOOKUP.compile(dialect=engine.dialect))
-    sql = sql.replace("%(fingerprint)s", "$1").replace("%(public_id)s", "$2")
+    sql = _LOOKUP_SQL.replace("%(fingerprint)s", "$1").replace("%(public_id)s", "$2")
     with engine.connect() as conn:
         conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
         conn.exec_driver_sql(f"PREPARE lookup (varchar, varchar) AS {sql}")
@@ -404,3 +408,18 @@ def test_commit_function_probes_the_primary_key_as_accounts_grow(
     assert config == ["enable_seqscan=off"]
     index_cond = next(line for line in plan.splitlines() if "Index Cond" in line)
     assert "user_id" in index_cond, plan
+
+
+def test_a_query_looks_its_grid_up_in_the_cache_once(client: TestClient, grids) -> None:
+    """The query path reads the snapshot cache once per query: one miss (then the
+    database), then hits — not a second look-up, nor a miss counted twice."""
+    _, a, _ = grids
+    clear_grid_cache()
+    before = grid_cache_info()
+    for eps in (0.11, 0.12):
+        resp = client.get(f"/grids/{a}/mean", params={"epsilon": eps, "mechanism": "baseline"})
+        assert resp.status_code == 200, resp.text
+    after = grid_cache_info()
+    assert after["misses"] - before["misses"] == 1
+    assert after["hits"] - before["hits"] == 1
+    assert after["entries"] == 1
