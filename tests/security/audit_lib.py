@@ -255,20 +255,11 @@ def adaptive_neighbours() -> tuple[GridData, GridData]:
     return grids[0], grids[1]
 
 
-class FixedChoices:
+class FixedChoices(RecordingNoise):
     """No Laplace noise; the exponential-mechanism draws return the given indices."""
 
     def __init__(self, picks: tuple[int, int]) -> None:
         self.picks = list(picks)
-        self.value = math.nan
-        self.scale = math.nan
-
-    def laplace(self, value: float, scale: float) -> float:
-        self.value, self.scale = float(value), float(scale)
-        return float(value)
-
-    def uniform(self) -> float:
-        raise AssertionError("centered_clip draws no uniform")
 
     def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
         return self.picks.pop(0)
