@@ -12,7 +12,9 @@ Postgres) with a Lua script that makes every uncached request unique; without
 ``wrk`` on the PATH it falls back to httpx in two processes (which costs the
 server about half a core, so its figures are lower; ``apt install wrk``). After
 ``--warmup`` seconds of unreported load it prints each run and the median of
-``--runs`` runs: answered queries per second, p50 and p99 latency.
+``--runs`` runs: answered queries per second, p50 and p99 latency, and the CPU
+milliseconds per answered query spent by the server's processes and by the
+Postgres backends (from ``/proc``; a local server and Postgres only).
 Targets: >= 500 uncached answers/s with p99 <= 100 ms; >= 2,000 cached answers/s.
 
     python benchmarks/api.py [--runs 5] [--seconds 10] [--warmup 5] [--url postgresql+psycopg://...]
@@ -29,11 +31,13 @@ import subprocess
 import sys
 import tempfile
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
-from sqlalchemy import create_engine
+from sqlalchemy import Engine, create_engine
 from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,11 +126,66 @@ def _wrk(
             f"  ({mode}: {bad.group(1) if bad else 0} non-2xx; socket errors: "
             f"{errors.group(1) if errors else 'none'})"
         )
+    answered = total - (int(bad.group(1)) if bad else 0)
     return {
-        "answered_per_s": (total - (int(bad.group(1)) if bad else 0)) / secs,
+        "answered": answered,
+        "answered_per_s": answered / secs,
         "p50_ms": _ms(re.search(r"50%\s+([\d.]+\w+)", out).group(1)),
         "p99_ms": _ms(re.search(r"99%\s+([\d.]+\w+)", out).group(1)),
     }
+
+
+class CpuMeter:
+    """CPU time of the server's processes and of the Postgres backends of its database,
+    read from ``/proc`` (so only for a server and a Postgres on this machine): where a
+    query's milliseconds go. ``sample`` is ``None`` where ``/proc`` cannot be read."""
+
+    def __init__(self, server_pid: int, admin: Engine) -> None:
+        self.server_pid, self.admin = server_pid, admin
+        self.tick = os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def _stat(pid: int) -> list[str] | None:
+        try:  # the fields after the command name (which may hold spaces)
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            return None
+
+    def _cpu(self, pids: list[int]) -> dict[int, float]:
+        """Seconds of CPU (user + system) so far, per process that still exists."""
+        stats = {pid: self._stat(pid) for pid in pids}
+        return {pid: (int(st[11]) + int(st[12])) / self.tick for pid, st in stats.items() if st}
+
+    def sample(self) -> tuple[dict[int, float], dict[int, float]] | None:
+        if not Path("/proc/self/stat").exists():
+            return None
+        pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+        groups = {pid: self._stat(pid) for pid in pids}
+        server = [pid for pid, st in groups.items() if st and int(st[2]) == self.server_pid]
+        with self.admin.connect() as conn:
+            backends = list(
+                conn.exec_driver_sql(
+                    "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                    "AND backend_type = 'client backend' AND pid <> pg_backend_pid()"
+                ).scalars()
+            )
+        return self._cpu(server), self._cpu(backends)
+
+
+def _spent(before: dict[int, float], after: dict[int, float]) -> float:
+    """CPU seconds between two samples (a process that started in between counts whole)."""
+    return sum(t - before.get(pid, 0.0) for pid, t in after.items())
+
+
+def _measured(meter: CpuMeter, phase: Callable[..., dict], *args: Any) -> dict:
+    """Run one load phase; add the server's and Postgres' CPU ms per answered query."""
+    before = meter.sample()
+    out = phase(*args)
+    after = meter.sample()
+    if before is not None and after is not None and out["answered"]:
+        out["server_cpu_ms"] = 1000 * _spent(before[0], after[0]) / out["answered"]
+        out["postgres_cpu_ms"] = 1000 * _spent(before[1], after[1]) / out["answered"]
+    return out
 
 
 def _ms(text: str) -> float:
@@ -193,20 +252,20 @@ def main() -> int:
         )
         if use_wrk and args.warmup > 0:
             _wrk(server.url, paths, "uncached", 99 * 10**8, args, seconds=args.warmup)
+        meter = CpuMeter(server.process.pid, admin)
         rows = []
         for run in range(args.runs):
             if use_wrk:
-                unc = _wrk(server.url, paths, "uncached", run * 10**8, args)
-                hit = _wrk(server.url, cached, "cached", 0, args)
+                unc = _measured(meter, _wrk, server.url, paths, "uncached", run * 10**8, args)
+                hit = _measured(meter, _wrk, server.url, cached, "cached", 0, args)
             else:
                 jobs = [
                     f"{paths[i % len(paths)]}&epsilon={0.001 + 1e-7 * (run * 10**6 + i):.9f}"
                     for i in range(args.requests)
                 ]
-                unc = drive_httpx(server.url, AUTH, jobs, args.clients)
-                hit = drive_httpx(
-                    server.url, AUTH, cached * (args.requests // CACHED_SET), args.clients
-                )
+                repeats = cached * (args.requests // CACHED_SET)
+                unc = _measured(meter, drive_httpx, server.url, AUTH, jobs, args.clients)
+                hit = _measured(meter, drive_httpx, server.url, AUTH, repeats, args.clients)
             rows.append((unc, hit))
             print(
                 f"run {run + 1}: uncached {unc['answered_per_s']:.0f}/s "
@@ -218,16 +277,24 @@ def main() -> int:
         def med(i: int, k: str) -> float:
             return statistics.median(r[i][k] for r in rows)
 
+        def cpu(i: int, k: str) -> str:
+            values = [r[i][k] for r in rows if k in r[i]]
+            return f"{statistics.median(values):.2f}" if values else "n/a"
+
         print(f"\nmedian of {args.runs} runs ({client}):")
-        print("| kind | answered/s | p50 ms | p99 ms | target |")
-        print("|---|---|---|---|---|")
+        print(
+            "| kind | answered/s | p50 ms | p99 ms | server CPU ms/query "
+            "| Postgres CPU ms/query | target |"
+        )
+        print("|---|---|---|---|---|---|---|")
         for i, kind, target in (
             (0, "uncached", ">= 500/s, p99 <= 100 ms"),
             (1, "cached", ">= 2000/s"),
         ):
             print(
                 f"| {kind} | {med(i, 'answered_per_s'):.0f} | {med(i, 'p50_ms'):.1f} | "
-                f"{med(i, 'p99_ms'):.1f} | {target} |"
+                f"{med(i, 'p99_ms'):.1f} | {cpu(i, 'server_cpu_ms')} | "
+                f"{cpu(i, 'postgres_cpu_ms')} | {target} |"
             )
     finally:
         server.kill_hard()

@@ -51,6 +51,7 @@ def drive_httpx(url: str, headers: dict, paths: list[str], clients: int, procs: 
         p.join()
     lat = sorted(x for r in results for x in r[0])
     return {
+        "answered": sum(r[1] for r in results),
         "answered_per_s": sum(r[1] for r in results) / wall,
         "p50_ms": 1000 * lat[len(lat) // 2],
         "p99_ms": 1000 * lat[int(len(lat) * 0.99) - 1],
