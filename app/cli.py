@@ -62,10 +62,34 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(host=args.host, port=args.port, data=args.data)
 
 
-def _experiments(args: argparse.Namespace) -> int:
-    from app.experiments.runner import run_from_args
+RESEARCH_HINT = "dpgate experiments needs the research extra: pip install -e '.[research]'"
 
-    return run_from_args(args)
+
+def _experiments(args: argparse.Namespace) -> int:
+    try:
+        from research.runner import run_from_args
+    except ImportError:
+        print(RESEARCH_HINT, file=sys.stderr)
+        return 2
+    return run_from_args(args)  # says itself when the extra's libraries are missing
+
+
+def _add_experiments(sub: argparse._SubParsersAction) -> None:
+    """``dpgate experiments``: the ``research`` package's own options, imported lazily
+    (its heavy libraries load only when an experiment runs)."""
+    exp = sub.add_parser(
+        "experiments",
+        help="reproduce the seed papers' figures and the peers comparison (research extra)",
+        description="Run one experiment (or all) and write PNG figures and markdown tables. "
+        "Needs pip install -e '.[research]'; the same as python -m research.",
+    )
+    try:
+        from research.runner import build_parser as experiments_parser
+    except ImportError:  # a runtime-only install without the research package
+        exp.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    else:
+        experiments_parser(exp)
+    exp.set_defaults(func=_experiments)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -108,15 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(func=_demo)
 
-    from app.experiments.runner import build_parser as experiments_parser
-
-    exp = sub.add_parser(
-        "experiments",
-        help="reproduce the seed papers' figures and the peers comparison",
-        description="Run one experiment (or all) and write PNG figures and markdown tables.",
-    )
-    experiments_parser(exp)
-    exp.set_defaults(func=_experiments)
+    _add_experiments(sub)
     return parser
 
 

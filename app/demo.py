@@ -88,7 +88,7 @@ def _dataset_spec(
         )
 
         def chunks() -> Iterator[bytes]:
-            from app.experiments.city_data import synthetic_city_csv
+            from app.demo_city import synthetic_city_csv
 
             data_bytes = synthetic_city_csv(SYNTH_SEED).encode()
             for i in range(0, len(data_bytes), _CHUNK):

@@ -1,7 +1,7 @@
 """Randomness for releases: OpenDP's Laplace sampler and an OS-CSPRNG for the rest.
 
 Every mechanism draws its randomness through a :class:`NoiseSource`, so that
-experiments can pass a seeded source (``app.experiments.noise.SeededNoise``) while
+experiments can pass a seeded source (``research.noise.SeededNoise``) while
 the service always uses :class:`OpenDPNoise`:
 
 * Laplace noise comes from OpenDP's ``make_laplace`` measurement (a CSPRNG and a

@@ -27,7 +27,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from app.experiments.capmetrics import default_capmetrics_path
+from research.capmetrics import default_capmetrics_path
 from tests.live_server import free_port
 
 pytestmark = pytest.mark.slow

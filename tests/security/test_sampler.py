@@ -35,7 +35,7 @@ TINY = math.ldexp(1.0, K_MIN)
 
 # Data generators for demos and experiments: they take a seeded numpy Generator on
 # purpose and must never be reachable from the service (checked below).
-SEEDED_ON_PURPOSE = ("app.experiments", "app.synth", "app.demo")
+SEEDED_ON_PURPOSE = ("app.synth", "app.demo")  # app.demo covers app.demo_city
 
 
 def _production_measurement(scale: float) -> dp.Measurement:

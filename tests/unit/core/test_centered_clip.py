@@ -182,7 +182,7 @@ def test_all_counts_one_and_constant_values() -> None:
 
 
 def test_seeded_releases_are_reproducible_and_accurate_on_concentrated_data() -> None:
-    from app.experiments.noise import SeededNoise
+    from research.noise import SeededNoise
 
     grid = _grid(9, L=217, max_count=60)
     mu = float(grid.values.mean())

@@ -24,7 +24,7 @@ from app.core import (
     release_mean,
 )
 from app.core import noise as noise_module
-from app.experiments.noise import SeededNoise
+from research.noise import SeededNoise
 from tests.unit.core.helpers import random_grid
 
 dp.enable_features("contrib")

@@ -15,7 +15,7 @@ from scipy import stats
 
 from app.core import GridData, release_mean, release_variance
 from app.core.interval import private_interval, private_quantile
-from app.experiments.noise import SeededNoise
+from research.noise import SeededNoise
 from tests.unit.core.helpers import ZeroNoise
 
 U = 65.0

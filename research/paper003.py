@@ -40,15 +40,6 @@ from app.core.interval import private_quantile
 from app.core.mean_projection import wco_intervals, wco_threshold
 from app.core.noise import NoiseSource, calibrate_scale
 from app.core.release import Release, ci95
-from app.experiments.common import (
-    ExperimentResult,
-    Progress,
-    fmt,
-    markdown_table,
-    panel_plot,
-    seed_for,
-)
-from app.experiments.noise import SeededNoise
 from app.synth.bounding import (
     BOUNDING_U,
     extreme_collection,
@@ -56,6 +47,15 @@ from app.synth.bounding import (
     truncated_normal_values,
     uniform_values,
 )
+from research.common import (
+    ExperimentResult,
+    Progress,
+    fmt,
+    markdown_table,
+    panel_plot,
+    seed_for,
+)
+from research.noise import SeededNoise
 
 __all__ = [
     "EPS_003",

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 from app.cli import build_parser, main
-from app.experiments.runner import EXPERIMENTS
+from research.runner import EXPERIMENTS
+from research.runner import main as research_main
 
 
 def test_every_issue_experiment_is_registered():
@@ -46,7 +50,8 @@ def test_small_monte_carlo_run_through_the_cli(tmp_path):
 
 
 def test_no_source_of_randomness_outside_experiments_in_issue_7_files():
-    # Repo hook: only app/experiments/ (and tests, benchmarks) may create generators.
+    # Repo hook: only research/ and app/demo_city.py (the demo's seeded city; tests and
+    # benchmarks too) may create generators.
     from pathlib import Path
 
     import app
@@ -56,3 +61,22 @@ def test_no_source_of_randomness_outside_experiments_in_issue_7_files():
         text = path.read_text(encoding="utf-8")
         for bad in ("np.random.", "numpy.random", "import random"):
             assert bad not in text, (path, bad)
+
+
+def test_without_the_research_extra_one_line_says_which_install(tmp_path, capsys, monkeypatch):
+    # An import of a module set to None in sys.modules fails as if it were not installed.
+    monkeypatch.setitem(sys.modules, "tqdm", None)
+    argv = ["experiments", "002-staircase", "--out", str(tmp_path), "--no-progress"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "pip install -e '.[research]'" in err and "tqdm" in err
+    assert not list(tmp_path.iterdir())  # nothing was run or written
+    assert research_main(argv[1:]) == 2  # python -m research says the same
+
+
+def test_python_dash_m_research_runs_an_experiment(tmp_path):
+    out = tmp_path / "figs"
+    cmd = [sys.executable, "-m", "research", "002-staircase", "--out", str(out), "--no-progress"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert (out / "002-staircase.md").is_file()

@@ -5,7 +5,7 @@ For each grid and ``ε ∈ {0.5, 1, 2}`` the mean absolute error ``E|M(D) - μ(D
 default) of:
 
 * **dpgate auto** — the mechanism ``auto`` picks from the public counts by
-  worst-case error (SPEC §5), simulated with :mod:`app.experiments.simulate`;
+  worst-case error (SPEC §5), simulated with :mod:`research.simulate`;
 * **dpgate centered_clip** — the data-adaptive mechanism of
   :mod:`app.core.mean_centered` (private centre and width, then user sums clipped
   around the centre) with its default options: a fixed public rule, not chosen by
@@ -66,12 +66,12 @@ import numpy as np
 
 from app.core import MEAN_MECHANISMS, plan_mean
 from app.core.grid import GridData
-from app.experiments.capmetrics import default_capmetrics_path, load_capmetrics
-from app.experiments.common import ExperimentResult, Progress, fmt, markdown_table, seed_for
-from app.experiments.noise import SeededNoise
-from app.experiments.paper002 import itms_dataset
-from app.experiments.simulate import simulate_abs_errors
 from app.synth.itms import ITMS_U
+from research.capmetrics import default_capmetrics_path, load_capmetrics
+from research.common import ExperimentResult, Progress, fmt, markdown_table, seed_for
+from research.noise import SeededNoise
+from research.paper002 import itms_dataset
+from research.simulate import simulate_abs_errors
 
 __all__ = [
     "EPS_PEERS",

@@ -34,7 +34,7 @@ that change the window and the sensitivity in every run; its runs simply call
 millisecond), so the simulated law is the mechanism's own.
 
 All randomness comes from the ``Generator`` inside the given
-:class:`~app.experiments.noise.SeededNoise`.
+:class:`~research.noise.SeededNoise`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ from app.core.interval import interval_costs, quantile_log_weights
 from app.core.mean_projection import array_means
 from app.core.noise import calibrate_scale
 from app.core.options import OptionValue
-from app.experiments.noise import SeededNoise
+from research.noise import SeededNoise
 
 __all__ = [
     "ADAPTIVE",

@@ -21,8 +21,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from research import INSTALL_HINT, missing_dependencies
+
 if TYPE_CHECKING:  # the heavy imports (matplotlib) wait until an experiment runs
-    from app.experiments.common import ExperimentResult
+    from research.common import ExperimentResult
 
 __all__ = ["EXPERIMENTS", "main", "run_experiment", "write_report"]
 
@@ -46,8 +48,8 @@ def _clip_user(
     draws: int = 10,
 ) -> ExperimentResult:
     """004 Figs. 3–8 on heavy-hitter occupancies (:mod:`clip_user_figures`)."""
-    from app.experiments import clip_user_figures as cuf
-    from app.experiments.common import ExperimentResult
+    from research import clip_user_figures as cuf
+    from research.common import ExperimentResult
 
     del runs
     t0 = time.perf_counter()
@@ -67,7 +69,7 @@ def _clip_user(
 
 def _lazy(module: str, name: str) -> Callable[..., ExperimentResult]:
     def call(*args: object, **kwargs: object) -> ExperimentResult:
-        mod = __import__(f"app.experiments.{module}", fromlist=[name])
+        mod = __import__(f"research.{module}", fromlist=[name])
         return getattr(mod, name)(*args, **kwargs)
 
     return call
@@ -149,7 +151,7 @@ def write_report(
     results: Sequence[ExperimentResult], report: Path, command: str, seconds: float
 ) -> Path:
     """One markdown report of several experiments (image links relative to ``report``)."""
-    from app.experiments.common import markdown_table
+    from research.common import markdown_table
 
     report = Path(report)
     report.parent.mkdir(parents=True, exist_ok=True)
@@ -216,7 +218,15 @@ def command_line(args: argparse.Namespace) -> str:
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    """Run what ``args`` asks for; print the written files and a claims summary."""
+    """Run what ``args`` asks for; print the written files and a claims summary.
+
+    Without the ``research`` extra's libraries: one line saying which install is
+    needed, exit status 2.
+    """
+    missing = missing_dependencies()
+    if missing:
+        print(f"{INSTALL_HINT} (missing: {', '.join(missing)})", file=sys.stderr)
+        return 2
     if args.runs is not None and args.runs < 2:
         print("--runs must be >= 2", file=sys.stderr)
         return 2
@@ -245,9 +255,9 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry point (``python -m app.experiments.runner``)."""
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, prog: str = "python -m research") -> int:
+    """Stand-alone entry point (``python -m research``; ``dpgate experiments`` calls it too)."""
+    args = build_parser(argparse.ArgumentParser(prog=prog, description=__doc__)).parse_args(argv)
     return run_from_args(args)
 
 

@@ -28,18 +28,6 @@ from app.core import plan_mean
 from app.core.counts import prepare_counts
 from app.core.grid import GridData
 from app.core.grouping import opt_array_convex_m, opt_array_m
-from app.experiments.common import (
-    ExperimentResult,
-    Progress,
-    fmt,
-    line_plot,
-    markdown_table,
-    mc_stderr,
-    panel_plot,
-    seed_for,
-)
-from app.experiments.noise import SeededNoise
-from app.experiments.simulate import MaePoint, simulate_abs_errors
 from app.synth.itms import (
     ITMS_U,
     SCALING_LAMBDA,
@@ -49,6 +37,18 @@ from app.synth.itms import (
     sample_scaled,
     user_scaled,
 )
+from research.common import (
+    ExperimentResult,
+    Progress,
+    fmt,
+    line_plot,
+    markdown_table,
+    mc_stderr,
+    panel_plot,
+    seed_for,
+)
+from research.noise import SeededNoise
+from research.simulate import MaePoint, simulate_abs_errors
 
 __all__ = [
     "EPS_002",
@@ -186,7 +186,7 @@ def run_bestfit(
         _header(runs, seed, grid, "ITMS-like grid,")
         + _table(eps_list, curves)
         + "\nWRAPAROUND versions of LEVY/QUANTILE account for a user in two arrays "
-        "(sensitivity ×2 in the interval and the noise; see `app/experiments/simulate.py`).\n"
+        "(sensitivity ×2 in the interval and the noise; see `research/simulate.py`).\n"
     )
     return ExperimentResult(
         "002-bestfit",

@@ -2,7 +2,7 @@
 
 Every experiment returns an :class:`ExperimentResult` (its markdown and the files
 it wrote) and is reproducible from ``(runs, seed)``: randomness of dpgate's own
-mechanisms comes from :class:`app.experiments.noise.SeededNoise` over
+mechanisms comes from :class:`research.noise.SeededNoise` over
 ``numpy.random.default_rng(seed)`` (never OpenDP's sampler in a simulation).
 """
 

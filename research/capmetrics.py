@@ -31,8 +31,8 @@ import numpy as np
 
 from app.core.clip_user import clip_user
 from app.core.grid import GridData
-from app.experiments.common import ExperimentResult, Progress, fmt, markdown_table, panel_plot
 from app.ingest.timeslots import format_local, get_zone, localize_us, parse_timestamp, slot_start_us
+from research.common import ExperimentResult, Progress, fmt, markdown_table, panel_plot
 
 __all__ = [
     "CAPMETRICS_U",
@@ -54,7 +54,7 @@ def default_capmetrics_path() -> Path | None:
     the working directory or the repository; ``None`` when absent (SPEC §8)."""
     env = os.environ.get("DPGATE_CAPMETRICS_CSV")
     candidates = [Path(env)] if env else []
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     for root in (Path.cwd(), repo):
         candidates.append(root.parent / "shared" / "data" / "capmetrics" / _DAY)
         candidates.append(root / "data" / "capmetrics" / _DAY)

@@ -12,10 +12,10 @@ import itertools
 import numpy as np
 import pytest
 
-from app.experiments import clip_user_figures as cuf
-from app.experiments.capmetrics import default_capmetrics_path, run_capmetrics
-from app.experiments.paper002 import run_bestfit, run_mae, run_scaling, run_staircase
-from app.experiments.paper003 import run_bounding
+from research import clip_user_figures as cuf
+from research.capmetrics import default_capmetrics_path, run_capmetrics
+from research.paper002 import run_bestfit, run_mae, run_scaling, run_staircase
+from research.paper003 import run_bounding
 
 RUNS = 1500
 
@@ -98,11 +98,11 @@ def test_centered_clip_beats_every_other_dpgate_mechanism_on_the_itms_grid():
     best other dpgate mean mechanism (quantile_fixed, ~0.40 in docs/figures/peers.md), by a
     wide margin (it measures ~0.05 there)."""
     from app.core import MEAN_MECHANISMS
-    from app.experiments.common import seed_for
-    from app.experiments.noise import SeededNoise
-    from app.experiments.paper002 import itms_dataset
-    from app.experiments.simulate import simulate_abs_errors
     from app.synth.itms import ITMS_U
+    from research.common import seed_for
+    from research.noise import SeededNoise
+    from research.paper002 import itms_dataset
+    from research.simulate import simulate_abs_errors
 
     grid, runs = itms_dataset(0), 400
     mae = {}

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from app.experiments.clip_user_figures import main, markdown_table, run, simulate
+from research.clip_user_figures import main, markdown_table, run, simulate
 
 EPS = (0.1, 0.3, 0.6, 1.0)
 GAMMAS = (3, 6, 9)

@@ -8,15 +8,15 @@ import numpy as np
 import pytest
 
 from app.core.grid import GridData
-from app.experiments import peers as peers_mod
-from app.experiments.peers import (
+from app.synth.itms import itms_counts
+from research import peers as peers_mod
+from research.peers import (
     k_candidates,
     peer_available,
     peer_estimates,
     run_peers,
     truncate_earliest,
 )
-from app.synth.itms import itms_counts
 
 U = 65.0
 

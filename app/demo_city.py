@@ -1,7 +1,8 @@
-"""Seeded synthetic data sets for the demo and the benchmarks (generators live here).
+"""The demo's seeded synthetic city (the one module of ``app`` that creates a generator).
 
-Outside ``app/experiments/`` no code may create a source of randomness (a repo
-hook checks it); :mod:`app.demo` asks this module for the demo city instead.
+Besides this module only ``research/`` (and tests, benchmarks) may create a source
+of randomness (repo hooks check it); :mod:`app.demo` asks this module for the demo
+city, and nothing reachable from the service imports it.
 """
 
 from __future__ import annotations

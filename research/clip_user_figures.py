@@ -14,7 +14,7 @@ Draw ``i`` uses the same seed for every ``γ`` (common random numbers): the
 occupancies differ only by the heavy-hitter scaling, which makes the comparison
 across ``γ`` less noisy without changing any single curve's distribution.
 
-Run as ``python -m app.experiments.clip_user_figures --out DIR``.
+Run as ``python -m research.clip_user_figures --out DIR``.
 """
 
 from __future__ import annotations

@@ -8,9 +8,11 @@ import pytest
 from app.core import plan_mean, release_mean
 from app.core.grid import GridData
 from app.core.noise import choose_index
-from app.experiments.noise import SeededNoise
-from app.experiments.paper003 import _row_quantiles, akmv_level, akmv_release, wco_noiseless
-from app.experiments.simulate import (
+from app.synth.bounding import geometric_collection, uniform_values
+from app.synth.itms import itms_grid
+from research.noise import SeededNoise
+from research.paper003 import _row_quantiles, akmv_level, akmv_release, wco_noiseless
+from research.simulate import (
     bestfit_array_means,
     choose_many,
     deterministic_release,
@@ -20,8 +22,6 @@ from app.experiments.simulate import (
     simulate_abs_errors,
     wraparound_array_means,
 )
-from app.synth.bounding import geometric_collection, uniform_values
-from app.synth.itms import itms_grid
 
 U = 65.0
 
