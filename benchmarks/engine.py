@@ -83,7 +83,7 @@ def _shape(n_users: int, low: float, median: float, high: float, total: int) -> 
 
 
 def itms_counts() -> np.ndarray:
-    """217 users, n = 17,166, m* = 417, m_* = 1, median 46 (002 §IV-B, SPEC §7)."""
+    """217 users, n = 17,166, m* = 417, m_* = 1, median 46 (002 §IV-B, docs/math.md §7.1)."""
     return _shape(217, 1, 46, 417, 17_166)
 
 

@@ -1,4 +1,4 @@
-"""The CapMetrics day (SPEC §8) as grids, and 004 Figs. 1–2 in shape on it.
+"""The CapMetrics day (docs/math.md §8) as grids, and 004 Figs. 1–2 in shape on it.
 
 :func:`load_capmetrics` reads a CapMetrics CSV the way ``dpgate`` ingests it with
 ``user_col=vehicle_id&time_col=timestamp&lat_col=latitude&lon_col=longitude&
@@ -51,7 +51,7 @@ _DAY = "2016-11-25.csv"
 
 def default_capmetrics_path() -> Path | None:
     """``$DPGATE_CAPMETRICS_CSV``, else ``../shared/data/capmetrics/2016-11-25.csv`` next to
-    the working directory or the repository; ``None`` when absent (SPEC §8)."""
+    the working directory or the repository; ``None`` when absent (docs/math.md §8)."""
     env = os.environ.get("DPGATE_CAPMETRICS_CSV")
     candidates = [Path(env)] if env else []
     repo = Path(__file__).resolve().parents[1]

@@ -1,6 +1,6 @@
 """Reproduce 004 Figures 3–8 in shape: Clip-User on heavy-hitter occupancies.
 
-004 §VI-A2/§VI-A3 (SPEC §7): ``G = 12`` grids, ``L = 2^12 - 1`` users, counts
+004 §VI-A2/§VI-A3 (docs/math.md §7.2): ``G = 12`` grids, ``L = 2^12 - 1`` users, counts
 ``Geo(q = 0.01)``, the top count of each grid scaled by ``1 + γ`` for
 ``γ ∈ {3, 6, 9}``, ``U = 65``, ``eps ∈ [0.1, 1]``, 10 draws. For each draw and
 ``eps`` Clip-User (004 Alg. 1) runs with the grid of smallest initial error
@@ -245,7 +245,7 @@ def report_markdown(rows: Sequence[FigureRow], *, draws: int, seed: int) -> str:
 
 
 def claims(rows: Sequence[FigureRow]) -> dict[str, bool]:
-    """SPEC §7 on Clip-User: ``Kε`` well below ``G₁ε`` (at most half of it at every
+    """docs/math.md §7.4 on Clip-User: ``Kε`` well below ``G₁ε`` (at most half of it at every
     point) and falling as ``γ`` grows (mean ``K`` over ``ε`` never rises from one ``γ``
     to the next and is strictly lower at the largest ``γ`` than at the smallest)."""
     by = _by_gamma(rows)

@@ -35,7 +35,7 @@ __all__ = [
 class ExperimentResult:
     """What one experiment produced: a markdown section and the files it wrote.
 
-    ``checks`` maps a short claim (SPEC §7) to whether it held in this run;
+    ``checks`` maps a short claim (docs/math.md §7.4) to whether it held in this run;
     ``data`` holds the raw numbers for tests.
     """
 

@@ -1,4 +1,4 @@
-"""Seed 002 Figures 1–5 on the ITMS-like grid and its scalings (SPEC §7).
+"""Seed 002 Figures 1–5 on the ITMS-like grid and its scalings (docs/math.md §7.1).
 
 * ``002-bestfit`` — Fig. 1: ``E_MAE`` of ARRAY-AVERAGING (``m_UB`` = median),
   LEVY (``γ = 0.2``) and FIXEDQUANTILE under WRAPAROUND versus BESTFIT grouping.
@@ -239,8 +239,8 @@ def run_mae(
         + _table(eps_list, curves)
         + _ran(curves)
         + "\n`clip`, `opt_array`, `worst_case_optimal` and `auto` minimise the *worst-case* "
-        "error (SPEC §3–5), so on this i.i.d. grid they keep (almost) every record and their "
-        "average error stays near BASELINE's (`clip` picks m = m* here, i.e. BASELINE).\n"
+        "error (docs/math.md §3–§5), so on this i.i.d. grid they keep (almost) every record "
+        "and their average error stays near BASELINE's (`clip` picks m = m* here, i.e. BASELINE).\n"
     )
     return ExperimentResult(
         "002-mae",

@@ -1,4 +1,4 @@
-"""Seed 003 Figures 2–3: worst-case-optimal bounding versus Laplace and AKMV (SPEC §7).
+"""Seed 003 Figures 2–3: worst-case-optimal bounding versus Laplace and AKMV (docs/math.md §7.3).
 
 003 §IV-B compares three user-level ``ε``-DP mean releases on i.i.d. data, with the
 average-case error ``E|M(D) - f(D)|`` over the data and the noise (``10^4``
@@ -9,7 +9,7 @@ Monte-Carlo iterations; each iteration draws a fresh data set):
   records replaced by the user's mean (003 §IV's pre-processing, dpgate's
   ``user_mean_fill``) and projected onto ``[a_l, b_l]`` fixed by ``T_ε``, the
   ``ceil(2/ε)``-th largest ``U m_l``; noise ``Lap(T_ε/(n ε))``;
-* **AKMV** (Amin et al. 2019, §3, as adapted by 003 and SPEC §7): with ``ε/2``
+* **AKMV** (Amin et al. 2019, §3, as adapted by 003 and docs/math.md §7.3): with ``ε/2``
   estimate privately the ``ceil(2/ε)``-th largest *user sum* ``σ_l``, clip each
   user's sum to ``[0, T̂]`` and release ``Σ_l min(σ_l, T̂)/n + Lap(2T̂/(n ε))``.
 
@@ -80,7 +80,8 @@ def akmv_level(n_users: int, eps: float) -> float:
 
 
 def akmv_release(grid: GridData, U: float, eps: float, noise: NoiseSource) -> Release:
-    """One AKMV release (003 §IV-B, SPEC §7) through the core's quantile and noise source."""
+    """One AKMV release (003 §IV-B, docs/math.md §7.3) through the core's quantile and
+    noise source."""
     counts = grid.counts
     active = counts > 0
     n = int(counts.sum())
@@ -109,7 +110,7 @@ def akmv_release(grid: GridData, U: float, eps: float, noise: NoiseSource) -> Re
 def _row_quantiles(
     sums: np.ndarray, q: float, hi: float, eps: float, u_gap: np.ndarray, u_in: np.ndarray
 ) -> np.ndarray:
-    """Smith's quantile (SPEC §5.4) of every row of ``sums`` with its own uniforms."""
+    """Smith's quantile (docs/math.md §5.4) of every row of ``sums`` with its own uniforms."""
     R, L = sums.shape
     v = np.sort(np.clip(sums, 0.0, hi), axis=1)
     z = np.concatenate((np.zeros((R, 1)), v, np.full((R, 1), hi)), axis=1)

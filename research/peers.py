@@ -5,7 +5,7 @@ For each grid and ``ε ∈ {0.5, 1, 2}`` the mean absolute error ``E|M(D) - μ(D
 default) of:
 
 * **dpgate auto** — the mechanism ``auto`` picks from the public counts by
-  worst-case error (SPEC §5), simulated with :mod:`research.simulate`;
+  worst-case error (docs/math.md §11), simulated with :mod:`research.simulate`;
 * **dpgate centered_clip** — the data-adaptive mechanism of
   :mod:`app.core.mean_centered` (private centre and width, then user sums clipped
   around the centre) with its default options: a fixed public rule, not chosen by
@@ -20,7 +20,7 @@ default) of:
   measured with ``runs`` fresh runs of the library.
 
 How each peer releases a user-level ``ε``-DP mean (neighbouring data sets: one
-user's values all changed, occupancy public — SPEC §1):
+user's values all changed, occupancy public — docs/math.md §1.2):
 
 * **OpenDP** (``opendp``): each user's earliest ``k`` records (a value-independent
   choice, as dpgate's ``clip``) form a vector of public length ``s = Σ min(m_l, k)``;
@@ -621,8 +621,9 @@ def _report(
         + _reading(rows, ratios, featured)
         + "\n#### Every system\n\n"
         + detail
-        + "\nWorst-case bias bound: `U(1 - Σ min(m_l, k)/n)` for a cap at `k` (SPEC §3 — the "
-        "dropped records can all sit at 0 or U); dpgate's is its plan's `worst_case_bias`. "
+        + "\nWorst-case bias bound: `U(1 - Σ min(m_l, k)/n)` for a cap at `k` "
+        "(docs/math.md §3.1 — the dropped records can all sit at 0 or U); dpgate's is its "
+        "plan's `worst_case_bias`. "
         "PipelineDP's hindsight k comes from a Monte-Carlo search with the library: where its "
         "MAE curve is flat the chosen k can measure a few standard errors from the median's "
         "on the fresh runs, either way.\n"
@@ -680,8 +681,9 @@ def _reading(
     if med:
         lines += [
             "- Why `auto` does not: it picks by *worst-case* error from the public counts "
-            "alone (SPEC §5), among mechanisms with a data-independent bound (`centered_clip` "
-            "has none on its adaptive path). On this grid dropping records can cost a lot in "
+            "alone (docs/math.md §11), among mechanisms with a data-independent bound "
+            "(`centered_clip` has none on its adaptive path). On this grid dropping records "
+            "can cost a lot in "
             "the worst case (the dropped records may all sit at 0 or U): a cap at the median "
             f"k = {med_k} can be off by up to {med_bias:.0f} km/h, the peers' hindsight caps "
             f"(k ∈ {{{', '.join(map(str, hind_k))}}}) by up to "

@@ -3,7 +3,7 @@
 Every function here is a scalar formula of public quantities only (counts and the
 value bound ``U``); none looks at a value. References are to the seed papers
 (``002`` optimal array averaging, ``004`` variance and composition) as numbered in
-``SPEC.md`` §2–4.
+``docs/math.md`` §1.5; the formulas are docs/math.md §2–§4.
 """
 
 from __future__ import annotations
@@ -93,7 +93,7 @@ def mean_clip_bias(U: float, kept_total: int, total: int) -> float:
 def variance_clip_bias(U: float, kept_total: int, total: int) -> float:
     """Worst-case bias of the clipped population variance (004 Thm IV.2, corrected).
 
-    The printed theorem has its regimes swapped (SPEC §3): the bias is 0 when
+    The printed theorem has its regimes swapped (docs/math.md §3.2): the bias is 0 when
     ``s = n``, ``U² s(n - s)/n²`` when ``n <= 2s``, and ``U²/4`` (n even) or
     ``(U²/4)(1 - 1/n²)`` (n odd) when ``n > 2s``.
     """
@@ -109,7 +109,7 @@ def variance_clip_bias(U: float, kept_total: int, total: int) -> float:
 
 
 def linear_mean_bias(U: float, weights: npt.ArrayLike) -> float:
-    """Worst-case bias ``(U/2) Σ_j |w_j - 1/n|`` of a linear mean estimator (SPEC §3).
+    """Worst-case bias ``(U/2) Σ_j |w_j - 1/n|`` of a linear mean estimator (docs/math.md §3.3).
 
     ``weights`` are the non-negative weights the estimator puts on each of the
     ``n`` records (summing to 1). A linear function on the box ``[0, U]^n``
@@ -124,7 +124,7 @@ def linear_mean_bias(U: float, weights: npt.ArrayLike) -> float:
 
 
 def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
-    """Split ``eps = eps1 + eps2`` minimising ``a/eps1 + b/eps2`` (SPEC §4).
+    """Split ``eps = eps1 + eps2`` minimising ``a/eps1 + b/eps2`` (docs/math.md §4.3).
 
     ``eps1 = eps √a / (√a + √b)``; it is never worse than ``eps/2`` each.
     """
@@ -139,7 +139,7 @@ def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
 
 
 def split_epsilon(d_mu: float, d_var: float, eps: float, split: str) -> tuple[float, float]:
-    """The mean's and the variance's shares of a joint release's ``eps`` (SPEC §4):
+    """The mean's and the variance's shares of a joint release's ``eps`` (docs/math.md §4.3):
     ``eps/2`` each (``"half"``, 004 §III) or :func:`optimal_split` (``"optimal"``)."""
     if split == "half":
         return eps / 2.0, eps / 2.0
@@ -161,7 +161,7 @@ def joint_clip_error(
 
     ``E_g = E_μ + E_Var + Δμ_clip/eps1 + ΔVar_clip/eps2`` with ``eps1 = eps2 = eps/2``
     by default (``2Δμ_clip/eps + 2ΔVar_clip/eps``, 004 eq. 13) or the optimal
-    split of SPEC §4 (``split="optimal"``). With nothing clipped it is 004 eq. 12.
+    split of docs/math.md §4.3 (``split="optimal"``). With nothing clipped it is 004 eq. 12.
     A grid with no kept record cannot be released: ``ValueError``.
     """
     eps = check_epsilon(eps)
@@ -178,7 +178,7 @@ def joint_clip_error(
 def grouped_linear_mean_bias(
     U: float, counts: npt.ArrayLike, kept: npt.ArrayLike, weights: npt.ArrayLike
 ) -> float:
-    """``(U/2) Σ_j |w_j - 1/n|`` (SPEC §3) for weights that are constant per user.
+    """``(U/2) Σ_j |w_j - 1/n|`` (docs/math.md §3.3) for weights that are constant per user.
 
     User ``l`` has ``counts[l]`` records; its earliest ``kept[l]`` get weight
     ``weights[l]`` each and the rest weight 0. The weights must sum to 1 over the
@@ -216,7 +216,7 @@ def variance_sensitivity_array(
 def variance_clip_bias_array(
     U: float, kept_total: npt.ArrayLike, total: npt.ArrayLike
 ) -> np.ndarray:
-    """Vectorised :func:`variance_clip_bias` (004 Thm IV.2, corrected as in SPEC §3)."""
+    """Vectorised :func:`variance_clip_bias` (004 Thm IV.2, corrected as in docs/math.md §3.2)."""
     s = np.asarray(kept_total, dtype=float)
     n = np.asarray(total, dtype=float)
     if np.any(n <= 0) or np.any(s < 0) or np.any(s > n):

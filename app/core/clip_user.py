@@ -2,22 +2,23 @@
 
 Releasing every grid at ``eps`` costs user ``l`` ``eps`` per grid where ``l`` still
 has kept records, so the whole release is ``G₁ eps``-DP with ``G₁`` the most grids
-any user occupies (004 Cor. II.1, SPEC §6). Clip-User suppresses every record of
+any user occupies (004 Cor. II.1, docs/math.md §6.1). Clip-User suppresses every record of
 chosen users in chosen grids to lower that factor to ``K`` without letting any
-touched grid's worst-case error ``E_g`` (004 eq. 13, SPEC §4) rise above
+touched grid's worst-case error ``E_g`` (004 eq. 13, docs/math.md §4.2) rise above
 ``E = max_g E_g`` (004 eq. 12) or a given target. Everything here is a function
 of the public occupancy ``m_{g,l}`` and ``U``; no value is looked at, so planning
-costs no privacy budget (SPEC §1).
+costs no privacy budget (docs/math.md §1.4).
 
 The pseudo-user step (004 §V-B3, eq. 15) then clips every kept user of grid ``g``
 to ``Γ_l(m) = min(Γ_l, m)`` with the integer ``m ∈ [Γ_*, Γ*]`` minimising
 ``E_g(m)``, which gives the new largest error ``Ē``.
 
-Interpretation of 004 Alg. 1 used here (SPEC §6 wins over the paper):
+Interpretation of 004 Alg. 1 used here (docs/math.md §6.2 says where it departs from
+the paper, and why):
 
 * ``E_g`` of a grid with kept counts ``Γ`` is ``joint_clip_error(U, eps, Γ*, ΣΓ, n)``
   from :mod:`app.core.bounds`: exact piecewise sensitivities (004 Prop. III.1,
-  Lemma III.3) and the corrected variance bias (004 Thm IV.2 as fixed in SPEC §3),
+  Lemma III.3) and the corrected variance bias (004 Thm IV.2 as fixed in docs/math.md §3.2),
   with ``n`` always the grid's *original* record count. During Clip-User a kept
   user has ``Γ = m_{g,l}`` and a removed one ``Γ = 0``.
 * Stage ``t`` (Alg. 1 lines 6–19): ``L(t)`` is fixed at the start of the stage as
@@ -25,7 +26,7 @@ Interpretation of 004 Alg. 1 used here (SPEC §6 wins over the paper):
   ascending user id. Each of them is visited once. For the visited user ``l`` and
   every grid ``g`` it still occupies, ``E_g(l)`` is the error of ``g`` with ``l``
   removed and all earlier removals kept. The grid with the **smallest** ``E_g(l)``
-  is picked (Alg. 1 line 11; the ``argmax`` of 004 eq. 14 is a typo, SPEC §6),
+  is picked (Alg. 1 line 11; the ``argmax`` of 004 eq. 14 is a typo, docs/math.md §6.2),
   ties to the smallest grid id. If that error exceeds ``E`` (``E_g(l) > E``; equal
   is allowed) the whole algorithm halts and ``l`` keeps all its grids (line 14);
   otherwise ``l`` is removed from that grid and ``G_l`` drops by one. Removals
@@ -51,7 +52,7 @@ Interpretation of 004 Alg. 1 used here (SPEC §6 wins over the paper):
 grid costs no user more than ``K eps`` (004 Prop. V.1). The pseudo-user step
 never removes a user from a grid (``m >= Γ_*``), so it does not change ``K``.
 
-Efficiency (SPEC §6): each grid keeps ``ΣΓ``, its kept-user count and its largest
+Efficiency (docs/math.md §6.4): each grid keeps ``ΣΓ``, its kept-user count and its largest
 and second-largest kept counts (with the multiplicity of the largest) in flat
 Python lists, with the grid's distinct counts sorted once and two pointers that
 only move forward. A trial removal is then O(1) and an actual removal amortised
@@ -205,7 +206,7 @@ def grid_joint_errors(
     *,
     split: str = "half",
 ) -> np.ndarray:
-    """Vectorised :func:`app.core.bounds.joint_clip_error` (004 eq. 13, SPEC §4).
+    """Vectorised :func:`app.core.bounds.joint_clip_error` (004 eq. 13, docs/math.md §4.2).
 
     Element-wise over integer arrays (``1 <= max_kept <= kept_total <= total``);
     the float operations are those of ``bounds`` in the same order, so every entry
@@ -319,7 +320,7 @@ def clip_user(
     split: str = "half",
     pseudo_user: bool = True,
 ) -> ClipUserPlan:
-    """Plan Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15, SPEC §6).
+    """Plan Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15, docs/math.md §6.2–§6.3).
 
     Args:
         grids, users, counts: equal-length integer arrays, one row per occupied
@@ -331,7 +332,7 @@ def clip_user(
         error_target: threshold replacing ``E = max_g E_g`` (004 footnote 3).
         protect_min_error_grid: never remove from the grid with the smallest
             initial ``E_g`` (004 §VI-A3).
-        split: ``"half"`` (``eps/2`` each, 004 eq. 13) or ``"optimal"`` (SPEC §4).
+        split: ``"half"`` (``eps/2`` each, 004 eq. 13) or ``"optimal"`` (docs/math.md §4.3).
         pseudo_user: run the pseudo-user step (004 §V-B3); when off ``m_g`` is the
             largest kept count of ``g`` (no clipping).
 

@@ -1,7 +1,7 @@
 """Public per-grid occupancy, prepared once: counts, caps, sorted orders and sums.
 
 Everything a mechanism decides (who is kept, array groupings, thresholds) is a
-function of this object alone, never of a value (SPEC §1). It is cached in a small
+function of this object alone, never of a value (docs/math.md §1.4). It is cached in a small
 LRU keyed by the counts and caps so that a plan and the release that follows it,
 or repeated releases of one grid, share the sorting and the array groupings.
 """

@@ -55,7 +55,7 @@ class Draft:
     estimator: Estimator
 
     def nominal_error(self) -> float | None:
-        """``bias + sensitivity / eps_noise`` (SPEC §4) before OpenDP's scale nudge."""
+        """``bias + sensitivity / eps_noise`` (docs/math.md §4.1) before OpenDP's scale nudge."""
         if self.bias is None or self.sensitivity is None:
             return None
         return self.bias + self.sensitivity / self.eps_noise
@@ -79,7 +79,7 @@ def linear_draft(
     """A linear mean estimator ``Σ_l w_l · (sum of user l's earliest kept[l] records)``.
 
     Its worst-case bias is the exact corner bound ``(U/2) Σ_j |w_j - 1/n|`` over all
-    ``n`` records of the grid (SPEC §3), records outside the kept heads having weight 0.
+    ``n`` records of the grid (docs/math.md §3.3), records outside the kept heads having weight 0.
     """
     kept = np.where(weights > 0, kept, 0).astype(np.int64)
     weights = np.where(kept > 0, weights, 0.0)

@@ -3,7 +3,7 @@
 ``plan_*`` look at public counts only (who is kept and charged, sensitivity,
 noise scale, worst-case bias and error); ``release_*`` add the values and the
 noise. ``auto`` picks, from the counts alone, the mechanism with the smallest
-worst-case error among those that have one (SPEC §5). ``caps`` bounds how many
+worst-case error among those that have one (docs/math.md §11). ``caps`` bounds how many
 of each user's earliest records may be used (0 drops the user).
 """
 
@@ -207,7 +207,7 @@ def plan_mean(
     caps: npt.ArrayLike | None = None,
     **options: OptionValue,
 ) -> Plan:
-    """Plan a mean release from public per-user counts only (SPEC §5)."""
+    """Plan a mean release from public per-user counts only (docs/math.md §5)."""
     info, U, eps = _prepare(counts, U, eps, caps)
     return _plan(_draft("mean", info, U, eps, mechanism, options))
 
@@ -222,7 +222,7 @@ def release_mean(
     noise: NoiseSource | None = None,
     **options: OptionValue,
 ) -> Release:
-    """Release the ``eps``-DP (user level) mean of ``grid`` with ``mechanism`` (SPEC §5)."""
+    """Release the ``eps``-DP (user level) mean of ``grid`` with ``mechanism`` (docs/math.md §5)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
     return _release(_draft("mean", info, U, eps, mechanism, options), grid, noise)
 
@@ -251,7 +251,7 @@ def release_variance(
     noise: NoiseSource | None = None,
     **options: OptionValue,
 ) -> Release:
-    """Release the ``eps``-DP population variance of ``grid`` (004 §III, SPEC §5)."""
+    """Release the ``eps``-DP population variance of ``grid`` (004 §III, docs/math.md §5.9)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
     return _release(_draft("variance", info, U, eps, mechanism, options), grid, noise)
 
@@ -259,7 +259,7 @@ def release_variance(
 def _joint(
     info: CountsInfo, U: float, eps: float, mechanism: str, split: str, m: int | None
 ) -> tuple[Draft, Draft, dict[str, object]]:
-    """The two drafts of a joint release and ``{"joint_error": E_g}`` (SPEC §4)."""
+    """The two drafts of a joint release and ``{"joint_error": E_g}`` (docs/math.md §4.2)."""
     raw: dict[str, OptionValue] = {"split": split} if m is None else {"split": split, "m": m}
     opts = validate_options("joint", mechanism, raw)
     mean_d, var_d, _ = joint_drafts(
@@ -302,7 +302,7 @@ def release_joint(
     """Release mean and variance together at total ``eps`` (004 ``M_b`` / ``M_clip``).
 
     Both use the same kept records; each release's ``epsilon`` is its share and its
-    ``worst_case_error`` its own part; ``details["joint_error"]`` is ``E_g`` (SPEC §4).
+    ``worst_case_error`` its own part; ``details["joint_error"]`` is ``E_g`` (docs/math.md §4.2).
     """
     info, U, eps = _grid_info(grid, U, eps, caps)
     mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)

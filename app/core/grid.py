@@ -1,7 +1,7 @@
 """Per-grid record storage: flat value arrays with per-user offsets and prefix sums.
 
 A grid's records are one flat ``float64`` array sorted by user and, within a user,
-by time (SPEC §2: clipped estimators keep each user's *earliest* records, so "the
+by time (docs/math.md §1.1: clipped estimators keep each user's *earliest* records, so "the
 first ``k`` records of user ``l``" is ``values[offsets[l] : offsets[l] + k]``).
 Users are positional indices ``0..L-1``; the service maps them to its own ids.
 

@@ -70,7 +70,7 @@ def quantile_log_weights(
 def private_quantile(
     values: npt.ArrayLike, q: float, U: float, eps: float, noise: NoiseSource
 ) -> float:
-    """Smith's ``ε``-DP quantile (002 §III-E, ref. [16] Alg. 2; SPEC §5.4).
+    """Smith's ``ε``-DP quantile (002 §III-E, ref. [16] Alg. 2; docs/math.md §5.4).
 
     Picks gap ``i`` with probability ``∝ (z_{i+1} - z_i) exp(-ε |i - q k| / 2)`` (in log
     space), then a uniform point inside it. The output density at ``y`` is

@@ -1,7 +1,7 @@
 """``centered_clip``: user sums clipped around a private centre with a private width.
 
 A data-adaptive, pure ``ε``-DP (user level, replace-one-user's-values neighbours,
-SPEC §1) mean of one grid. It is 003 Thm III.1's per-user projection re-centred:
+docs/math.md §1.2) mean of one grid. It is 003 Thm III.1's per-user projection re-centred:
 worst_case_optimal clips user ``l``'s sum ``S_l`` to ``[U m_l/2 - T/2, U m_l/2 + T/2]``
 around the public centre ``U/2``; here the centre ``c`` and half-width ``R`` are
 chosen privately, so that on concentrated data the window is far narrower than
@@ -26,7 +26,8 @@ chosen privately, so that on concentrated data the window is far narrower than
    ``θ = (1/n) Σ_l clip(S_l, lo_l, hi_l)`` + ``Lap(Δ/ε₃)`` with
    ``Δ = max_l (hi_l - lo_l)/n <= 2R/n``.
 
-**Privacy.** Neighbours change one user's values, so one ``v_l`` and one ``r_l``:
+**Privacy** (written out in docs/math.md §5.8). Neighbours change one user's values,
+so one ``v_l`` and one ``r_l``:
 each count in ``u₁`` and ``u₂`` moves by at most 1 (so does a maximum of two such
 counts), both utilities have sensitivity 1 and each draw is ``ε_i``-DP by the
 exponential mechanism (McSherry and Talwar 2007, Thm 6; Smith's quantile in 002
@@ -35,7 +36,7 @@ the released ``c`` and ``R`` (public from then on), user ``l``'s term lies in
 ``[lo_l, hi_l]`` whatever its values and no other term moves, so ``θ``'s
 sensitivity is exactly ``Δ`` (every ``S_l`` in ``[0, U m_l]`` is reachable; the
 brute-force test checks it) — 003 Thm III.1's argument with the interval moved.
-The Laplace step is ``ε₃``-DP (OpenDP's calibrated scale, SPEC §1) and sequential
+The Laplace step is ``ε₃``-DP (OpenDP's calibrated scale, docs/math.md §9.2) and sequential
 composition gives ``ε₁ + ε₂ + ε₃ = ε``. Nothing else looks at the values: the
 candidates, ``m_l``, ``m*``, ``L``, ``U`` and the shares are public.
 
@@ -50,7 +51,7 @@ data seed 1 (the experiments use seed 0).
 
 **Reporting.** ``sensitivity = Δ`` and ``noise_scale = Δ/ε₃`` (2.5·Δ/ε with the
 default shares), known after the private steps, as for levy and quantile; no
-data-independent bias bound on the adaptive path (SPEC §3), so
+data-independent bias bound on the adaptive path (docs/math.md §3.4), so
 ``worst_case_bias = worst_case_error = None``. Everyone with records is used and
 charged (``kept = m_l``). On concentrated data (the ITMS-like grid) the clipping
 is symmetric around a good centre and costs little; on skewed data the centre

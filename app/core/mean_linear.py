@@ -1,7 +1,7 @@
 """Linear mean mechanisms: baseline, array averaging, opt arrays and clip (seeds 002, 004).
 
 Each is ``Σ_l w_l · S_l(k_l) + Lap(Δ/ε)`` where ``S_l(k)`` sums user ``l``'s earliest
-``k`` records, so its worst-case bias is the exact linear bound of SPEC §3 and a
+``k`` records, so its worst-case bias is the exact linear bound of docs/math.md §3.3 and a
 release costs O(users) with the grid's prefix sums.
 
 With ``user_mean_fill`` (002 §IV-A, on by default as in the papers' experiments)
@@ -126,12 +126,12 @@ def clip_kept(info: CountsInfo, m: int) -> np.ndarray:
 
 
 def clip_candidates(info: CountsInfo) -> np.ndarray:
-    """Integers ``m ∈ [m_*, m*]`` of the capped counts (004 §V-B3, SPEC §5.6)."""
+    """Integers ``m ∈ [m_*, m*]`` of the capped counts (004 §V-B3, docs/math.md §5.6)."""
     return np.arange(info.m_min, info.m_max + 1, dtype=np.int64)
 
 
 def best_clip_m(info: CountsInfo, U: float, eps: float) -> int:
-    """The smallest integer ``m`` minimising ``E_μ(m) + Δμ_clip(m)/ε`` (SPEC §5.6)."""
+    """The smallest integer ``m`` minimising ``E_μ(m) + Δμ_clip(m)/ε`` (docs/math.md §5.6)."""
     ms = clip_candidates(info)
     s = info.clipped_total(ms).astype(np.float64)
     err = U * (1.0 - s / info.n) + U * ms / (s * eps)
@@ -150,5 +150,5 @@ def plan_clip(info: CountsInfo, U: float, eps: float, m: int | None) -> Draft:
     s = int(kept.sum())
     weights = np.full(kept.size, 1.0 / s)
     sens = mean_sensitivity(U, int(kept.max()), s)
-    # The linear rule of SPEC §3 gives back 004 Thm IV.1's U(1 - ΣΓ/n) here.
+    # The linear rule of docs/math.md §3.3 gives back 004 Thm IV.1's U(1 - ΣΓ/n) here.
     return linear_draft(info, U, eps, "clip", kept, weights, sens, {"m": chosen})

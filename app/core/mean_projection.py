@@ -2,7 +2,7 @@
 
 levy and quantile project BESTFIT array means onto an interval chosen privately
 with half the budget; their sensitivity ``(b - a)/K̄`` is known only after that
-choice and they have no data-independent bias bound (SPEC §3). worst_case_optimal
+choice and they have no data-independent bias bound (docs/math.md §3.4). worst_case_optimal
 projects each user's records onto an interval fixed by the public counts
 (003 Thm III.1) and has exact worst-case bias and error.
 """
@@ -78,7 +78,7 @@ def plan_levy(
 def quantile_levels(variant: str, eps: float, k_bar: int) -> tuple[float, float]:
     """Quantile levels: fixed ``(0.1, 0.9)``; optimized ``(t/K̄, 1 - t/K̄)``, ``t = ceil(2/ε)``.
 
-    The optimized level is clamped to ``(0, 1/2]`` (SPEC §5.4 clamps to ``(0, 1)``; the
+    The optimized level is clamped to ``(0, 1/2]`` (docs/math.md §5.4: the
     ``t``-th smallest and ``t``-th largest meet at the median once ``t >= K̄/2``).
     """
     if variant == "fixed":
@@ -134,11 +134,11 @@ def wco_intervals(counts: np.ndarray, U: float, T: float) -> tuple[np.ndarray, n
 
 
 def plan_worst_case_optimal(info: CountsInfo, U: float, eps: float, fill: bool) -> Draft:
-    """WORST-CASE-OPTIMAL bounding (003 Thm III.1, d = 1; SPEC §5.7).
+    """WORST-CASE-OPTIMAL bounding (003 Thm III.1, d = 1; docs/math.md §5.7).
 
     Records of user ``l`` are projected on ``[a_l, b_l]``; the estimate is their mean
     plus ``Lap(T/(n ε))``; worst-case error ``(Σ_l max((U m_l - T)/2, 0) + T/ε)/n``.
-    With caps the bias gains ``U·(records dropped)/n`` (triangle inequality, SPEC §5).
+    With caps the bias gains ``U·(records dropped)/n`` (triangle inequality, docs/math.md §5.7).
     If ``T = 0`` every interval is ``{U/2}``: the estimate is ``U/2`` whatever the
     values, needs no noise and uses no user (kept all 0).
     """

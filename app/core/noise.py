@@ -7,7 +7,7 @@ the service always uses :class:`OpenDPNoise`:
 * Laplace noise comes from OpenDP's ``make_laplace`` measurement (a CSPRNG and a
   discrete output grid, safe against floating-point attacks). Its scale is chosen
   by :func:`calibrate_scale` so that the measurement's privacy map charges at most
-  the ``eps`` the release is charged (SPEC §1).
+  the ``eps`` the release is charged (docs/math.md §9.1–§9.2).
 * The exponential-mechanism draws of the private interval and the private quantile
   and the uniform draw inside a quantile gap use 53-bit uniforms from
   :mod:`secrets` (the operating system's CSPRNG).
@@ -117,7 +117,7 @@ _MEASUREMENTS = _MeasurementCache()
 
 def calibrate_scale(sensitivity: float, epsilon: float) -> float:
     """The smallest Laplace scale whose OpenDP privacy map charges at most ``epsilon``
-    for ``sensitivity`` (SPEC §1). A zero sensitivity needs no noise: scale 0.
+    for ``sensitivity`` (docs/math.md §9.2). A zero sensitivity needs no noise: scale 0.
 
     OpenDP's ``make_laplace`` maps ``d_in`` to ``d_in / scale`` rounded up to a float,
     which is ``<= epsilon`` exactly when ``d_in / scale <= epsilon`` as rationals. So

@@ -164,7 +164,7 @@ _WIDTH_FACTOR = OptionSpec(
 )
 _SPLIT = OptionSpec(
     "split", "choice", "half",
-    "budget split between mean and variance: eps/2 each or the optimal split (SPEC §4)",
+    "budget split between mean and variance: eps/2 each or the optimal split (docs/math.md §4.3)",
     choices=("half", "optimal"),
 )
 

@@ -15,7 +15,8 @@ LN20 = math.log(20.0)
 
 
 def ci95(estimate: float, scale: float) -> tuple[float, float]:
-    """``estimate ± b ln 20``: covers the noiseless estimate with probability 0.95 (SPEC §1)."""
+    """``estimate ± b ln 20``: covers the noiseless estimate with probability 0.95
+    (docs/math.md §4.4)."""
     half = scale * LN20
     return (estimate - half, estimate + half)
 
@@ -38,7 +39,7 @@ class Plan:
     reads (0: the user is not used and must not be charged). ``sensitivity`` and
     ``noise_scale`` are ``None`` for levy and quantile, whose interval, and so
     sensitivity, is chosen privately from the values; ``worst_case_bias`` and
-    ``worst_case_error`` are ``None`` where SPEC §3 gives no bound.
+    ``worst_case_error`` are ``None`` where docs/math.md §3.4 gives no bound.
     """
 
     mechanism: str

@@ -2,7 +2,7 @@
 
 The population variance of the kept records (each user's earliest ``Γ_l``) gets
 ``Lap(ΔVar_clip/ε)`` with the exact piecewise sensitivity (004 Prop III.1,
-Lemma III.3); its worst-case bias is the corrected 004 Thm IV.2 (SPEC §3).
+Lemma III.3); its worst-case bias is the corrected 004 Thm IV.2 (docs/math.md §3.2).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def best_variance_m(info: CountsInfo, U: float, eps: float) -> int:
 
 
 def best_joint_m(info: CountsInfo, U: float, eps: float, split: str) -> int:
-    """The smallest ``m`` minimising the joint error ``E_g(m)`` of 004 eq. 13 / SPEC §4.
+    """The smallest ``m`` minimising the joint error ``E_g(m)`` of 004 eq. 13 / docs/math.md §4.2.
 
     With ``split="optimal"`` each ``m`` gets its own best split, for which
     ``min a/ε₁ + b/ε₂ = (√a + √b)²/ε``.
@@ -95,7 +95,7 @@ def joint_drafts(
     """004 ``M_b`` (``mechanism="baseline"``) or ``M_clip`` (``"clip"``): one ``Γ`` for both.
 
     The mean gets ``ε₁`` and the variance ``ε₂ = ε - ε₁``: ``ε/2`` each (004 §III) or
-    the optimal split of SPEC §4. Returns the two drafts and shared details.
+    the optimal split of docs/math.md §4.3. Returns the two drafts and shared details.
     """
     if mechanism == "baseline":
         chosen = None

@@ -1,4 +1,4 @@
-"""Budget rules (SPEC §6, API.md "Guarantees"): who is charged, who is exhausted.
+"""Budget rules (docs/math.md §10, API.md "Guarantees"): who is charged, who is exhausted.
 
 A query at ``eps`` charges ``eps`` to every user with kept records. It is
 answered only if no charged user would pass ``budget_per_user``; with

@@ -62,7 +62,7 @@ async def _answer(
     summary="DP mean of one grid",
     description="Mechanisms: baseline, array_avg_wrap, array_avg_bestfit, levy, quantile_fixed, "
     "quantile_optimized, opt_array, opt_array_convex, clip, worst_case_optimal, auto "
-    "(SPEC §5). Mechanism options are further query parameters; unknown ones are refused.",
+    "(docs/math.md §5). Mechanism options are further query parameters; unknown ones are refused.",
 )
 async def mean(
     grid_id: str,

@@ -1,4 +1,4 @@
-"""Release every grid of a timeslot at once (004 §V, SPEC §6).
+"""Release every grid of a timeslot at once (004 §V, docs/math.md §6.5).
 
 Clip-User plans on the slot's public occupancy, then each grid gets the joint
 clipped mean+variance release (004 ``M_clip``) with the plan's kept counts Γ and

@@ -1,4 +1,4 @@
-"""Synthetic occupancies and data sets from the seed papers (SPEC §7).
+"""Synthetic occupancies and data sets from the seed papers (docs/math.md §7).
 
 * :mod:`app.synth.itms` — the ITMS-like single grid of 002 §IV (counts matching
   every published fact exactly), projected-normal speeds, sample and user scaling;

@@ -1,4 +1,4 @@
-"""The count collections and value laws of seed 003's bounding experiments (SPEC §7).
+"""The count collections and value laws of seed 003's bounding experiments (docs/math.md §7.3).
 
 003 §IV-A (Figs. 2–3), ``U = 65``:
 

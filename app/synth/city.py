@@ -1,4 +1,4 @@
-"""A synthetic ITMS-like city as raw records, ingestible like real data (SPEC §7, §8).
+"""A synthetic ITMS-like city as raw records, ingestible like real data (docs/math.md §7, §8).
 
 The papers' grids are hexagon-and-timeslot cells of bus speed records (002 §II).
 :func:`synthetic_city` places ``n_buses`` buses on the H3 cells of a disk around a

@@ -1,4 +1,4 @@
-"""Heavy-hitter occupancies of 004 §VI-A2 (SPEC §7).
+"""Heavy-hitter occupancies of 004 §VI-A2 (docs/math.md §7.2).
 
 ``G`` grids and ``L = 2^G - 1`` users numbered ``1..L``. Users ``2^j .. 2^{j+1}-1``
 (``j = 0..G-1``) occupy ``G - j`` grids chosen uniformly at random, so user 1
@@ -33,7 +33,7 @@ def heavy_hitter_occupancy(
     G: int = 12,
     q: float = 0.01,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Draw one heavy-hitter occupancy (004 §VI-A2 steps i–iii, SPEC §7).
+    """Draw one heavy-hitter occupancy (004 §VI-A2 steps i–iii, docs/math.md §7.2).
 
     Args:
         gamma: heavy-hitter factor ``γ >= 0``; the top count of each grid becomes

@@ -1,4 +1,4 @@
-"""The ITMS-like single grid of seed 002 §IV and its sample and user scalings (SPEC §7).
+"""The ITMS-like single grid of seed 002 §IV and its sample and user scalings (docs/math.md §7.1).
 
 002 §IV-B describes one hexagon-and-timeslot of the Indian ITMS bus data by its
 counts only: ``L = 217`` buses, ``m* = 417``, ``m_* = 1``, ``n = Σ m_l = 17166``,

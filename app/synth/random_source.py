@@ -1,4 +1,4 @@
-"""The slice of a numpy ``Generator`` the synthetic-data generators use (SPEC §7).
+"""The slice of a numpy ``Generator`` the synthetic-data generators use (docs/math.md §7).
 
 Generators in :mod:`app.synth` never create a source of randomness themselves: the
 caller (an experiment, a test, a benchmark, the demo) passes a seeded numpy

@@ -189,7 +189,7 @@ def test_demo_prints_working_keys_and_curl_commands_and_runs_twice(tmp_path):
 def test_demo_with_capmetrics_day(tmp_path):
     path = default_capmetrics_path()
     if path is None:
-        pytest.skip("CapMetrics data not found at ../shared/data/capmetrics (SPEC §8)")
+        pytest.skip("CapMetrics data not found at ../shared/data/capmetrics (docs/math.md §8)")
     demo = start_demo(tmp_path, "--data", str(path))
     try:
         assert "CapMetrics" in demo.lines[0]

@@ -1,4 +1,4 @@
-"""SPEC §7's qualitative claims hold in the experiments' tables (fixed seeds, few runs).
+"""docs/math.md §7.4's qualitative claims hold in the experiments' tables (fixed seeds, few runs).
 
 The full runs behind ``docs/results.md`` use 10^4 runs per point; here every
 experiment runs with 1,500 runs (seed 0), and each claim has a wide margin at that
@@ -85,7 +85,7 @@ def test_004_k_eps_below_g1_eps_and_falls_with_gamma():
 def test_004_capmetrics(tmp_path):
     path = default_capmetrics_path()
     if path is None:
-        pytest.skip("CapMetrics data not found at ../shared/data/capmetrics (SPEC §8)")
+        pytest.skip("CapMetrics data not found at ../shared/data/capmetrics (docs/math.md §8)")
     r = run_capmetrics(tmp_path, data=path, progress=False, eps_list=(0.1, 1.0, 2.0))
     assert all(r.checks.values()), r.checks
     rows = r.data["rows"]

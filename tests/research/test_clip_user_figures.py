@@ -1,4 +1,4 @@
-"""Reduced reproduction of 004 Figures 3–8 (SPEC §7 claims on Clip-User)."""
+"""Reduced reproduction of 004 Figures 3–8 (docs/math.md §7.4 claims on Clip-User)."""
 
 from __future__ import annotations
 

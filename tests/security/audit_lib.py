@@ -138,7 +138,7 @@ def noiseless(target: Target) -> tuple[float, float, float, core.Release]:
 
 
 def mean_count_sensitivity(target: Target, kept: np.ndarray) -> float | None:
-    """The sensitivity with ``m*`` (or ``Γ*``) replaced by the mean count (SPEC §2 formulas
+    """The sensitivity with ``m*`` (or ``Γ*``) replaced by the mean count (docs/math.md §2 formulas
     with that one substitution): the "broken sensitivity" variant. ``None`` where ``m*``
     does not enter the sensitivity (worst_case_optimal's is ``T/n``)."""
     if target.mechanism == "worst_case_optimal":

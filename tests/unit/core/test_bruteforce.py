@@ -1,4 +1,5 @@
-"""Closed-form sensitivities and worst-case biases against numerical optimisation (SPEC §2–3)."""
+"""Closed-form sensitivities and worst-case biases against numerical optimisation
+(docs/math.md §2–§3)."""
 
 from __future__ import annotations
 
@@ -74,14 +75,15 @@ def test_bruteforce_extended(seed: int) -> None:
 
 
 def test_spec_counterexample_variance_bias() -> None:
-    """SPEC §3: n = 8, keep 1 of 4 per user (s = 2): bias U²/4, above the printed 0.1875 U²."""
+    """docs/math.md §3.2: n = 8, keep 1 of 4 per user (s = 2): bias U²/4, above the
+    printed 0.1875 U²."""
     rng = np.random.default_rng(3)
     printed = U * U * 2 * 6 / 64
     found = bruteforce.clip_bias("var", 2, 8, U, rng)
     assert found == pytest.approx(U * U / 4, abs=TOL)
     assert found > printed
     assert variance_clip_bias(U, 2, 8) == pytest.approx(U * U / 4)
-    # the explicit dataset of SPEC §3: kept {0, 0}, others {0, 0, 1, 1, 1, 1} (times U)
+    # the explicit dataset of docs/math.md §3.2: kept {0, 0}, others {0, 0, 1, 1, 1, 1} (times U)
     full = U * np.array([0, 0, 0, 0, 1, 1, 1, 1.0])
     assert full.var() - full[:2].var() == pytest.approx(U * U / 4)
     # and the engine reports it: clip with m = 1 on two users with 4 records each

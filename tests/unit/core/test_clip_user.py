@@ -2,7 +2,7 @@
 
 The reference below recomputes every error from scratch with
 ``bounds.joint_clip_error`` for every trial, following 004 Alg. 1 line by line as
-read in ``app/core/clip_user.py`` (SPEC §6). Hand-worked cases use ``U = 2`` so
+read in ``app/core/clip_user.py`` (docs/math.md §6.2). Hand-worked cases use ``U = 2`` so
 ``U² = 4`` and ``U²/4 = 1``.
 """
 

@@ -1,4 +1,4 @@
-"""Count collections and value laws of 003 §IV-A (SPEC §7)."""
+"""Count collections and value laws of 003 §IV-A (docs/math.md §7.3)."""
 
 from __future__ import annotations
 

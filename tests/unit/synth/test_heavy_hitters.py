@@ -1,4 +1,4 @@
-"""Heavy-hitter occupancies of 004 §VI-A2 (SPEC §7)."""
+"""Heavy-hitter occupancies of 004 §VI-A2 (docs/math.md §7.2)."""
 
 from __future__ import annotations
 

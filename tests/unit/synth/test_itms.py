@@ -1,4 +1,4 @@
-"""The ITMS-like grid of 002 §IV (SPEC §7): exact count facts, scalings, speeds."""
+"""The ITMS-like grid of 002 §IV (docs/math.md §7.1): exact count facts, scalings, speeds."""
 
 from __future__ import annotations
 
