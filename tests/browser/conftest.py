@@ -1,6 +1,8 @@
-"""A real HTTP server (uvicorn, in a thread) for the browser, and the browser itself."""
+"""A real HTTP server (uvicorn, in a thread) for the browser, and the browser itself.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: the stand-in route below imports its
+types lazily, and FastAPI must see them as objects, not as names to resolve later.
+"""
 
 import threading
 import time
@@ -10,14 +12,11 @@ from pathlib import Path
 import pytest
 import uvicorn
 from fastapi import APIRouter, FastAPI
+from pydantic import SecretStr
 
 from app.config import Settings
 from app.db.migrate import upgrade
-from app.deps import AnalystKey, SessionDep
-from app.errors import NotFound
 from app.main import create_app
-from app.releases.formats import ReleaseFormat, release_response
-from app.releases.repository import ReleaseRepository
 from tests.browser.cdp import Page, chromium_binary, offline_browser
 from tests.conftest import ADMIN_KEY
 from tests.live_server import free_port
@@ -27,9 +26,15 @@ def add_stored_release_route_if_missing(app: FastAPI) -> None:
     """``GET /releases/{id}`` wired to ``app.releases.formats`` as API.md describes it.
 
     Used only while the application has no such route (the release endpoint is being
-    rewritten on another branch; once it serves ``?format=`` the real route is tested)."""
+    rewritten on another branch; once it serves ``?format=`` the real route is tested and
+    this stand-in, with its imports of release internals, never runs and can go)."""
     if "get" in app.openapi().get("paths", {}).get("/releases/{release_id}", {}):
         return
+    from app.deps import AnalystKey, SessionDep
+    from app.errors import NotFound
+    from app.releases.formats import ReleaseFormat, release_response
+    from app.releases.repository import ReleaseRepository
+
     router = APIRouter()
 
     @router.get("/releases/{release_id}")
@@ -58,7 +63,7 @@ class ThreadedServer:
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
-    def __enter__(self) -> ThreadedServer:
+    def __enter__(self) -> "ThreadedServer":
         self.thread.start()
         deadline = time.monotonic() + 30
         while not self.server.started:
@@ -90,8 +95,8 @@ def sqlite_live_url(tmp_path: Path) -> Iterator[str]:
     """The application on SQLite only, for pages that read no data."""
     settings = Settings(
         database_url=f"sqlite:///{tmp_path / 'pages.db'}",
-        admin_key=ADMIN_KEY,
-        secret_key="test-secret",
+        admin_key=SecretStr(ADMIN_KEY),
+        secret_key=SecretStr("test-secret"),
         secret_file=tmp_path / "secret.key",
     )
     upgrade(settings.database_url)
