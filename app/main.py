@@ -32,6 +32,10 @@ DESCRIPTION = """User-level differentially private statistics over spatio-tempor
 Every released answer is charged to each data subject it uses, in a ledger that
 cannot be overspent. Authenticate with `Authorization: Bearer <key>`.
 Every error has the shape `{"error": {"code": ..., "message": ...}}`.
+
+Pages: these docs (`/docs`) and a map of a stored release (`/map`: it asks for a key and
+a release id; `/map#release=<release_id>&key=<key>` draws it straight away). Both load
+nothing from outside this server.
 """
 
 

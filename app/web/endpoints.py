@@ -26,7 +26,7 @@ MAP_PAGE = STATIC_DIR / "map" / "index.html"
 FAVICON_URL = f"{STATIC_URL}/favicon.svg"
 _INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
 
-router = APIRouter(tags=["pages"])
+router = APIRouter()
 
 
 def content_security_policy(*, inline_scripts: list[str] | None = None) -> str:
@@ -74,22 +74,14 @@ def swagger_ui(request: Request) -> HTMLResponse:
     return HTMLResponse(html, headers=_page_headers(csp))
 
 
-@router.get(
-    "/map",
-    response_class=HTMLResponse,
-    summary="A map of a stored release",
-    description=(
-        "An HTML page that draws a stored release as coloured hexagons, with a legend for "
-        "the mean and each grid's mean, 95% interval and users on hover. It asks for an API "
-        "key and a release id, or reads them from the fragment: "
-        "`/map#release=<release_id>&key=<key>` draws straight away (a fragment never "
-        "reaches the server). The page loads nothing from outside this server."
-    ),
-)
+# Like /docs, a page rather than an API operation: kept out of the OpenAPI document
+# (whose operations all answer JSON) and described in the API's description instead.
+@router.get("/map", include_in_schema=False)
 def release_map() -> FileResponse:
-    return FileResponse(MAP_PAGE, media_type="text/html", headers=_page_headers(
-        content_security_policy()
-    ))
+    """Draws a stored release as coloured hexagons (mean, interval and users on hover);
+    ``/map#release=<id>&key=<key>`` draws straight away (a fragment never reaches us)."""
+    headers = _page_headers(content_security_policy())
+    return FileResponse(MAP_PAGE, media_type="text/html", headers=headers)
 
 
 def install_pages(app: FastAPI) -> None:
