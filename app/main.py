@@ -25,12 +25,17 @@ from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
 from app.releases.endpoints import router as releases_router
+from app.web.endpoints import install_pages
 
 DESCRIPTION = """User-level differentially private statistics over spatio-temporal IoT data.
 
 Every released answer is charged to each data subject it uses, in a ledger that
 cannot be overspent. Authenticate with `Authorization: Bearer <key>`.
 Every error has the shape `{"error": {"code": ..., "message": ...}}`.
+
+Pages: these docs (`/docs`) and a map of a stored release (`/map`: it asks for a key and
+a release id; `/map#release=<release_id>&key=<key>` draws it straight away). Both load
+nothing from outside this server.
 """
 
 
@@ -76,7 +81,14 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         app.state.database.close()
         engine.dispose()
 
-    app = FastAPI(title="dpgate", version=__version__, description=DESCRIPTION, lifespan=lifespan)
+    app = FastAPI(
+        title="dpgate",
+        version=__version__,
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url=None,  # served from the packaged Swagger UI by app.web (no CDN)
+        redoc_url=None,
+    )
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = sessionmaker
@@ -103,6 +115,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         releases_router,
     ):
         app.include_router(router)
+    install_pages(app)
     return app
 
 

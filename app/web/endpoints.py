@@ -1,0 +1,92 @@
+"""``/docs`` (Swagger UI) and ``/map``, with every asset served by dpgate itself.
+
+Swagger UI's files come from the pinned ``swagger-ui-bundle-v2`` wheel (Apache-2.0, its
+licence ships in the wheel's metadata); the map's files live in ``app/static/map``. Both
+pages carry a Content-Security-Policy that only allows this server as a source, so a page
+cannot load anything from outside even if a file asked it to.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from pathlib import Path
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.responses import FileResponse, HTMLResponse
+from fastapi.staticfiles import StaticFiles
+from swagger_ui_bundle import swagger_ui_path
+
+STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
+STATIC_URL = "/static"
+SWAGGER_URL = f"{STATIC_URL}/swagger-ui"
+MAP_PAGE = STATIC_DIR / "map" / "index.html"
+FAVICON_URL = f"{STATIC_URL}/favicon.svg"
+_INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
+
+router = APIRouter()
+
+
+def content_security_policy(*, inline_scripts: list[str] | None = None) -> str:
+    """Only this origin may serve scripts, styles, images and fetches; ``inline_scripts``
+    are allowed by their SHA-256 (Swagger UI's start-up script)."""
+    hashes = [
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in inline_scripts or []
+    ]
+    return "; ".join(
+        [
+            "default-src 'self'",
+            " ".join(["script-src 'self'", *hashes]),
+            "style-src 'self' 'unsafe-inline'",  # Swagger UI sets inline styles
+            "img-src 'self' data:",
+            "connect-src 'self'",
+            "frame-ancestors 'none'",
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
+
+
+def _page_headers(csp: str) -> dict[str, str]:
+    return {
+        "Content-Security-Policy": csp,
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
+@router.get("/docs", include_in_schema=False)
+def swagger_ui(request: Request) -> HTMLResponse:
+    """Swagger UI from the packaged copy; the ``APIKey`` scheme gives it Authorize."""
+    page = get_swagger_ui_html(
+        openapi_url=request.app.openapi_url,
+        title=f"{request.app.title} — API docs",
+        swagger_js_url=f"{SWAGGER_URL}/swagger-ui-bundle.js",
+        swagger_css_url=f"{SWAGGER_URL}/swagger-ui.css",
+        swagger_favicon_url=FAVICON_URL,
+        swagger_ui_parameters={"validatorUrl": None},
+    )
+    html = bytes(page.body).decode()
+    csp = content_security_policy(inline_scripts=_INLINE_SCRIPT.findall(html))
+    return HTMLResponse(html, headers=_page_headers(csp))
+
+
+# Like /docs, a page rather than an API operation: kept out of the OpenAPI document
+# (whose operations all answer JSON) and described in the API's description instead.
+@router.get("/map", include_in_schema=False)
+def release_map() -> FileResponse:
+    """Draws a stored release as coloured hexagons (mean, interval and users on hover);
+    ``/map#release=<id>&key=<key>`` draws straight away (a fragment never reaches us)."""
+    headers = _page_headers(content_security_policy())
+    return FileResponse(MAP_PAGE, media_type="text/html", headers=headers)
+
+
+def install_pages(app: FastAPI) -> None:
+    """Mount the pages and their static files (call with ``docs_url=None, redoc_url=None``)."""
+    app.include_router(router)
+    # The more specific mount first: Starlette matches mounts in order.
+    app.mount(SWAGGER_URL, StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
+    app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")

@@ -1,0 +1,112 @@
+"""A real HTTP server (uvicorn, in a thread) for the browser, and the browser itself.
+
+No ``from __future__ import annotations`` here: the stand-in route below imports its
+types lazily, and FastAPI must see them as objects, not as names to resolve later.
+"""
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import uvicorn
+from fastapi import APIRouter, FastAPI
+from pydantic import SecretStr
+
+from app.config import Settings
+from app.db.migrate import upgrade
+from app.main import create_app
+from tests.browser.cdp import Page, chromium_binary, offline_browser
+from tests.conftest import ADMIN_KEY
+from tests.live_server import free_port
+
+
+def add_stored_release_route_if_missing(app: FastAPI) -> None:
+    """``GET /releases/{id}`` wired to ``app.releases.formats`` as API.md describes it.
+
+    Used only while the application has no such route (the release endpoint is being
+    rewritten on another branch; once it serves ``?format=`` the real route is tested and
+    this stand-in, with its imports of release internals, never runs and can go)."""
+    if "get" in app.openapi().get("paths", {}).get("/releases/{release_id}", {}):
+        return
+    from app.deps import AnalystKey, SessionDep
+    from app.errors import NotFound
+    from app.releases.formats import ReleaseFormat, release_response
+    from app.releases.repository import ReleaseRepository
+
+    router = APIRouter()
+
+    @router.get("/releases/{release_id}")
+    def stored_release(
+        release_id: str,
+        session: SessionDep,
+        key: AnalystKey,
+        format: ReleaseFormat = ReleaseFormat.json,
+    ):
+        record = ReleaseRepository(session).by_public_id(release_id)
+        if record is None:
+            raise NotFound(f"no release {release_id}")
+        return release_response(record.answer, format)
+
+    app.include_router(router)
+    app.openapi_schema = None
+
+
+class ThreadedServer:
+    """uvicorn serving ``app`` on a free loopback port from a background thread."""
+
+    def __init__(self, app: FastAPI) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> "ThreadedServer":
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _chromium_installed() -> None:
+    chromium_binary()  # fails every browser test, loudly, when chromium is missing
+
+
+@pytest.fixture
+def live_url(app: FastAPI) -> Iterator[str]:
+    """The application (on each test database) served over real HTTP."""
+    add_stored_release_route_if_missing(app)
+    with ThreadedServer(app) as server:
+        yield server.url
+
+
+@pytest.fixture
+def sqlite_live_url(tmp_path: Path) -> Iterator[str]:
+    """The application on SQLite only, for pages that read no data."""
+    settings = Settings(
+        database_url=f"sqlite:///{tmp_path / 'pages.db'}",
+        admin_key=SecretStr(ADMIN_KEY),
+        secret_key=SecretStr("test-secret"),
+        secret_file=tmp_path / "secret.key",
+    )
+    upgrade(settings.database_url)
+    app = create_app(settings)
+    add_stored_release_route_if_missing(app)
+    with ThreadedServer(app) as server:
+        yield server.url
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[Page]:
+    with offline_browser(tmp_path) as p:
+        yield p
