@@ -126,7 +126,9 @@ def linear_mean_bias(U: float, weights: npt.ArrayLike) -> float:
 def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
     """Split ``eps = eps1 + eps2`` minimising ``a/eps1 + b/eps2`` (SPEC §4).
 
-    ``eps1 = eps √a / (√a + √b)``; it is never worse than ``eps/2`` each.
+    ``eps1 = eps √a / (√a + √b)``; it is never worse than ``eps/2`` each. In floats
+    ``eps1 + (eps - eps1)`` can round to one ulp above ``eps``, so ``eps2`` is stepped
+    down until ``eps1 + eps2 <= eps`` holds as computed (at most a few ulps are lost).
     """
     eps = check_epsilon(eps)
     if a < 0 or b < 0:
@@ -135,7 +137,10 @@ def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
         return eps / 2.0, eps / 2.0
     ra, rb = math.sqrt(a), math.sqrt(b)
     eps1 = eps * ra / (ra + rb)
-    return eps1, eps - eps1
+    eps2 = eps - eps1
+    while eps2 > 0.0 and eps1 + eps2 > eps:
+        eps2 = math.nextafter(eps2, 0.0)
+    return eps1, eps2
 
 
 def split_epsilon(d_mu: float, d_var: float, eps: float, split: str) -> tuple[float, float]:
