@@ -66,6 +66,7 @@ estimate towards it — ``width_factor`` widens the window.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
@@ -146,8 +147,8 @@ def _shares(eps: float, centre_share: float, width_share: float) -> tuple[float,
         )
     e1, e2 = centre_share * eps, width_share * eps
     e3 = eps - e1 - e2
-    while e1 + e2 + e3 > eps:  # float rounding must never charge more than eps in total
-        e3 = math.nextafter(e3, 0.0)
+    while Fraction(e1) + Fraction(e2) + Fraction(e3) > Fraction(eps):  # the exact sum
+        e3 = math.nextafter(e3, 0.0)  # float rounding must never charge more than eps
     return e1, e2, e3
 
 
