@@ -289,6 +289,41 @@ def test_no_numpy_or_random_randomness_in_app_code() -> None:
     assert _randomness_uses(ast.parse("from random import random"))
 
 
+def _non_opendp_randomness(tree: ast.AST) -> list[str]:
+    """Uses of ``secrets`` / ``random`` imports and of ``urandom``, ``randbits`` or the old
+    ``exponential_choice`` draw."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in ("secrets", "random")]
+        elif isinstance(node, ast.ImportFrom) and node.module in ("secrets", "random"):
+            found.append(f"from {node.module}")
+        elif isinstance(node, ast.Attribute):
+            if node.attr in ("urandom", "randbits", "exponential_choice"):
+                found.append(node.attr)
+    return found
+
+
+def test_release_randomness_is_opendp_only() -> None:
+    """The mechanisms' randomness is OpenDP's: no module of ``app.core`` draws from
+    ``secrets``, ``os.urandom`` or ``random`` (the inverse-CDF draw from ``secrets``
+    uniforms is gone), and a noise source offers Laplace and noisy_max only."""
+    from app.core import noise
+
+    modules = _modules()
+    core_modules = [name for name in modules if name.startswith("app.core")]
+    assert "app.core.noise" in core_modules and "app.core.interval" in core_modules
+    for name in core_modules:
+        assert not _non_opendp_randomness(ast.parse(modules[name].read_text())), name
+    for gone in ("uniform", "exponential_choice", "choose_index"):
+        assert not hasattr(noise.OpenDPNoise, gone) and not hasattr(noise, gone)
+        assert not hasattr(noise.NoiseSource, gone) and not hasattr(SeededNoise, gone)
+    # the detector does detect (controls)
+    assert _non_opendp_randomness(ast.parse("import secrets\nx = secrets.randbits(53)"))
+    assert _non_opendp_randomness(ast.parse("import os\nos.urandom(8)"))
+    assert _non_opendp_randomness(ast.parse("src.exponential_choice([0.0])"))
+
+
 def test_the_service_cannot_reach_seeded_generators() -> None:
     """No module reachable from the ASGI app (through any import, even inside a
     function) is a seeded generator or uses one."""
