@@ -298,9 +298,10 @@ def _non_opendp_randomness(tree: ast.AST) -> list[str]:
             found += [a.name for a in node.names if a.name in ("secrets", "random")]
         elif isinstance(node, ast.ImportFrom) and node.module in ("secrets", "random"):
             found.append(f"from {node.module}")
-        elif isinstance(node, ast.Attribute):
-            if node.attr in ("urandom", "randbits", "exponential_choice"):
-                found.append(node.attr)
+        elif isinstance(node, ast.Attribute) and node.attr in (
+            "urandom", "randbits", "exponential_choice",
+        ):  # fmt: skip
+            found.append(node.attr)
     return found
 
 
