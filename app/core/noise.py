@@ -167,7 +167,7 @@ def calibrate_choice_scale(sensitivity: int, epsilon: float) -> float:
     (:func:`_make_noisy_max`), which fails closed.
     """
     _check_eps(float(epsilon))
-    if sensitivity < 1:
+    if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
         raise ValueError(f"score sensitivity must be an integer >= 1, got {sensitivity!r}")
     return _smallest_float_at_least(
         Fraction(2 * int(sensitivity)) / Fraction(float(epsilon)), "2 sensitivity / epsilon"

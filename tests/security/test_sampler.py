@@ -108,8 +108,9 @@ def test_noisy_max_refuses_what_it_cannot_sample_exactly() -> None:
     for eps in (0.0, -1.0, math.inf, math.nan):
         with pytest.raises(ValueError, match="epsilon"):
             src.noisy_max([0, 1], eps)
-    with pytest.raises(ValueError, match="sensitivity"):
-        src.noisy_max([0, 1], 1.0, sensitivity=0)
+    for sens in (0, 1.5, True):
+        with pytest.raises(ValueError, match="sensitivity"):
+            src.noisy_max([0, 1], 1.0, sensitivity=sens)  # type: ignore[arg-type]
     assert src.noisy_max(np.array([3.0, -2.0, 7.0]), 1e6) == 2  # integral floats are fine
 
 
