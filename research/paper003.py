@@ -13,21 +13,23 @@ Monte-Carlo iterations; each iteration draws a fresh data set):
   estimate privately the ``ceil(2/ε)``-th largest *user sum* ``σ_l``, clip each
   user's sum to ``[0, T̂]`` and release ``Σ_l min(σ_l, T̂)/n + Lap(2T̂/(n ε))``.
 
-The private estimate of the ``k``-th largest of the ``L`` user sums is Smith's
-exponential-mechanism quantile (:func:`app.core.interval.private_quantile`) at
+The private estimate of the ``k``-th largest of the ``L`` user sums is the core's
+exact exponential-mechanism quantile on a public grid
+(:func:`app.core.interval.private_quantile`, in place of Smith's) at
 level ``q = (L - k)/L`` (clamped to ``[0, 1]``) on the public range ``[0, U m*]``
 with budget ``ε/2``: changing one user moves every rank by at most one.
 
 Fig. 2: geometric collection (``M = 6``) with ``Unif((0, U])`` values; Fig. 3:
 extreme collection (``L = 101``, ``m* = 10``) with ``N(U/2, U/4)`` values
 rejection-sampled into ``(0, U]``; ``U = 65``. Runs are vectorised over data sets
-(one row per run); the AKMV quantile is drawn per run (inverse-CDF per row, the
-same draw as :func:`app.core.noise.choose_index`). :func:`akmv_release` is the
+(one row per run); the AKMV quantile is drawn per run (report-noisy-max per row
+with seeded exponential noise, the law of the service's sampler). :func:`akmv_release` is the
 one-run reference used by the tests.
 """
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -36,9 +38,9 @@ import numpy as np
 
 from app.core.draft import rank_from_epsilon
 from app.core.grid import GridData
-from app.core.interval import private_quantile
+from app.core.interval import private_quantile, quantile_candidates
 from app.core.mean_projection import wco_intervals, wco_threshold
-from app.core.noise import NoiseSource, calibrate_scale
+from app.core.noise import NoiseSource, calibrate_choice_scale, calibrate_scale
 from app.core.release import Release, ci95
 from app.synth.bounding import (
     BOUNDING_U,
@@ -108,21 +110,19 @@ def akmv_release(grid: GridData, U: float, eps: float, noise: NoiseSource) -> Re
 
 
 def _row_quantiles(
-    sums: np.ndarray, q: float, hi: float, eps: float, u_gap: np.ndarray, u_in: np.ndarray
+    sums: np.ndarray, q: float, hi: float, eps: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """Smith's quantile (docs/math.md §5.4) of every row of ``sums`` with its own uniforms."""
-    R, L = sums.shape
-    v = np.sort(np.clip(sums, 0.0, hi), axis=1)
-    z = np.concatenate((np.zeros((R, 1)), v, np.full((R, 1), hi)), axis=1)
-    widths = np.diff(z, axis=1)
-    ranks = np.arange(L + 1, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        logw = np.log(widths) - eps * np.abs(ranks - q * L) / 2.0
-    w = np.exp(logw - logw.max(axis=1, keepdims=True))
-    cdf = np.cumsum(w, axis=1)
-    idx = (cdf > (u_gap * cdf[:, -1])[:, None]).argmax(axis=1)
-    rows = np.arange(R)
-    return z[rows, idx] + u_in * (z[rows, idx + 1] - z[rows, idx])
+    """The core's private quantile (:func:`app.core.interval.private_quantile`) of every row
+    of ``sums``: the same integer scores, report-noisy-max with seeded exponential noise."""
+    cands = quantile_candidates(hi)
+    L = sums.shape[1]
+    t_lo, t_hi = math.floor(q * L), math.ceil(q * L)
+    below = (sums[:, :, None] < cands[None, None, :]).sum(axis=1)
+    upto = (sums[:, :, None] <= cands[None, None, :]).sum(axis=1)
+    scores = -np.maximum(0, np.maximum(below - t_lo, t_hi - upto))
+    scale = calibrate_choice_scale(1, eps)
+    noisy = scores + rng.exponential(scale, size=scores.shape)
+    return cands[np.argmax(noisy, axis=1)]
 
 
 def wco_noiseless(sums: np.ndarray, counts: np.ndarray, U: float, eps: float) -> np.ndarray:
@@ -166,7 +166,7 @@ def bounding_errors(
         if wco_scale > 0:
             wco = wco + rng.laplace(0.0, wco_scale, size=r)
         out["worst_case_optimal"].append(np.abs(wco - truth))
-        t_hat = _row_quantiles(sums, q, U * m_star, eps / 2.0, rng.random(r), rng.random(r))
+        t_hat = _row_quantiles(sums, q, U * m_star, eps / 2.0, rng)
         akmv = np.minimum(sums, t_hat[:, None]).sum(axis=1) / n
         akmv = akmv + rng.laplace(0.0, 1.0, size=r) * (2.0 * t_hat / (n * eps))
         out["akmv"].append(np.abs(akmv - truth))

@@ -12,21 +12,22 @@ are vectorised without changing any mechanism's law:
   independent ``Lap(b)`` draws are added with numpy;
 * **levy / quantile** (002 §III-D/E): the BESTFIT array means are fixed by the data,
   so they are computed once; the private interval is then **sampled afresh for
-  every run** — the same exponential mechanisms as :mod:`app.core.interval`
-  (``interval_costs`` and ``quantile_log_weights`` give the same log-weights; the
-  inverse-CDF draw is :func:`app.core.noise.choose_index` applied to a vector of
-  uniforms) — and each run's projected mean gets its own ``Lap`` draw of the scale
-  that run's interval implies. A unit test feeds the same uniforms and Laplace
-  draws to this code and to ``release_mean`` and checks equal outputs.
+  every run** — the same report-noisy-max choices as :mod:`app.core.interval`
+  (``interval_costs`` and ``quantile_scores`` give the same integer scores; the
+  choices are :func:`research.noise.noisy_max_many`, the seeded law of the
+  service's sampler) — and each run's projected mean gets its own ``Lap`` draw of
+  the scale that run's interval implies. A unit test feeds the same choices and
+  Laplace draws to this code and to ``release_mean`` and checks equal outputs.
+* every estimate is projected onto ``[0, U]``, as the service's releases are.
 
 WRAPAROUND versions of levy and quantile (002 Fig. 1; not service mechanisms,
 named ``levy@wrap``, ``quantile_fixed@wrap``, ``quantile_optimized@wrap``) use the
 ``K`` full WRAPAROUND arrays of 002 eq. 3. One user can sit in two of them, so one
 user moves up to two array means: the interval's cost (or rank) sensitivity is 2
 and the projected mean's is ``2(b - a)/K`` (002 §III-A: "a multiplicative factor
-of 2"). To stay ``eps``-DP the exponential mechanisms use half the exponent
-(``exp(-eps c/8)`` with the ``eps/2`` share for levy, ``eps/8`` per quantile) and
-the noise is ``Lap(4(b - a)/(K eps))``.
+of 2"). To stay ``eps``-DP the choices are made with score sensitivity 2 at the
+same budgets (``eps/2`` for levy, ``eps/4`` per quantile) and the noise is
+``Lap(4(b - a)/(K eps))``.
 
 **centered_clip** (:mod:`app.core.mean_centered`) draws a private centre and width
 that change the window and the sensitivity in every run; its runs simply call
@@ -50,11 +51,11 @@ from app.core.counts import prepare_counts
 from app.core.draft import rank_from_epsilon
 from app.core.grid import GridData
 from app.core.grouping import bestfit, levy_m_ub, levy_tau, wraparound
-from app.core.interval import interval_costs, quantile_log_weights
+from app.core.interval import interval_costs, quantile_candidates, quantile_scores
 from app.core.mean_projection import array_means
 from app.core.noise import calibrate_scale
 from app.core.options import OptionValue
-from research.noise import SeededNoise
+from research.noise import SeededNoise, noisy_max_many
 
 __all__ = [
     "ADAPTIVE",
@@ -63,12 +64,10 @@ __all__ = [
     "WRAP_PROJECTION",
     "MaePoint",
     "bestfit_array_means",
-    "choose_many",
     "deterministic_release",
     "levy_estimates",
     "projected_means",
     "quantile_estimates",
-    "quantile_many",
     "simulate_abs_errors",
     "wraparound_array_means",
 ]
@@ -95,11 +94,10 @@ class _Capture:
         self.value, self.scale = float(value), float(scale)
         return float(value)
 
-    def uniform(self) -> float:  # pragma: no cover - linear mechanisms draw nothing else
-        raise AssertionError("a linear mechanism drew a uniform")
-
-    def exponential_choice(self, log_weights: npt.ArrayLike) -> int:  # pragma: no cover
-        raise AssertionError("a linear mechanism drew an exponential choice")
+    def noisy_max(  # pragma: no cover - linear mechanisms draw nothing else
+        self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1
+    ) -> int:
+        raise AssertionError("a linear mechanism made a private choice")
 
 
 def deterministic_release(
@@ -159,15 +157,6 @@ def wraparound_array_means(grid: GridData, m_ub: int, fill: bool = True) -> np.n
 
 
 # ------------------------------------------------------------ vectorised draws
-def choose_many(log_weights: npt.ArrayLike, u: np.ndarray) -> np.ndarray:
-    """:func:`app.core.noise.choose_index` for every uniform in ``u`` at once."""
-    lw = np.asarray(log_weights, dtype=np.float64).reshape(-1)
-    cdf = np.cumsum(np.exp(lw - lw.max()))
-    idx = np.searchsorted(cdf, np.asarray(u) * cdf[-1], side="right")
-    last = int(np.flatnonzero(lw > -np.inf)[-1])
-    return np.where(idx >= lw.size, last, idx)
-
-
 def projected_means(means: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``mean(clip(means, lo_r, hi_r))`` for every pair ``(lo_r, hi_r)`` (prefix sums)."""
     s = np.sort(np.asarray(means, dtype=np.float64))
@@ -181,25 +170,33 @@ def projected_means(means: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
     return total / s.size
 
 
+def levy_picks(
+    means: np.ndarray, U: float, tau: float, eps: float, rng: np.random.Generator, runs: int,
+    *, multiplicity: int = 1,
+) -> np.ndarray:
+    """``runs`` choices of 002 Alg. 3's midpoint (report-noisy-max on ``-c`` at ``eps/2``)."""
+    _, cost = interval_costs(means, U, tau)
+    return noisy_max_many(rng, -cost, eps / 2.0, runs, sensitivity=multiplicity)
+
+
 def levy_estimates(
     means: np.ndarray,
     U: float,
     tau: float,
     eps: float,
-    u: np.ndarray,
+    picks: np.ndarray,
     z: np.ndarray,
     *,
     multiplicity: int = 1,
 ) -> np.ndarray:
-    """002 Alg. 3 + projected mean + Laplace, one estimate per entry of ``u`` and ``z``.
+    """002 Alg. 3 + projected mean + Laplace, one estimate per entry of ``picks`` and ``z``.
 
-    ``u``: uniforms for the interval draw; ``z``: standard ``Lap(1)`` draws.
-    ``multiplicity`` is how many array means one user can move (1 BESTFIT, 2
-    WRAPAROUND). The interval gets ``eps/2``; the noise ``Lap(2 mult (b-a)/(K eps))``.
+    ``picks``: chosen midpoint indices (:func:`levy_picks`); ``z``: standard ``Lap(1)``
+    draws. ``multiplicity`` is how many array means one user can move (1 BESTFIT, 2
+    WRAPAROUND). The noise is ``Lap(2 mult (b-a)/(K eps))``; estimates in ``[0, U]``.
     """
     k = means.size
-    mids, cost = interval_costs(means, U, tau)
-    idx = choose_many(-(eps / 2.0) * cost.astype(np.float64) / (4.0 * multiplicity), u)
+    mids, _ = interval_costs(means, U, tau)
     lo = np.maximum(0.0, mids - 1.5 * tau)
     hi = np.minimum(U, mids + 1.5 * tau)
     proj = projected_means(means, lo, hi)
@@ -209,38 +206,41 @@ def levy_estimates(
             for a, b in zip(lo, hi, strict=True)
         ]
     )
-    return proj[idx] + scale[idx] * z
+    return np.clip(proj[picks] + scale[picks] * z, 0.0, U)
 
 
-def quantile_many(
-    values: np.ndarray, q: float, U: float, eps: float, u_gap: np.ndarray, u_in: np.ndarray
+def quantile_picks(
+    means: np.ndarray, q: float, U: float, eps: float, rng: np.random.Generator, runs: int,
+    *, multiplicity: int = 1,
 ) -> np.ndarray:
-    """Smith's ``eps``-DP quantile (002 §III-E) for every pair of uniforms at once."""
-    zs, logw = quantile_log_weights(values, q, U, eps)
-    i = choose_many(logw, u_gap)
-    return zs[i] + u_in * (zs[i + 1] - zs[i])
+    """``runs`` private ``q``-quantile choices (indices into ``quantile_candidates(U)``)."""
+    scores = quantile_scores(means, q, quantile_candidates(U))
+    return noisy_max_many(rng, scores, eps, runs, sensitivity=multiplicity)
 
 
 def quantile_estimates(
     means: np.ndarray,
     U: float,
-    q_lo: float,
-    q_hi: float,
     eps: float,
-    u: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray],
+    picks: tuple[np.ndarray, np.ndarray],
     z: np.ndarray,
     *,
     multiplicity: int = 1,
 ) -> np.ndarray:
-    """QUANTILE (002 §III-E): two ``eps/4`` quantiles (``eps/(4 mult)`` per unit of rank
-    sensitivity), projected mean, ``Lap(2 mult (b'-a')/(K eps))``; one per run."""
+    """QUANTILE (002 §III-E): the two chosen quantiles (``picks``, :func:`quantile_picks` at
+    ``eps/4`` each), projected mean, ``Lap(2 mult (b'-a')/(K eps))``; one per run, in [0, U]."""
     k = means.size
-    e = eps / (4.0 * multiplicity)
-    a = quantile_many(means, q_lo, U, e, u[0], u[1])
-    b = quantile_many(means, q_hi, U, e, u[2], u[3])
+    cands = quantile_candidates(U)
+    a, b = cands[picks[0]], cands[picks[1]]
     lo, hi = np.minimum(a, b), np.maximum(a, b)
     proj = projected_means(means, lo, hi)
-    return proj + (multiplicity * (hi - lo) / k) / (eps / 2.0) * z
+    scale = np.array(
+        [
+            calibrate_scale(multiplicity * (y - x) / k, eps / 2.0)
+            for x, y in zip(lo, hi, strict=True)
+        ]
+    )
+    return np.clip(proj + scale * z, 0.0, U)
 
 
 def _quantile_levels(variant: str, eps: float, k: int) -> tuple[float, float]:
@@ -277,7 +277,7 @@ def simulate_abs_errors(
     if mechanism in LINEAR:
         value, scale, name, _ = deterministic_release(grid, U, eps, mechanism, **options)
         est = value + rng.laplace(0.0, scale, size=runs) if scale > 0 else np.full(runs, value)
-        return np.abs(est - mu), name
+        return np.abs(np.clip(est, 0.0, U) - mu), name
     if mechanism in ADAPTIVE:
         est = np.array(
             [
@@ -307,15 +307,17 @@ def simulate_abs_errors(
     else:
         raise ValueError(f"unknown mechanism {mechanism!r}")
     if mechanism == "levy":
-        u = rng.random(runs)
+        tau = float(d["tau"])
+        picks = levy_picks(means, U, tau, eps, rng, runs, multiplicity=mult)
         z = rng.laplace(0.0, 1.0, size=runs)
-        est = levy_estimates(means, U, float(d["tau"]), eps, u, z, multiplicity=mult)
+        est = levy_estimates(means, U, tau, eps, picks, z, multiplicity=mult)
     else:
-        us = (rng.random(runs), rng.random(runs), rng.random(runs), rng.random(runs))
-        z = rng.laplace(0.0, 1.0, size=runs)
-        est = quantile_estimates(
-            means, U, float(d["q_lo"]), float(d["q_hi"]), eps, us, z, multiplicity=mult
+        a, b = (
+            quantile_picks(means, float(d[q]), U, eps / 4.0, rng, runs, multiplicity=mult)
+            for q in ("q_lo", "q_hi")
         )
+        z = rng.laplace(0.0, 1.0, size=runs)
+        est = quantile_estimates(means, U, eps, (a, b), z, multiplicity=mult)
     name = mechanism if mult == 1 else f"{mechanism}@wrap"
     return np.abs(est - mu), name
 

@@ -23,6 +23,7 @@ __all__ = [
     "mean_sensitivity",
     "optimal_split",
     "split_epsilon",
+    "sum_exceeds",
     "variance_clip_bias",
     "variance_clip_bias_array",
     "variance_sensitivity",
@@ -123,10 +124,34 @@ def linear_mean_bias(U: float, weights: npt.ArrayLike) -> float:
     return float(U / 2.0 * np.abs(w - 1.0 / w.size).sum())
 
 
+def sum_exceeds(a: npt.ArrayLike, b: npt.ArrayLike, total: float) -> np.ndarray:
+    """Whether the *exact* (real) sum ``a + b`` of floats exceeds ``total``, element-wise.
+
+    Knuth's TwoSum gives ``a + b = s + err`` exactly with ``s = fl(a + b)``; the real sum
+    exceeds ``total`` iff ``s > total``, or ``s == total`` and ``err > 0``. (Testing
+    ``fl(a + b) <= total`` alone would let a real sum one rounding above ``total`` pass.)
+    """
+    if isinstance(a, float) and isinstance(b, float):  # the scalar hot path, same arithmetic
+        t = a + b
+        tb = t - a
+        e = (a - (t - tb)) + (b - tb)
+        return np.bool_(t > total or (t == total and e > 0))
+    x = np.asarray(a, dtype=np.float64)
+    y = np.asarray(b, dtype=np.float64)
+    s = x + y
+    bb = s - x
+    err = (x - (s - bb)) + (y - bb)
+    return (s > total) | ((s == total) & (err > 0))
+
+
 def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
     """Split ``eps = eps1 + eps2`` minimising ``a/eps1 + b/eps2`` (docs/math.md §4.3).
 
-    ``eps1 = eps √a / (√a + √b)``; it is never worse than ``eps/2`` each.
+    ``eps1 = eps √a / (√a + √b)``; it is never worse than ``eps/2`` each. In floats
+    ``eps - eps1`` can round up, so that ``eps1 + eps2`` exceeds ``eps``; ``eps2`` is then
+    stepped down one float at a time until the exact sum is at most ``eps``
+    (:func:`sum_exceeds`; a few ulps at most are lost). ``eps1 <= eps`` always (a
+    rounded product by a factor <= 1), so the loop ends.
     """
     eps = check_epsilon(eps)
     if a < 0 or b < 0:
@@ -135,7 +160,10 @@ def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:
         return eps / 2.0, eps / 2.0
     ra, rb = math.sqrt(a), math.sqrt(b)
     eps1 = eps * ra / (ra + rb)
-    return eps1, eps - eps1
+    eps2 = eps - eps1
+    while eps2 > 0.0 and sum_exceeds(eps1, eps2, eps):
+        eps2 = math.nextafter(eps2, 0.0)
+    return eps1, eps2
 
 
 def split_epsilon(d_mu: float, d_var: float, eps: float, split: str) -> tuple[float, float]:

@@ -77,7 +77,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.core.bounds import check_bound, check_epsilon
+from app.core.bounds import check_bound, check_epsilon, sum_exceeds
 
 __all__ = ["ClipUserPlan", "FrozenMap", "clip_user", "grid_joint_errors", "plan_kept"]
 
@@ -190,6 +190,8 @@ def _scalar_error_fn(U: float, eps: float, split: str) -> Callable[[int, int, in
             ra, rb = math.sqrt(d_mu), math.sqrt(d_var)
             eps1 = eps * ra / (ra + rb)
             eps2 = eps - eps1
+            while eps2 > 0.0 and sum_exceeds(eps1, eps2, eps):  # as bounds.optimal_split
+                eps2 = math.nextafter(eps2, 0.0)
         # bounds.py: a statistic with zero sensitivity gets no noise (not 0/0).
         noise = (d_mu / eps1 if d_mu > 0 else 0.0) + (d_var / eps2 if d_var > 0 else 0.0)
         return bias + noise
@@ -248,6 +250,10 @@ def grid_joint_errors(
     with np.errstate(invalid="ignore", divide="ignore"):
         eps1 = np.where(both_zero, eps / 2.0, eps * ra / (ra + rb))
         eps2 = np.where(both_zero, eps / 2.0, eps - eps1)
+        over = (eps2 > 0.0) & sum_exceeds(eps1, eps2, eps)
+        while over.any():  # as bounds.optimal_split: never above eps
+            eps2 = np.where(over, np.nextafter(eps2, 0.0), eps2)
+            over = (eps2 > 0.0) & sum_exceeds(eps1, eps2, eps)
         # bounds.py: a statistic with zero sensitivity gets no noise (not 0/0).
         noise = np.where(d_mu > 0, d_mu / eps1, 0.0) + np.where(d_var > 0, d_var / eps2, 0.0)
     return bias + noise

@@ -30,7 +30,7 @@ from app.core.mean_linear import (
 from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
 from app.core.noise import NoiseSource, calibrate_scale, default_noise
 from app.core.options import OptionValue, validate_options
-from app.core.release import Plan, Release, ci95
+from app.core.release import Plan, Release
 from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
 
 __all__ = [
@@ -163,6 +163,8 @@ def _release(
     grid: GridData,
     noise: NoiseSource | None,
     extra: Mapping[str, object] | None = None,
+    *,
+    U: float,
 ) -> Release:
     source = default_noise() if noise is None else noise
     est = draft.estimator(grid, source)
@@ -177,8 +179,8 @@ def _release(
         noise_scale=scale,
         worst_case_bias=draft.bias,
         worst_case_error=None if draft.bias is None else draft.bias + scale,
-        ci95=ci95(value, scale),
         kept=draft.kept,
+        value_bound=U,
         details={**draft.details, **est.details, **(extra or {})},
     )
 
@@ -224,7 +226,7 @@ def release_mean(
 ) -> Release:
     """Release the ``eps``-DP (user level) mean of ``grid`` with ``mechanism`` (docs/math.md §5)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
-    return _release(_draft("mean", info, U, eps, mechanism, options), grid, noise)
+    return _release(_draft("mean", info, U, eps, mechanism, options), grid, noise, U=U)
 
 
 def plan_variance(
@@ -253,7 +255,7 @@ def release_variance(
 ) -> Release:
     """Release the ``eps``-DP population variance of ``grid`` (004 §III, docs/math.md §5.9)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
-    return _release(_draft("variance", info, U, eps, mechanism, options), grid, noise)
+    return _release(_draft("variance", info, U, eps, mechanism, options), grid, noise, U=U)
 
 
 def _joint(
@@ -306,7 +308,7 @@ def release_joint(
     """
     info, U, eps = _grid_info(grid, U, eps, caps)
     mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
-    return _release(mean_d, grid, noise, extra), _release(var_d, grid, noise, extra)
+    return _release(mean_d, grid, noise, extra, U=U), _release(var_d, grid, noise, extra, U=U)
 
 
 def _error_at(statistic: str, info: CountsInfo, U: float, eps: float, name: str) -> float:

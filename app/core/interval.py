@@ -1,7 +1,11 @@
-"""Private intervals for the projection mechanisms: 002 Alg. 3 and Smith's quantile.
+"""Private intervals for the projection mechanisms: 002 Alg. 3 and a discrete private quantile.
 
 Both act on the array means ``Ā_1..Ā_K̄`` of BESTFIT pseudo-users; one user moves
-at most one array mean, which is what their privacy rests on.
+at most one array mean, so every integer score below moves by at most 1 between
+neighbouring datasets. Each choice is :meth:`NoiseSource.noisy_max` at the budget
+it is given (docs/math.md, "The exact sampler"): exactly that budget is spent, and
+the privacy holds in floating point because OpenDP's sampler is exact and the
+scores are integers computed from the data by counting.
 """
 
 from __future__ import annotations
@@ -11,16 +15,51 @@ import math
 import numpy as np
 import numpy.typing as npt
 
+from app.core.grid import GridData
 from app.core.noise import NoiseSource
 
-__all__ = ["interval_costs", "private_interval", "private_quantile", "quantile_log_weights"]
+__all__ = [
+    "QUANTILE_STEPS",
+    "interval_costs",
+    "isolated_head_sums",
+    "private_interval",
+    "private_quantile",
+    "quantile_candidates",
+    "quantile_scores",
+]
+
+#: The private quantile chooses among the public points ``jU/QUANTILE_STEPS``.
+QUANTILE_STEPS = 128
+
+
+def isolated_head_sums(grid: GridData, kept: npt.ArrayLike) -> np.ndarray:
+    """Per user, the sum of its earliest ``kept[l]`` values, computed from that user's values
+    alone (0 where kept is 0).
+
+    ``GridData.head_sums`` differences prefix sums over the whole grid, so a user's
+    result carries rounding from everyone's values: one user's change could then move
+    *another* user's mean across a candidate and a count by 2. The private choices'
+    integer scores must move by at most 1, so they read these sums instead, each a
+    function of one user's values only (``np.add.reduceat`` over that user's head).
+    """
+    k = np.asarray(kept, dtype=np.int64)
+    out = np.zeros(k.size)
+    users = grid.record_user
+    head = grid.record_rank < k[users]
+    if not head.any():
+        return out
+    vals = grid.values[head]
+    who = np.flatnonzero(k > 0)
+    starts = np.concatenate(([0], np.cumsum(k[who])[:-1]))
+    out[who] = np.add.reduceat(vals, starts)
+    return out
 
 
 def interval_costs(means: npt.ArrayLike, U: float, tau: float) -> tuple[np.ndarray, np.ndarray]:
     """Midpoints ``T`` of the ``ceil(U/τ)`` bins of width ``τ`` and the cost ``c(x)`` of each.
 
     002 Alg. 3 lines 2–4: each mean is snapped to its nearest midpoint (the midpoint
-    of the bin holding it) and ``c(x) = max(#{μ_i < x}, #{μ_i > x})``.
+    of the bin holding it) and ``c(x) = max(#{μ_i < x}, #{μ_i > x})`` (integers).
     """
     m = np.asarray(means, dtype=np.float64)
     n_bins = max(1, math.ceil(U / tau))
@@ -38,47 +77,51 @@ def private_interval(
 ) -> tuple[float, float, float]:
     """002 Alg. 3 (Levy et al. Alg. 6): a private "high-probability" interval ``[a, b]``.
 
-    Samples a midpoint ``x`` with probability ``∝ exp(-ε c(x) / 4)``, ``ε`` being the
-    budget given to this step, and returns ``(a, b, x)`` with
-    ``a = max(0, x - 3τ/2)`` and ``b = min(U, x + 3τ/2)``. One user changes one array
-    mean and so ``c`` by at most 1: the draw is ``ε/2``-DP, within the ``ε`` it is
-    charged.
+    Chooses a midpoint ``x`` by report-noisy-max on the integer scores ``-c(x)`` at
+    budget ``eps`` and returns ``(a, b, x)`` with ``a = max(0, x - 3τ/2)`` and
+    ``b = min(U, x + 3τ/2)``. One user moves one array mean, which moves each count
+    in ``c`` and so ``c`` itself by at most 1: the choice is exactly ``eps``-DP
+    (the weights of the equivalent exponential mechanism are ``exp(-eps·c/2)``;
+    levy gives this step ``ε/2``, which is Alg. 3's ``exp(-ε c/4)`` with ``ε``
+    levy's whole budget).
     """
     mids, cost = interval_costs(means, U, tau)
-    idx = noise.exponential_choice(-eps * cost.astype(np.float64) / 4.0)
+    idx = noise.noisy_max(-cost, eps)
     x = float(mids[idx])
     return max(0.0, x - 1.5 * tau), min(U, x + 1.5 * tau), x
 
 
-def quantile_log_weights(
-    values: npt.ArrayLike, q: float, U: float, eps: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """End points ``z_0..z_{k+1}`` and log-weights of the ``k+1`` gaps in Smith's mechanism.
+def quantile_candidates(U: float) -> np.ndarray:
+    """The public candidates ``jU/QUANTILE_STEPS``, ``j = 0..QUANTILE_STEPS``."""
+    return np.arange(QUANTILE_STEPS + 1, dtype=np.float64) * (U / QUANTILE_STEPS)
 
-    ``z`` is the sorted values clipped to ``[0, U]`` with 0 and ``U`` added; gap ``i``
-    has weight ``(z_{i+1} - z_i) exp(-ε |i - q k| / 2)`` (``-inf`` log-weight when empty).
+
+def quantile_scores(values: npt.ArrayLike, q: float, cands: np.ndarray) -> np.ndarray:
+    """Integer scores ``-max(0, #{v < x} - ⌊qk⌋, ⌈qk⌉ - #{v <= x})`` of the candidates.
+
+    ``k`` values; a candidate scores 0 when its rank interval ``[#{v < x}, #{v <= x}]``
+    reaches the target rank ``qk`` and loses one per rank it misses by. Changing one
+    value moves each count by at most 1, so each score by at most 1.
     """
-    v = np.sort(np.clip(np.asarray(values, dtype=np.float64), 0.0, U))
-    z = np.concatenate(([0.0], v, [U]))
-    widths = np.diff(z)
-    ranks = np.arange(widths.size, dtype=np.float64)
-    with np.errstate(divide="ignore"):
-        logw = np.log(widths) - eps * np.abs(ranks - q * v.size) / 2.0
-    return z, logw
+    if not 0.0 <= q <= 1.0:
+        raise ValueError(f"quantile level must lie in [0, 1], got {q}")
+    v = np.sort(np.asarray(values, dtype=np.float64))
+    t_lo, t_hi = math.floor(q * v.size), math.ceil(q * v.size)
+    below = np.searchsorted(v, cands, side="left")
+    upto = np.searchsorted(v, cands, side="right")
+    return -np.maximum(0, np.maximum(below - t_lo, t_hi - upto)).astype(np.int64)
 
 
 def private_quantile(
     values: npt.ArrayLike, q: float, U: float, eps: float, noise: NoiseSource
 ) -> float:
-    """Smith's ``ε``-DP quantile (002 §III-E, ref. [16] Alg. 2; docs/math.md §5.4).
+    """An ``eps``-DP ``q``-quantile of ``values`` on the public grid :func:`quantile_candidates`.
 
-    Picks gap ``i`` with probability ``∝ (z_{i+1} - z_i) exp(-ε |i - q k| / 2)`` (in log
-    space), then a uniform point inside it. The output density at ``y`` is
-    ``∝ exp(-ε |rank(y) - q k| / 2)`` and one changed value moves every rank by at
-    most 1, hence ``ε``-DP.
+    The exponential mechanism over a finite public candidate set (McSherry and
+    Talwar 2007) with the rank score of :func:`quantile_scores`, drawn by
+    report-noisy-max (exact): it replaces Smith's continuous quantile (002 §III-E,
+    ref. [16]), whose gap-width weights would need an exact sampler over real
+    intervals. Values outside ``[0, U]`` only count as below or above every candidate.
     """
-    if not 0.0 <= q <= 1.0:
-        raise ValueError(f"quantile level must lie in [0, 1], got {q}")
-    z, logw = quantile_log_weights(values, q, U, eps)
-    i = noise.exponential_choice(logw)
-    return float(z[i] + noise.uniform() * (z[i + 1] - z[i]))
+    cands = quantile_candidates(U)
+    return float(cands[noise.noisy_max(quantile_scores(values, q, cands), eps)])

@@ -11,7 +11,9 @@ chosen privately, so that on concentrated data the window is far narrower than
 1. **Centre** (``ε₁``): user means ``v_l = S_l/m_l`` of every user with records;
    candidates ``c_j = jU/256``, ``j = 0..256`` (public); utility
    ``u₁(c) = -max(#{l: v_l < c}, #{l: v_l > c})`` (002 Alg. 3's cost, on users);
-   draw ``c_j`` with probability ``∝ exp(ε₁ u₁(c_j)/2)``.
+   choose ``c_j`` by report-noisy-max on the integer scores ``u₁`` at budget ``ε₁``
+   (:meth:`NoiseSource.noisy_max`, OpenDP's exact sampler; the same privacy as the
+   exponential mechanism with weights ``exp(ε₁ u₁(c_j)/2)``).
 2. **Width** (``ε₂``, given the released ``c``): normalised residuals
    ``r_l = |S_l - c m_l|/√m_l`` (the spread a user's sum would have if its values
    were i.i.d. around ``c``); candidates ``ρ_j = U 2^{j/4}`` from ``U 2^{-8}`` to the
@@ -19,7 +21,7 @@ chosen privately, so that on concentrated data the window is far narrower than
    ``u₂(ρ) = -max(#{l: r_l > ρ}, #{l: r_l < ρ/4})`` (a rank utility like 002
    Alg. 3's cost; unlike a plain private median it penalises a too *large* ρ by up
    to ``L`` instead of ``L/2``, which keeps the draw off the empty top of the
-   candidate range); draw ``∝ exp(ε₂ u₂/2)``; ``R = min(width_factor·ρ·√m*, U m*)``
+   candidate range); report-noisy-max on ``u₂`` at ``ε₂``; ``R = min(width_factor·ρ·√m*, U m*)``
    (``width_factor`` default 0.5: for i.i.d. values of spread ``σ`` the draw lands
    near ``ρ ≈ 1.2σ``, so ``R ≈ 0.6σ√m*``).
 3. **Estimate** (``ε₃``): ``lo_l = max(0, c m_l - R)``, ``hi_l = min(U m_l, c m_l + R)``,
@@ -29,9 +31,12 @@ chosen privately, so that on concentrated data the window is far narrower than
 **Privacy** (written out in docs/math.md §5.8). Neighbours change one user's values,
 so one ``v_l`` and one ``r_l``:
 each count in ``u₁`` and ``u₂`` moves by at most 1 (so does a maximum of two such
-counts), both utilities have sensitivity 1 and each draw is ``ε_i``-DP by the
-exponential mechanism (McSherry and Talwar 2007, Thm 6; Smith's quantile in 002
-§III-E is the same argument on ranks). Given
+counts), both utilities are integers with sensitivity 1 and each choice is exactly
+``ε_i``-DP: OpenDP's ``make_noisy_max`` (exponential noise, i.e. permute-and-flip,
+McKenna and Sheldon 2020) with the scale its own privacy map certifies for
+sensitivity 1 at ``ε_i``, sampled and compared exactly (no float rounding can
+give a candidate probability 0 on one dataset and positive on its neighbour).
+Given
 the released ``c`` and ``R`` (public from then on), user ``l``'s term lies in
 ``[lo_l, hi_l]`` whatever its values and no other term moves, so ``θ``'s
 sensitivity is exactly ``Δ`` (every ``S_l`` in ``[0, U m_l]`` is reachable; the
@@ -62,12 +67,14 @@ estimate towards it — ``width_factor`` widens the window.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 
 import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
+from app.core.interval import isolated_head_sums
 from app.core.mean_projection import plan_worst_case_optimal
 from app.core.noise import NoiseSource
 
@@ -105,7 +112,7 @@ def centre_utility(user_means: np.ndarray, cands: np.ndarray) -> np.ndarray:
     v = np.sort(np.asarray(user_means, dtype=np.float64))
     below = np.searchsorted(v, cands, side="left")
     above = v.size - np.searchsorted(v, cands, side="right")
-    return -np.maximum(below, above).astype(np.float64)
+    return -np.maximum(below, above).astype(np.int64)
 
 
 def width_candidates(U: float, m_max: int) -> np.ndarray:
@@ -120,7 +127,7 @@ def width_utility(resid: np.ndarray, cands: np.ndarray) -> np.ndarray:
     r = np.sort(np.asarray(resid, dtype=np.float64))
     above = r.size - np.searchsorted(r, cands, side="right")
     far_below = np.searchsorted(r, cands / WIDTH_SPAN, side="left")
-    return -np.maximum(above, far_below).astype(np.float64)
+    return -np.maximum(above, far_below).astype(np.int64)
 
 
 def centred_window(
@@ -141,8 +148,8 @@ def _shares(eps: float, centre_share: float, width_share: float) -> tuple[float,
         )
     e1, e2 = centre_share * eps, width_share * eps
     e3 = eps - e1 - e2
-    while e1 + e2 + e3 > eps:  # float rounding must never charge more than eps in total
-        e3 = math.nextafter(e3, 0.0)
+    while Fraction(e1) + Fraction(e2) + Fraction(e3) > Fraction(eps):  # the exact sum
+        e3 = math.nextafter(e3, 0.0)  # float rounding must never charge more than eps
     return e1, e2, e3
 
 
@@ -192,11 +199,11 @@ def plan_centered_clip(
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        sums = grid.head_sums(info.eff)[active]
+        sums = isolated_head_sums(grid, info.eff)[active]  # user l's sum from its values only
         u1 = centre_utility(sums / m, c_cands)
-        c = float(c_cands[noise.exponential_choice(e1 * u1 / 2.0)])
+        c = float(c_cands[noise.noisy_max(u1, e1)])
         u2 = width_utility(np.abs(sums - c * m) / np.sqrt(m), r_cands)
-        rho = float(r_cands[noise.exponential_choice(e2 * u2 / 2.0)])
+        rho = float(r_cands[noise.noisy_max(u2, e2)])
         R = min(width_factor * rho * math.sqrt(m_max), U * m_max)
         lo, hi = centred_window(m, U, c, R)
         value = float(np.clip(sums, lo, hi).sum()) / n

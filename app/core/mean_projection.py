@@ -15,7 +15,7 @@ from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate, rank_from_epsilon
 from app.core.grid import GridData
 from app.core.grouping import BestFit, bestfit, check_m_ub, levy_m_ub, levy_tau
-from app.core.interval import private_interval, private_quantile
+from app.core.interval import isolated_head_sums, private_interval, private_quantile
 from app.core.noise import NoiseSource
 
 __all__ = [
@@ -29,13 +29,19 @@ __all__ = [
 
 
 def array_means(grid: GridData, info: CountsInfo, bf: BestFit, fill: bool) -> np.ndarray:
-    """Means ``Ā_i`` of the BESTFIT arrays (user means in place of records when ``fill``)."""
+    """Means ``Ā_i`` of the BESTFIT arrays (user means in place of records when ``fill``).
+
+    Each array mean is a function of its own users' values only (per-user sums from
+    :func:`~app.core.interval.isolated_head_sums`, summed per array), so one user
+    moves one array mean and nothing else, exactly, in floating point.
+    """
     used = bf.array_of >= 0
     if fill:
         contrib = np.zeros(info.eff.size)
-        contrib[used] = grid.head_sums(info.eff)[used] * bf.slots[used] / info.eff[used]
+        sums = isolated_head_sums(grid, info.eff)
+        contrib[used] = sums[used] * bf.slots[used] / info.eff[used]
     else:
-        contrib = grid.head_sums(bf.slots)
+        contrib = isolated_head_sums(grid, bf.slots)
     sums = np.bincount(bf.array_of[used], weights=contrib[used], minlength=bf.k_bar)
     return sums / bf.fills
 
@@ -53,7 +59,8 @@ def plan_levy(
 ) -> Draft:
     """LEVY (002 §III-D): BESTFIT arrays with ``m_UB`` of eq. 9, private interval by Alg. 3.
 
-    ``τ = U √(ln(2K̄/γ)/(2 m_UB))`` (eq. 7); the interval takes ``ε/2``, the projected
+    ``τ = U √(ln(2K̄/γ)/(2 m_UB))`` (eq. 7); the interval takes exactly ``ε/2``
+    (report-noisy-max at ``ε/2`` = Alg. 3's ``exp(-ε c/4)``), the projected
     mean of array means gets ``Lap(2(b - a)/(K̄ ε))``, sensitivity ``(b - a)/K̄`` (eq. 6).
     """
     m_ub = levy_m_ub(info) if m_ub is None else check_m_ub(info, m_ub)
@@ -90,7 +97,10 @@ def quantile_levels(variant: str, eps: float, k_bar: int) -> tuple[float, float]
 def plan_quantile(
     info: CountsInfo, U: float, eps: float, variant: str, m_ub: int | None, fill: bool
 ) -> Draft:
-    """QUANTILE (002 §III-E): interval from two Smith quantiles of the array means, ``ε/4`` each.
+    """QUANTILE (002 §III-E): interval from two private quantiles of the array means, ``ε/4`` each.
+
+    The quantiles are :func:`~app.core.interval.private_quantile` (a discrete
+    exponential mechanism on a public grid, drawn exactly) in place of Smith's.
 
     BESTFIT arrays with ``m_UB`` of eq. 9; estimate = mean of array means projected on
     ``[a', b']`` + ``Lap(2(b' - a')/(K̄ ε))``.

@@ -1,26 +1,34 @@
-"""Randomness for releases: OpenDP's Laplace sampler and an OS-CSPRNG for the rest.
+"""Randomness for releases: OpenDP's Laplace and report-noisy-max measurements.
 
 Every mechanism draws its randomness through a :class:`NoiseSource`, so that
 experiments can pass a seeded source (``research.noise.SeededNoise``) while
-the service always uses :class:`OpenDPNoise`:
+the service always uses :class:`OpenDPNoise`. The release path has exactly two
+kinds of draw, both OpenDP measurements whose privacy holds exactly in floating
+point (docs/math.md, "The exact sampler"):
 
-* Laplace noise comes from OpenDP's ``make_laplace`` measurement (a CSPRNG and a
-  discrete output grid, safe against floating-point attacks). Its scale is chosen
-  by :func:`calibrate_scale` so that the measurement's privacy map charges at most
-  the ``eps`` the release is charged (docs/math.md §9.1–§9.2).
-* The exponential-mechanism draws of the private interval and the private quantile
-  and the uniform draw inside a quantile gap use 53-bit uniforms from
-  :mod:`secrets` (the operating system's CSPRNG).
+* Laplace noise comes from OpenDP's ``make_laplace`` (a CSPRNG and a discrete
+  output grid, safe against floating-point attacks). Its scale is chosen by
+  :func:`calibrate_scale` so that the measurement's privacy map charges at most
+  the ``eps`` the release is charged.
+* Every private choice (levy's interval, the private quantiles, centered_clip's
+  centre and width) is :meth:`NoiseSource.noisy_max` on integer scores: OpenDP's
+  ``make_noisy_max`` with exponential noise (report-noisy-max with exponential
+  noise, which is permute-and-flip: McKenna and Sheldon, "Permute-and-Flip: A new
+  mechanism for differentially private selection", NeurIPS 2020). OpenDP samples
+  the noise and compares the noisy scores exactly (arbitrary-precision rationals,
+  no float rounding on the way), so its privacy map is a proof about the sampler
+  itself, not about an idealised real-valued one. Its scale is chosen by
+  :func:`calibrate_choice_scale` so that the map charges at most ``eps``.
 """
 
 from __future__ import annotations
 
 import math
-import secrets
 import threading
 from collections import OrderedDict
+from collections.abc import Callable, Hashable
 from fractions import Fraction
-from typing import Protocol, runtime_checkable
+from typing import Generic, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -29,14 +37,15 @@ import opendp.prelude as dp
 __all__ = [
     "NoiseSource",
     "OpenDPNoise",
+    "calibrate_choice_scale",
     "calibrate_scale",
-    "choose_index",
+    "check_scores",
     "default_noise",
 ]
 
 dp.enable_features("contrib")
 
-_TWO_53 = float(1 << 53)
+K = TypeVar("K", bound=Hashable)
 
 
 @runtime_checkable
@@ -47,53 +56,31 @@ class NoiseSource(Protocol):
         """Return ``value + Lap(scale)`` (``value`` itself when ``scale`` is 0)."""
         ...
 
-    def uniform(self) -> float:
-        """Return a uniform draw from ``[0, 1)``."""
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        """Index of the largest integer score, chosen by report-noisy-max so that the choice
+        is ``epsilon``-DP when each score moves by at most ``sensitivity`` between
+        neighbouring datasets (OpenDP's ``make_noisy_max``; exact in floating point)."""
         ...
 
-    def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
-        """Return index ``i`` with probability ``∝ exp(log_weights[i])`` (``-inf`` = never)."""
-        ...
 
+class _MeasurementCache(Generic[K]):
+    """A small thread-safe LRU of OpenDP measurements built by ``factory(key)``."""
 
-def choose_index(log_weights: npt.ArrayLike, u: float) -> int:
-    """Inverse-CDF draw: the index whose cumulative weight interval holds ``u`` in ``[0, 1)``.
-
-    Computed in log space (weights shifted by their maximum before ``exp``), so large
-    or very negative log-weights neither overflow nor all underflow.
-    """
-    lw = np.asarray(log_weights, dtype=np.float64).reshape(-1)
-    if lw.size == 0:
-        raise ValueError("need at least one candidate")
-    if np.any(np.isnan(lw)) or np.any(lw == np.inf):
-        raise ValueError("log-weights must be finite or -inf")
-    top = float(lw.max())
-    if top == -np.inf:
-        raise ValueError("every candidate has weight 0")
-    cdf = np.cumsum(np.exp(lw - top))
-    idx = int(np.searchsorted(cdf, u * cdf[-1], side="right"))
-    if idx >= lw.size:  # u * total rounded up to total: take the last positive weight
-        idx = int(np.flatnonzero(lw > -np.inf)[-1])
-    return idx
-
-
-class _MeasurementCache:
-    """A small thread-safe LRU of OpenDP Laplace measurements keyed by scale."""
-
-    def __init__(self, maxsize: int = 512) -> None:
-        self._items: OrderedDict[float, dp.Measurement] = OrderedDict()
+    def __init__(self, factory: Callable[[K], dp.Measurement], maxsize: int = 512) -> None:
+        self._items: OrderedDict[K, dp.Measurement] = OrderedDict()
         self._lock = threading.Lock()
+        self._factory = factory
         self._maxsize = maxsize
 
-    def get(self, scale: float) -> dp.Measurement:
+    def get(self, key: K) -> dp.Measurement:
         with self._lock:
-            meas = self._items.get(scale)
+            meas = self._items.get(key)
             if meas is not None:
-                self._items.move_to_end(scale)
+                self._items.move_to_end(key)
                 return meas
-        meas = _make_laplace(scale)
+        meas = self._factory(key)
         with self._lock:
-            self._items[scale] = meas
+            self._items[key] = meas
             if len(self._items) > self._maxsize:
                 self._items.popitem(last=False)
         return meas
@@ -106,18 +93,43 @@ class _MeasurementCache:
 # Immutable and shared: building them anew costs more than the measurement itself.
 _DOMAIN = dp.atom_domain(T=float, nan=False)
 _METRIC = dp.absolute_distance(T=float)
+_SCORE_SPACE = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
 
 
 def _make_laplace(scale: float) -> dp.Measurement:
     return dp.m.make_laplace(_DOMAIN, _METRIC, scale)
 
 
-_MEASUREMENTS = _MeasurementCache()
+def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
+    """OpenDP's noisy max at ``scale``, refused unless its own privacy map certifies
+    ``map(sensitivity) <= epsilon`` (fails closed; checked once per cached key)."""
+    scale, sensitivity, epsilon = key
+    meas = dp.m.make_noisy_max(*_SCORE_SPACE, dp.max_divergence(), scale=scale)
+    if not meas.map(sensitivity) <= epsilon:
+        raise RuntimeError("OpenDP's noisy-max privacy map charges more than epsilon")
+    return meas
+
+
+_MEASUREMENTS: _MeasurementCache[float] = _MeasurementCache(_make_laplace)
+_CHOICES: _MeasurementCache[tuple[float, int, float]] = _MeasurementCache(_make_noisy_max)
+
+
+def _smallest_float_at_least(exact: Fraction, what: str) -> float:
+    overflow = ValueError(f"{what} overflows")
+    try:
+        x = float(exact)  # round to nearest: at most one step below the exact quotient
+    except OverflowError:
+        raise overflow from None
+    if Fraction(x) < exact:
+        x = math.nextafter(x, math.inf)
+    if math.isinf(x):
+        raise overflow
+    return x
 
 
 def calibrate_scale(sensitivity: float, epsilon: float) -> float:
     """The smallest Laplace scale whose OpenDP privacy map charges at most ``epsilon``
-    for ``sensitivity`` (docs/math.md §9.2). A zero sensitivity needs no noise: scale 0.
+    for ``sensitivity``. A zero sensitivity needs no noise: scale 0.
 
     OpenDP's ``make_laplace`` maps ``d_in`` to ``d_in / scale`` rounded up to a float,
     which is ``<= epsilon`` exactly when ``d_in / scale <= epsilon`` as rationals. So
@@ -132,19 +144,50 @@ def calibrate_scale(sensitivity: float, epsilon: float) -> float:
         raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
     if sensitivity == 0.0:
         return 0.0
+    _check_eps(epsilon)
+    return _smallest_float_at_least(
+        Fraction(sensitivity) / Fraction(epsilon),
+        f"sensitivity / epsilon ({sensitivity!r} / {epsilon!r})",
+    )
+
+
+def _check_eps(epsilon: float) -> None:
     if not math.isfinite(epsilon) or epsilon <= 0:
         raise ValueError(f"epsilon must be finite and > 0, got {epsilon!r}")
-    exact = Fraction(sensitivity) / Fraction(epsilon)
-    overflow = ValueError(f"sensitivity / epsilon overflows: {sensitivity!r} / {epsilon!r}")
-    try:
-        scale = float(exact)  # round to nearest: at most one step below the exact quotient
-    except OverflowError:
-        raise overflow from None
-    if Fraction(scale) < exact:
-        scale = math.nextafter(scale, math.inf)
-    if math.isinf(scale):
-        raise overflow
-    return scale
+
+
+def calibrate_choice_scale(sensitivity: int, epsilon: float) -> float:
+    """The smallest noise scale for which ``make_noisy_max``'s privacy map charges at most
+    ``epsilon`` when every score moves by at most ``sensitivity``.
+
+    On scores that may move in both directions (``linf_distance``, not monotonic)
+    OpenDP's map is ``2 d_in / scale`` rounded up to a float, so the scale is the
+    smallest float ``>= 2 sensitivity / epsilon`` (computed exactly). The map itself
+    is asked for every new (scale, sensitivity, epsilon) before its first draw
+    (:func:`_make_noisy_max`), which fails closed.
+    """
+    _check_eps(float(epsilon))
+    if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
+        raise ValueError(f"score sensitivity must be an integer >= 1, got {sensitivity!r}")
+    return _smallest_float_at_least(
+        Fraction(2 * int(sensitivity)) / Fraction(float(epsilon)), "2 sensitivity / epsilon"
+    )
+
+
+def check_scores(scores: npt.ArrayLike) -> list[int]:
+    """The scores as Python integers; refuses an empty, non-integer or non-finite vector."""
+    s = np.asarray(scores)
+    if s.ndim != 1 or s.size == 0:
+        raise ValueError("noisy_max needs a non-empty 1-d vector of scores")
+    if s.dtype.kind == "f":
+        if not np.all(np.isfinite(s)) or np.any(s != np.round(s)):
+            raise ValueError("noisy_max scores must be integers")
+    elif s.dtype.kind not in "iub":
+        raise ValueError(f"noisy_max scores must be integers, got dtype {s.dtype}")
+    out = [int(v) for v in s.tolist()]
+    if max(abs(v) for v in out) >= 1 << 62:
+        raise ValueError("noisy_max scores must fit in 62 bits")
+    return out
 
 
 #: (sensitivity, epsilon) pairs on which the plain quotient rounds both ways.
@@ -152,8 +195,8 @@ _CHECK_PAIRS = ((1.0, 3.0), (30.0, 0.7), (0.1, 0.3), (7.0, 1e-3), (1e-3, 9.9), (
 
 
 def _check_against_opendp() -> None:
-    """Fail closed if OpenDP's privacy map is not the rule :func:`calibrate_scale` uses:
-    at each checked pair the scale must be certified and the next float down refused."""
+    """Fail closed if OpenDP's Laplace privacy map is not the rule :func:`calibrate_scale`
+    uses: at each checked pair the scale must be certified and the next float down refused."""
     for sensitivity, epsilon in _CHECK_PAIRS:
         scale = calibrate_scale(sensitivity, epsilon)
         below = math.nextafter(scale, 0.0)
@@ -169,12 +212,8 @@ def _check_against_opendp() -> None:
 _check_against_opendp()
 
 
-def _secure_uniform() -> float:
-    return secrets.randbits(53) / _TWO_53
-
-
 class OpenDPNoise:
-    """The release-path noise source: OpenDP Laplace plus OS-CSPRNG uniforms."""
+    """The release-path noise source: OpenDP's Laplace and report-noisy-max measurements."""
 
     def laplace(self, value: float, scale: float) -> float:
         """``value + Lap(scale)`` drawn by OpenDP's ``make_laplace`` measurement."""
@@ -185,13 +224,13 @@ class OpenDPNoise:
             raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
         return float(_MEASUREMENTS.get(scale)(float(value)))
 
-    def uniform(self) -> float:
-        """A uniform draw from ``[0, 1)`` with 53 random bits from :mod:`secrets`."""
-        return _secure_uniform()
-
-    def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
-        """Index ``i`` with probability ``∝ exp(log_weights[i])``, via :func:`choose_index`."""
-        return choose_index(log_weights, _secure_uniform())
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        """Index of the largest integer score by OpenDP's ``make_noisy_max`` (exponential
+        noise, exact), with the scale whose privacy map charges at most ``epsilon`` for
+        scores that move by at most ``sensitivity`` (certified by the map itself)."""
+        values = check_scores(scores)
+        scale = calibrate_choice_scale(sensitivity, epsilon)
+        return int(_CHOICES.get((scale, int(sensitivity), float(epsilon)))(values))
 
 
 _DEFAULT = OpenDPNoise()

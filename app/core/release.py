@@ -1,4 +1,19 @@
-"""Result types: a public :class:`Plan` and a noisy :class:`Release`."""
+"""Result types: a public :class:`Plan` and a noisy :class:`Release`.
+
+A :class:`Release` given its ``value_bound`` ``U`` is finished here, in one place
+for every mechanism (docs/math.md, "Answers in range, honest intervals"):
+
+* the estimate is projected onto the statistic's range, ``[0, U]`` for a mean and
+  ``[0, U²/4]`` for a population variance (free post-processing);
+* where the mechanism has a worst-case bias bound ``B`` (a data-independent bound
+  on ``|E[noiseless estimate] - true value|``, here the exact ``|θ̂ - θ|`` bound),
+  the interval is ``raw ± (b ln 20 + B)`` projected onto the range: the Laplace
+  noise stays within ``b ln 20`` with probability 0.95 and the estimator within
+  ``B`` of the truth always, and the truth lies in the range, so projecting loses
+  no coverage;
+* where it has none (levy, quantile, centered_clip's adaptive path: privately
+  chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +24,43 @@ from types import MappingProxyType
 
 import numpy as np
 
-__all__ = ["LN20", "Plan", "Release", "VectorRelease", "ci95"]
+__all__ = ["LN20", "Plan", "Release", "VectorRelease", "ci95", "statistic_range"]
 
 LN20 = math.log(20.0)
 
+NO_INTERVAL_NOTE = (
+    "No 95% interval: {mechanism} clips or projects onto a privately chosen range, "
+    "so its bias has no data-independent bound and no interval can promise the coverage."
+)
+
 
 def ci95(estimate: float, scale: float) -> tuple[float, float]:
-    """``estimate ± b ln 20``: covers the noiseless estimate with probability 0.95
-    (docs/math.md §4.4)."""
+    """``estimate ± b ln 20``: covers the noiseless estimate with probability 0.95."""
     half = scale * LN20
     return (estimate - half, estimate + half)
+
+
+def statistic_range(statistic: str, U: float) -> tuple[float, float]:
+    """``[0, U]`` for a mean, ``[0, U²/4]`` for a population variance."""
+    if statistic == "mean":
+        return 0.0, float(U)
+    if statistic == "variance":
+        return 0.0, float(U) * float(U) / 4.0
+    raise ValueError(f"unknown statistic {statistic!r}")
+
+
+def _project(x: float, lo: float, hi: float) -> float:
+    return min(max(float(x), lo), hi)
+
+
+def honest_interval(
+    raw: float, scale: float, bias: float | None, lo: float, hi: float
+) -> tuple[float, float] | None:
+    """``raw ± (b ln 20 + bias)`` projected onto ``[lo, hi]``; ``None`` without a bias bound."""
+    if bias is None:
+        return None
+    half = scale * LN20 + bias
+    return _project(raw - half, lo, hi), _project(raw + half, lo, hi)
 
 
 def _freeze(details: Mapping[str, object]) -> Mapping[str, object]:
@@ -57,14 +99,19 @@ class Plan:
         object.__setattr__(self, "details", _freeze(self.details))
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, kw_only=True)
 class Release:
     """One noisy statistic of one grid and what is known about its accuracy.
 
     ``sensitivity`` is the user-level sensitivity of the estimator that received the
-    noise, ``noise_scale`` the Laplace scale ``b`` actually used, ``ci95`` is
-    ``estimate ± b ln 20``. ``kept`` as in :class:`Plan`. ``details`` holds
-    JSON-serialisable scalars (``m_ub``, ``K``, ``interval_lo``, ``T``, ...).
+    noise, ``noise_scale`` the Laplace scale ``b`` actually used. ``kept`` as in
+    :class:`Plan`. ``details`` holds JSON-serialisable scalars (``m_ub``, ``K``,
+    ``interval_lo``, ``T``, ...).
+
+    With ``value_bound`` ``U`` (the engine always gives it) the given ``estimate`` is
+    the raw noisy value: it is projected onto :func:`statistic_range` and ``ci95`` /
+    ``ci95_note`` are set by the rule of the module docstring (any ``ci95`` passed is
+    replaced). Without it, ``estimate`` and ``ci95`` are kept as given.
     """
 
     statistic: str
@@ -75,13 +122,28 @@ class Release:
     noise_scale: float
     worst_case_bias: float | None
     worst_case_error: float | None
-    ci95: tuple[float, float]
     kept: np.ndarray
+    ci95: tuple[float, float] | None = None
+    ci95_note: str | None = None
     details: Mapping[str, object] = field(default_factory=dict)
+    value_bound: float | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kept", _freeze_kept(self.kept))
         object.__setattr__(self, "details", _freeze(self.details))
+        if self.value_bound is None:
+            return
+        lo, hi = statistic_range(self.statistic, self.value_bound)
+        raw = self.estimate
+        if isinstance(raw, np.ndarray):  # bulk draws (the privacy audit): project each
+            object.__setattr__(self, "estimate", np.clip(raw, lo, hi))
+            object.__setattr__(self, "ci95", None)
+            return
+        interval = honest_interval(raw, self.noise_scale, self.worst_case_bias, lo, hi)
+        note = None if interval is not None else NO_INTERVAL_NOTE.format(mechanism=self.mechanism)
+        object.__setattr__(self, "estimate", _project(raw, lo, hi))
+        object.__setattr__(self, "ci95", interval)
+        object.__setattr__(self, "ci95_note", note)
 
 
 @dataclass(frozen=True, eq=False)

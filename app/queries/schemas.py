@@ -19,7 +19,17 @@ class StatisticAnswer(BaseModel):
     noise_scale: float = Field(description="The Laplace scale b actually used.")
     worst_case_bias: float | None
     worst_case_error: float | None
-    ci95: list[float] = Field(description="estimate ± b ln 20 (the Laplace noise's 95% interval).")
+    ci95: list[float] | None = Field(
+        description=(
+            "A 95% interval for the grid's true value: estimate ± (b ln 20 + worst-case bias) "
+            "before projection, both ends in [0, U] (mean) or [0, U²/4] (variance). Null "
+            "where the mechanism has no data-independent bias bound (see ci95_note)."
+        )
+    )
+    ci95_note: str | None = Field(
+        default=None,
+        description="Why ci95 is null (one sentence); null when an interval is given.",
+    )
     n_users: int
     n_users_charged: int
     cached: bool

@@ -75,8 +75,13 @@ def test_baseline_mean_fields_follow_the_formulas(client: TestClient, grids) -> 
     assert body["noise_scale"] >= sens / eps and body["noise_scale"] == pytest.approx(sens / eps)
     assert body["worst_case_bias"] == 0
     assert body["worst_case_error"] == pytest.approx(body["noise_scale"])
+    # baseline has no bias: estimate ± b ln 20, projected onto [0, U] like the estimate
     half = body["noise_scale"] * math.log(20)
-    assert body["ci95"] == pytest.approx([body["estimate"] - half, body["estimate"] + half])
+    lo, hi = body["ci95"]
+    assert 0.0 <= lo <= body["estimate"] <= hi <= U and body["ci95_note"] is None
+    if 0.0 < body["estimate"] < U:  # not projected: the interval is the plain one, clipped
+        want = [max(0.0, body["estimate"] - half), min(U, body["estimate"] + half)]
+        assert body["ci95"] == pytest.approx(want)
     assert (body["n_users"], body["n_users_charged"], body["cached"]) == (3, 3, False)
     assert body["epsilon"] == eps and body["grid_id"] == a
 
@@ -94,6 +99,45 @@ def test_every_answer_matches_the_documented_schema(client: TestClient, grids, m
         assert body["cached"] is cached
     var = client.get(f"/grids/{a}/variance", params={"epsilon": 0.3}).json()
     assert StatisticAnswer.model_validate(var).model_dump(mode="json") == var
+
+
+@pytest.mark.parametrize("mechanism", ["levy", "quantile_fixed", "clip"])
+def test_answers_lie_in_range_with_an_honest_or_null_interval(
+    client: TestClient, grids, mechanism: str
+) -> None:
+    _, a, _ = grids
+    body = client.get(f"/grids/{a}/mean", params={"epsilon": 0.4, "mechanism": mechanism}).json()
+    assert 0.0 <= body["estimate"] <= U
+    if mechanism == "clip":
+        lo, hi = body["ci95"]
+        assert body["ci95_note"] is None and 0.0 <= lo <= body["estimate"] <= hi <= U
+        assert hi - lo <= 2 * (body["noise_scale"] * math.log(20) + body["worst_case_bias"])
+    else:  # a privately chosen projection: no data-independent bias bound, no interval
+        assert body["ci95"] is None and body["worst_case_bias"] is None
+        assert mechanism in body["ci95_note"]
+    var = client.get(f"/grids/{a}/variance", params={"epsilon": 0.4}).json()
+    assert 0.0 <= var["ci95"][0] <= var["estimate"] <= var["ci95"][1] <= U * U / 4
+
+
+def test_answers_stored_before_ci95_note_still_read_back(client: TestClient, grids, app) -> None:
+    """An answer stored by an earlier version (no ``ci95_note``) is served from the cache
+    and is still a valid StatisticAnswer (the note reads as null)."""
+    from app.queries.models import QueryAnswer
+
+    _, a, _ = grids
+    q = {"epsilon": 0.3, "mechanism": "baseline"}
+    first = client.get(f"/grids/{a}/mean", params=q).json()
+    with app.state.sessionmaker() as s:
+        row = s.scalars(select(QueryAnswer).where(QueryAnswer.public_id == first["query_id"])).one()
+        old = {k: v for k, v in row.answer.items() if k != "ci95_note"}
+        row.answer = old
+        s.commit()
+    again = client.get(f"/grids/{a}/mean", params=q)
+    assert again.status_code == 200
+    body = again.json()
+    assert body["cached"] is True and "ci95_note" not in body
+    assert StatisticAnswer.model_validate(body).ci95_note is None
+    assert body["estimate"] == first["estimate"]
 
 
 def test_variance_and_clip_fields_follow_the_formulas(client: TestClient, grids) -> None:

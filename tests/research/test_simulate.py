@@ -7,18 +7,19 @@ import pytest
 
 from app.core import plan_mean, release_mean
 from app.core.grid import GridData
-from app.core.noise import choose_index
+from app.core.interval import interval_costs, quantile_candidates, quantile_scores
 from app.synth.bounding import geometric_collection, uniform_values
 from app.synth.itms import itms_grid
-from research.noise import SeededNoise
+from research.noise import SeededNoise, noisy_max_many
 from research.paper003 import _row_quantiles, akmv_level, akmv_release, wco_noiseless
 from research.simulate import (
     bestfit_array_means,
-    choose_many,
     deterministic_release,
     levy_estimates,
+    levy_picks,
     projected_means,
     quantile_estimates,
+    quantile_picks,
     simulate_abs_errors,
     wraparound_array_means,
 )
@@ -27,20 +28,20 @@ U = 65.0
 
 
 class Scripted:
-    """A noise source that replays given uniforms and standard Laplace draws."""
+    """A noise source that replays given choices and standard Laplace draws, and records
+    the scores and budgets of the choices it is asked for."""
 
-    def __init__(self, uniforms, laplaces) -> None:
-        self.u = list(uniforms)
+    def __init__(self, picks, laplaces) -> None:
+        self.picks = list(picks)
         self.z = list(laplaces)
+        self.asked: list[tuple[np.ndarray, float, int]] = []
 
     def laplace(self, value: float, scale: float) -> float:
         return value + scale * self.z.pop(0)
 
-    def uniform(self) -> float:
-        return self.u.pop(0)
-
-    def exponential_choice(self, log_weights) -> int:
-        return choose_index(log_weights, self.u.pop(0))
+    def noisy_max(self, scores, epsilon: float, *, sensitivity: int = 1) -> int:
+        self.asked.append((np.asarray(scores), epsilon, sensitivity))
+        return int(self.picks.pop(0))
 
 
 @pytest.fixture(scope="module")
@@ -51,33 +52,40 @@ def grid():
 @pytest.mark.parametrize("eps", [0.5, 1.0, 2.0])
 def test_levy_matches_core_release(grid, eps):
     rng = np.random.default_rng(1)
-    u, z = rng.random(25), rng.laplace(size=25)
     d = plan_mean(grid.counts, U, eps, "levy").details
     means = bestfit_array_means(grid, int(d["m_ub"]))
-    vec = levy_estimates(means, U, float(d["tau"]), eps, u, z)
-    core = [
-        release_mean(grid, U, eps, "levy", noise=Scripted([u[i]], [z[i]])).estimate
-        for i in range(25)
-    ]
+    tau = float(d["tau"])
+    picks, z = levy_picks(means, U, tau, eps, rng, 25), rng.laplace(size=25)
+    vec = levy_estimates(means, U, tau, eps, picks, z)
+    _, cost = interval_costs(means, U, tau)
+    core = []
+    for i in range(25):
+        src = Scripted([picks[i]], [z[i]])
+        core.append(release_mean(grid, U, eps, "levy", noise=src).estimate)
+        (scores, e, sens), = src.asked
+        assert np.array_equal(scores, -cost) and e == eps / 2 and sens == 1
     np.testing.assert_allclose(vec, core, rtol=0, atol=1e-9)
+    assert np.all((vec >= 0) & (vec <= U))
 
 
 @pytest.mark.parametrize("variant", ["fixed", "optimized"])
 @pytest.mark.parametrize("eps", [0.5, 2.0])
 def test_quantile_matches_core_release(grid, variant, eps):
     rng = np.random.default_rng(2)
-    us = tuple(rng.random(25) for _ in range(4))
-    z = rng.laplace(size=25)
     mech = f"quantile_{variant}"
     d = plan_mean(grid.counts, U, eps, mech).details
     means = bestfit_array_means(grid, int(d["m_ub"]))
-    vec = quantile_estimates(means, U, float(d["q_lo"]), float(d["q_hi"]), eps, us, z)
-    core = [
-        release_mean(
-            grid, U, eps, mech, noise=Scripted([us[0][i], us[1][i], us[2][i], us[3][i]], [z[i]])
-        ).estimate
-        for i in range(25)
-    ]
+    qs = (float(d["q_lo"]), float(d["q_hi"]))
+    a, b = (quantile_picks(means, q, U, eps / 4, rng, 25) for q in qs)
+    z = rng.laplace(size=25)
+    vec = quantile_estimates(means, U, eps, (a, b), z)
+    core = []
+    for i in range(25):
+        src = Scripted([a[i], b[i]], [z[i]])
+        core.append(release_mean(grid, U, eps, mech, noise=src).estimate)
+        for (scores, e, sens), q in zip(src.asked, qs, strict=True):
+            assert np.array_equal(scores, quantile_scores(means, q, quantile_candidates(U)))
+            assert e == eps / 4 and sens == 1
     np.testing.assert_allclose(vec, core, rtol=0, atol=1e-9)
 
 
@@ -90,12 +98,13 @@ def test_wraparound_array_means_average_to_the_core_estimate(grid, fill):
     assert means.min() >= 0.0 and means.max() <= U
 
 
-def test_choose_many_and_projection_helpers():
+def test_noisy_max_many_and_projection_helpers():
     rng = np.random.default_rng(3)
-    lw = np.log(rng.random(9))
-    lw[4] = -np.inf
-    u = rng.random(500)
-    assert choose_many(lw, u).tolist() == [choose_index(lw, x) for x in u]
+    scores = np.array([0, -1, -9, 2, 2])
+    picks = noisy_max_many(rng, scores, 1e9, 200)  # a huge budget: always a top score
+    assert set(picks.tolist()) <= {3, 4} and len(set(picks.tolist())) == 2
+    first = noisy_max_many(np.random.default_rng(7), scores, 0.5, 50)
+    assert np.array_equal(first, noisy_max_many(np.random.default_rng(7), scores, 0.5, 50))
     m = rng.uniform(0, U, 50)
     lo, hi = rng.uniform(0, 30, 20), rng.uniform(30, U, 20)
     want = [np.clip(m, a, b).mean() for a, b in zip(lo, hi, strict=True)]
@@ -122,12 +131,19 @@ def test_akmv_rows_match_core_quantile():
     sums = np.add.reduceat(x, starts, axis=1)
     eps = 0.4
     q = akmv_level(counts.size, eps)
-    u1, u2 = rng.random(6), rng.random(6)
-    t_vec = _row_quantiles(sums, q, U * counts.max(), eps / 2, u1, u2)
+    hi = U * counts.max()
+    t_vec = _row_quantiles(sums, q, hi, eps / 2, np.random.default_rng(8))
+    cands = quantile_candidates(hi)
     for r in range(6):
         g = GridData.from_counts_and_values(counts, x[r])
-        rel = akmv_release(g, U, eps, Scripted([u1[r], u2[r]], [0.0]))
-        assert rel.details["T"] == pytest.approx(t_vec[r], abs=1e-9)
+        pick = int(np.searchsorted(cands, t_vec[r]))
+        assert cands[pick] == t_vec[r]
+        src = Scripted([pick], [0.0])
+        rel = akmv_release(g, U, eps, src)
+        (scores, e, _), = src.asked
+        assert np.array_equal(scores, quantile_scores(g.head_sums(counts), q, cands))
+        assert e == eps / 2
+        assert rel.details["T"] == t_vec[r]
         assert rel.estimate == pytest.approx(np.minimum(sums[r], t_vec[r]).sum() / counts.sum())
 
 

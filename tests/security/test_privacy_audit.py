@@ -24,6 +24,16 @@ and the estimate lies in a bin" (events of the whole output, so the bound is val
 Power: the same audit, on mechanisms broken in this module only (noise scale × 0.7;
 sensitivity computed with m* replaced by the mean count), must report a loss
 above eps — with 5× fewer samples, so detection is not an artefact of sample size.
+
+Private choices (``NoiseSource.noisy_max``, OpenDP's exact report-noisy-max): the
+production sampler is audited on the pair of score vectors that makes its loss
+exactly eps, and on the scores levy's interval step really computes on neighbouring
+grids (``audit_lib.levy_neighbours``). Broken copies: the sampler at twice its budget
+(must be caught above eps) and levy's old ``exp(-ε c/8)`` weight (half its share:
+the audit must see that it spends under 0.65 of what it charges, where the real one
+spends more). The old inverse-CDF draw cannot be caught by sampling (its failures
+have probability 2^-53); ``test_sampler.py`` audits it, and the real sampler, on
+their exact laws.
 """
 
 from __future__ import annotations
@@ -41,7 +51,7 @@ from tests.security import audit_lib as audit
 N = 100_000
 N_BROKEN = 20_000
 ALPHA = 0.01
-ALPHA_EACH = ALPHA / (len(audit.TARGETS) + 1)  # + centered_clip
+ALPHA_EACH = ALPHA / (len(audit.TARGETS) + 3)  # + centered_clip, noisy_max, levy's interval
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +134,8 @@ def test_audit_detects_broken_mechanisms(
 def test_bulk_source_has_the_production_law() -> None:
     """Releases through the production ``OpenDPNoise`` (the engine's default) and through
     the bulk source have the same law: two-sample KS, and each against the exact
-    Laplace CDF; a 25% scale error is caught by the same KS test (its power)."""
+    Laplace CDF projected onto [0, U]; a 25% scale error is caught by the same KS test
+    (its power)."""
     target = audit.BY_NAME["baseline mean"]
     _, d1 = audit.neighbours()
     _, v1, scale, _ = audit.noiseless(target)
@@ -133,9 +144,21 @@ def test_bulk_source_has_the_production_law() -> None:
     bulk = np.asarray(target.release(d1, audit.BulkOpenDPNoise(m)).estimate)
     level = 1e-3  # each KS test here errs with probability <= 0.001
     assert stats.ks_2samp(production, bulk).pvalue > level
-    laplace = stats.laplace(loc=v1, scale=scale).cdf
-    assert stats.kstest(production, laplace).pvalue > level
-    assert stats.kstest(bulk, laplace).pvalue > level
+    # releases are projected onto [0, U]: Laplace with its tails piled on the two ends.
+    # Inside (0, U) the draws follow the Laplace law truncated to (0, U) (KS); the masses
+    # at 0 and at U are binomial with the Laplace tail probabilities.
+    lap = stats.laplace(loc=v1, scale=scale)
+    lo_mass, hi_mass = lap.cdf(0.0), lap.sf(audit.U)
+
+    def truncated(x: np.ndarray) -> np.ndarray:
+        return (lap.cdf(x) - lo_mass) / (1.0 - lo_mass - hi_mass)
+
+    for draws in (production, bulk):
+        inside = draws[(draws > 0.0) & (draws < audit.U)]
+        assert stats.kstest(inside, truncated).pvalue > level
+        for atom, mass in ((0.0, lo_mass), (audit.U, hi_mass)):
+            assert 0.0 < mass < 0.5  # the projection is really exercised
+            assert stats.binomtest(int(np.sum(draws == atom)), m, mass).pvalue > level
     wider = audit.ScaledNoise(audit.BulkOpenDPNoise(m), 1.25)
     wrong = np.asarray(target.release(d1, wider).estimate)
     assert stats.ks_2samp(production, wrong).pvalue < level
@@ -176,3 +199,50 @@ def test_audit_centered_clip(pool: ProcessPoolExecutor) -> None:
     broken = audit.loss_lower_bound(*_adaptive_samples(pool, N_ADAPTIVE, 0.1), edges, ALPHA_EACH)
     print(f"audit centered_clip [noise scale x 0.1]: loss >= {broken.bound:.4f}")
     assert broken.bound > audit.ADAPTIVE_EPS, broken
+
+
+# --------------------------------------------------------------- private choices
+N_CHOICE = 30_000
+
+
+def _choice_samples(
+    pool: ProcessPoolExecutor, name: str, n: int, factor: float = 1.0
+) -> tuple[np.ndarray, np.ndarray]:
+    half = n // 2
+    jobs = [(name, side, half, factor) for side in (0, 1) for _ in range(2)]
+    parts = list(pool.map(audit.sample_choices, jobs))
+    return np.concatenate(parts[:2]), np.concatenate(parts[2:])
+
+
+def _choice_audit(
+    pool: ProcessPoolExecutor, name: str, n: int, factor: float = 1.0
+) -> audit.AuditResult:
+    s0, _, _, _ = audit.choice_scores(name)
+    edges = np.arange(len(s0) + 1) - 0.5  # one bin per candidate, fixed in advance
+    return audit.loss_lower_bound(*_choice_samples(pool, name, n, factor), edges, ALPHA_EACH)
+
+
+@pytest.mark.slow
+def test_audit_noisy_max(pool: ProcessPoolExecutor) -> None:
+    result = _choice_audit(pool, "noisy_max", N_CHOICE)
+    print(f"\naudit noisy_max: loss >= {result.bound:.4f} at {result.event}")
+    assert result.bound <= audit.CHOICE_EPS, result
+    assert result.bound > 0.75 * audit.CHOICE_EPS, result  # the pair's true loss is eps
+    broken = _choice_audit(pool, "noisy_max", N_CHOICE // 3, factor=2.0)
+    print(f"audit noisy_max [twice its budget]: loss >= {broken.bound:.4f}")
+    assert broken.bound > audit.CHOICE_EPS, broken
+
+
+@pytest.mark.slow
+def test_audit_levy_interval_spends_its_share(pool: ProcessPoolExecutor) -> None:
+    """levy charges ε/2 for its interval: the audited loss is at most that, and more than
+    0.65 of it (its exact loss on these neighbours is 0.9999 of it); the old
+    ``exp(-ε c/8)`` weight (budget × 0.5, exact loss 0.496 of the share) stays under 0.65."""
+    _, _, eps, _ = audit.choice_scores("levy_interval")
+    assert eps == audit.LEVY_EPS / 2
+    result = _choice_audit(pool, "levy_interval", N_CHOICE)
+    print(f"\naudit levy interval: loss >= {result.bound:.4f} (share {eps}) at {result.event}")
+    assert 0.65 * eps < result.bound <= eps, result
+    old = _choice_audit(pool, "levy_interval", N_CHOICE, factor=0.5)
+    print(f"audit levy interval [old exp(-eps c/8)]: loss >= {old.bound:.4f}")
+    assert old.bound <= 0.65 * eps, old

@@ -1,5 +1,6 @@
-"""Properties of the release sampler: its output grid, and that the release path cannot
-reach numpy's or the ``random`` module's (non-cryptographic) generators.
+"""Properties of the release sampler: its output grid, the exact private choice
+(``noisy_max``), and that the release path cannot reach numpy's or the ``random``
+module's (non-cryptographic) generators.
 
 OpenDP's discretisation, as shipped (opendp 0.16): ``make_laplace`` over floats
 takes a noise granularity ``2^k``; left unset, ``k`` is *not* derived from the
@@ -24,9 +25,13 @@ import numpy as np
 import opendp.prelude as dp
 import pytest
 from fastapi.testclient import TestClient
+from scipy import stats
 
-from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS
-from app.core.noise import OpenDPNoise, calibrate_scale
+from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS, GridData, release_mean
+from app.core import mean_centered as mc
+from app.core.noise import OpenDPNoise, calibrate_choice_scale, calibrate_scale
+from research.noise import SeededNoise
+from tests.security import audit_lib as audit
 from tests.security.support import ADMIN, World, populate
 
 APP = Path(__file__).resolve().parents[2] / "app"
@@ -79,6 +84,139 @@ def test_calibrated_scale_is_certified_by_the_privacy_map() -> None:
         scale = calibrate_scale(sens, eps)
         assert scale >= sens / eps
         assert _production_measurement(scale).map(sens) <= eps
+
+
+# ------------------------------------------------------------- the private choice
+@pytest.mark.parametrize(
+    ("sens", "eps"), [(1, 0.5), (1, 3.0), (2, 0.7), (1, 1e-3), (3, 9.9), (1, 0.1 + 0.2)]
+)
+def test_choice_scale_is_the_smallest_the_privacy_map_certifies(sens: int, eps: float) -> None:
+    scale = calibrate_choice_scale(sens, eps)
+    space = dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64")
+    meas = dp.m.make_noisy_max(*space, dp.max_divergence(), scale=scale)
+    assert meas.map(sens) <= eps
+    below = dp.m.make_noisy_max(*space, dp.max_divergence(), scale=math.nextafter(scale, 0.0))
+    assert below.map(sens) > eps
+    assert Fraction(scale) >= Fraction(2 * sens) / Fraction(eps)
+
+
+def test_noisy_max_refuses_what_it_cannot_sample_exactly() -> None:
+    src = OpenDPNoise()
+    for bad in ([], [0.5, 1.0], [math.inf, 0], [[1, 2]], ["a"]):
+        with pytest.raises(ValueError, match="scores"):
+            src.noisy_max(bad, 1.0)
+    for eps in (0.0, -1.0, math.inf, math.nan):
+        with pytest.raises(ValueError, match="epsilon"):
+            src.noisy_max([0, 1], eps)
+    for sens in (0, 1.5, True):
+        with pytest.raises(ValueError, match="sensitivity"):
+            src.noisy_max([0, 1], 1.0, sensitivity=sens)  # type: ignore[arg-type]
+    assert src.noisy_max(np.array([3.0, -2.0, 7.0]), 1e6) == 2  # integral floats are fine
+
+
+def test_noisy_max_draws_the_exact_law() -> None:
+    """The production sampler (unseedable: alpha = 1e-6) and the seeded one (alpha = 1e-3)
+    against the exact law of report-noisy-max with exponential noise (chi-square); a
+    sampler at twice the budget is rejected by the same test (its power)."""
+    scores = np.array([0, -1, -1, -3, 2, 1, -6, 0, 2])
+    eps = 0.8
+    probs = audit.noisy_max_law(scores, calibrate_choice_scale(1, eps))
+    assert probs.sum() == pytest.approx(1.0, abs=1e-10)
+    n = 4000
+    prod = np.bincount([OpenDPNoise().noisy_max(scores, eps) for _ in range(n)], minlength=9)
+    seeded_src = SeededNoise(np.random.default_rng(3))
+    seeded = np.bincount([seeded_src.noisy_max(scores, eps) for _ in range(n)], minlength=9)
+    wrong = np.bincount([OpenDPNoise().noisy_max(scores, 2 * eps) for _ in range(n)], minlength=9)
+    keep = probs * n >= 5
+    expected = probs[keep] / probs[keep].sum()
+
+    def pvalue(obs: np.ndarray) -> float:
+        return float(stats.chisquare(obs[keep], expected * obs[keep].sum()).pvalue)
+
+    assert pvalue(prod) > 1e-6
+    assert pvalue(seeded) > 1e-3
+    assert pvalue(wrong) < 1e-6
+
+
+def _issue_example() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """745 one-record users spread evenly over [0, 65]; user 0 moves from 0 to 65. The
+    centre scores of centered_clip on both neighbours (they move by at most 1)."""
+    v0 = np.linspace(0.0, 65.0, 745)
+    v1 = v0.copy()
+    v1[0] = 65.0
+    cands = mc.centre_candidates(65.0)
+    u0, u1 = mc.centre_utility(v0, cands), mc.centre_utility(v1, cands)
+    assert np.max(np.abs(u0 - u1)) == 1
+    return cands, u0, u1
+
+
+@pytest.mark.parametrize("eps", [0.5, 0.2])
+def test_exact_audit_passes_noisy_max_and_fails_the_old_inverse_cdf_draw(eps: float) -> None:
+    """On exact output laws (no sampling): the old 53-bit inverse-CDF draw gives one
+    candidate probability 0 on one neighbour and a positive multiple of 2^-53 on the
+    other (infinite privacy loss); report-noisy-max's law stays within e^eps."""
+    _, u0, u1 = _issue_example()
+    old0, old1 = (audit.inverse_cdf_law(eps * u / 2.0) for u in (u0, u1))
+    assert old0.sum() == 1.0 and old1.sum() == 1.0
+    flips = np.flatnonzero((old0 == 0) != (old1 == 0))
+    assert flips.size >= 1
+    assert min(max(old0[i], old1[i]) for i in flips) >= 2.0**-53
+    assert audit.exact_choice_loss(old0, old1) == math.inf
+    scale = calibrate_choice_scale(1, eps)
+    new0, new1 = audit.noisy_max_law(u0, scale), audit.noisy_max_law(u1, scale)
+    assert np.all(new0 > 0) and np.all(new1 > 0)
+    loss = audit.exact_choice_loss(new0, new1)
+    assert 0.5 * eps < loss <= eps * (1 + 1e-9)
+
+
+def test_levy_interval_spends_exactly_its_share() -> None:
+    """Exact law of levy's interval choice on its audit neighbours: loss <= ε/2 (its
+    charge) and within 0.1% of it; the old exp(-ε c/8) weight spends only half."""
+    s0, s1, eps, sens = audit.levy_interval_scores()
+    assert eps == audit.LEVY_EPS / 2 and sens == 1
+    scale = calibrate_choice_scale(sens, eps)
+    loss = audit.exact_choice_loss(audit.noisy_max_law(s0, scale), audit.noisy_max_law(s1, scale))
+    assert 0.999 * eps < loss <= eps * (1 + 1e-9)
+    old = audit.exact_choice_loss(
+        audit.noisy_max_law(s0, 2 * scale), audit.noisy_max_law(s1, 2 * scale)
+    )
+    assert old < 0.5 * eps * (1 + 1e-3)
+
+
+def _quantile_neighbours() -> tuple[GridData, GridData]:
+    grids = []
+    for heavy in (0.0, audit.U):
+        users = [[heavy] * 50] + [[audit.U * (0.2 + 0.6 * i / 30)] * 50 for i in range(1, 31)]
+        grids.append(GridData.from_user_values(users))
+    return grids[0], grids[1]
+
+
+@pytest.mark.parametrize("mechanism", ["quantile_fixed", "quantile_optimized", "centered_clip"])
+def test_every_private_choice_is_within_its_budget_exactly(mechanism: str) -> None:
+    """Each choice a mechanism makes, on neighbouring grids, has exact loss <= the budget it
+    passes (and the budgets of its choices and its Laplace step sum to at most eps)."""
+    eps = 8.0 if mechanism == "centered_clip" else 2.0  # centered_clip: past its public gate
+    recs = []
+    for grid in _quantile_neighbours():
+        src = audit.ScoreRecorder()
+        rel = release_mean(grid, audit.U, eps, mechanism, noise=src)
+        recs.append((src.choices, rel))
+    (c0, rel0), (c1, rel1) = recs
+    assert len(c0) == len(c1) == 2
+    if mechanism == "centered_clip":
+        assert rel0.details["path"] == "adaptive"
+        # the width step is audited given the released centre: both sides chose the same
+        assert rel0.details["centre"] == rel1.details["centre"]
+        noise_share = rel0.details["eps_noise"]
+    else:
+        noise_share = eps / 2
+    assert sum(e for _, e, _ in c0) + noise_share <= eps
+    for (s0, e, d), (s1, e1, d1) in zip(c0, c1, strict=True):
+        assert e == e1 and d == d1 == 1
+        assert np.max(np.abs(s0 - s1)) <= 1
+        scale = calibrate_choice_scale(d, e)
+        p0, p1 = audit.noisy_max_law(s0, scale), audit.noisy_max_law(s1, scale)
+        assert audit.exact_choice_loss(p0, p1) <= e * (1 + 1e-9), mechanism
 
 
 # ----------------------------------------------------------- static import check
@@ -150,6 +288,42 @@ def test_no_numpy_or_random_randomness_in_app_code() -> None:
     # the detector does detect (control): the experiments' seeded source is flagged
     assert _randomness_uses(ast.parse("import numpy as np\nnp.random.default_rng(1)"))
     assert _randomness_uses(ast.parse("from random import random"))
+
+
+def _non_opendp_randomness(tree: ast.AST) -> list[str]:
+    """Uses of ``secrets`` / ``random`` imports and of ``urandom``, ``randbits`` or the old
+    ``exponential_choice`` draw."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name in ("secrets", "random")]
+        elif isinstance(node, ast.ImportFrom) and node.module in ("secrets", "random"):
+            found.append(f"from {node.module}")
+        elif isinstance(node, ast.Attribute) and node.attr in (
+            "urandom", "randbits", "exponential_choice",
+        ):  # fmt: skip
+            found.append(node.attr)
+    return found
+
+
+def test_release_randomness_is_opendp_only() -> None:
+    """The mechanisms' randomness is OpenDP's: no module of ``app.core`` draws from
+    ``secrets``, ``os.urandom`` or ``random`` (the inverse-CDF draw from ``secrets``
+    uniforms is gone), and a noise source offers Laplace and noisy_max only."""
+    from app.core import noise
+
+    modules = _modules()
+    core_modules = [name for name in modules if name.startswith("app.core")]
+    assert "app.core.noise" in core_modules and "app.core.interval" in core_modules
+    for name in core_modules:
+        assert not _non_opendp_randomness(ast.parse(modules[name].read_text())), name
+    for gone in ("uniform", "exponential_choice", "choose_index"):
+        assert not hasattr(noise.OpenDPNoise, gone) and not hasattr(noise, gone)
+        assert not hasattr(noise.NoiseSource, gone) and not hasattr(SeededNoise, gone)
+    # the detector does detect (controls)
+    assert _non_opendp_randomness(ast.parse("import secrets\nx = secrets.randbits(53)"))
+    assert _non_opendp_randomness(ast.parse("import os\nos.urandom(8)"))
+    assert _non_opendp_randomness(ast.parse("src.exponential_choice([0.0])"))
 
 
 def test_the_service_cannot_reach_seeded_generators() -> None:

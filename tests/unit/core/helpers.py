@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core import GridData
-from app.core.noise import choose_index
+from research.noise import noisy_max_many
 
 
 class ZeroNoise:
@@ -20,11 +20,8 @@ class ZeroNoise:
         self.scales.append(scale)
         return float(value)
 
-    def uniform(self) -> float:
-        return float(self.rng.random())
-
-    def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
-        return choose_index(log_weights, float(self.rng.random()))
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        return int(noisy_max_many(self.rng, scores, epsilon, 1, sensitivity=sensitivity)[0])
 
 
 def random_grid(

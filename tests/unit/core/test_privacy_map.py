@@ -180,7 +180,9 @@ def test_release_path_draws_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
         return _SpyMeasurement(real(domain, metric, scale), calls)
 
     monkeypatch.setattr(dp.m, "make_laplace", spy)
-    monkeypatch.setattr(noise_module, "_MEASUREMENTS", noise_module._MeasurementCache())
+    monkeypatch.setattr(
+        noise_module, "_MEASUREMENTS", noise_module._MeasurementCache(noise_module._make_laplace)
+    )
     assert isinstance(default_noise(), OpenDPNoise)
     grid = GridData.from_user_values([[10.0, 20.0, 30.0], [40.0], [50.0, 60.0]])
     rel = release_mean(grid, U, 1.0, "baseline")
@@ -188,20 +190,27 @@ def test_release_path_draws_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
     assert len(calls) == 1
     value_in, value_out = calls[0]
     assert value_in == pytest.approx(35.0)  # the noiseless mean went into OpenDP
-    assert rel.estimate == value_out  # and OpenDP's output is the release
+    assert rel.estimate == min(max(value_out, 0.0), U)  # OpenDP's output, projected on [0, U]
 
 
-def test_non_laplace_draws_use_the_os_csprng(monkeypatch: pytest.MonkeyPatch) -> None:
-    bits: list[int] = []
-    real = noise_module.secrets.randbits
+def test_private_choices_draw_from_opendp_noisy_max(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every private choice is OpenDP's make_noisy_max at the scale its map certifies."""
+    made: list[float] = []
+    real = dp.m.make_noisy_max
 
-    def spy(k: int) -> int:
-        bits.append(k)
-        return real(k)
+    def spy(domain: object, metric: object, measure: object, scale: float) -> dp.Measurement:
+        made.append(scale)
+        return real(domain, metric, measure, scale=scale)
 
-    monkeypatch.setattr(noise_module.secrets, "randbits", spy)
+    monkeypatch.setattr(dp.m, "make_noisy_max", spy)
+    monkeypatch.setattr(
+        noise_module, "_CHOICES", noise_module._MeasurementCache(noise_module._make_noisy_max)
+    )
     src = OpenDPNoise()
-    u = src.uniform()
-    assert 0.0 <= u < 1.0
-    assert src.exponential_choice([0.0, -np.inf, 1.0]) in (0, 2)
-    assert bits == [53, 53]
+    assert src.noisy_max([0, -5, 3], 0.7) in (0, 1, 2)
+    assert made == [noise_module.calibrate_choice_scale(1, 0.7)]
+    assert src.noisy_max(np.array([1, 2]), 0.7, sensitivity=2) in (0, 1)
+    assert made[-1] == noise_module.calibrate_choice_scale(2, 0.7) == pytest.approx(4 / 0.7)
+    grid = GridData.from_user_values([[float(i % 7)] * 30 for i in range(40)])
+    release_mean(grid, U, 1.0, "levy")
+    assert len(made) == 3  # levy's interval: one more choice, through OpenDP
