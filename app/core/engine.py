@@ -2,8 +2,8 @@
 
 ``plan_*`` look at public counts only (who is kept and charged, sensitivity,
 noise scale, worst-case bias and error); ``release_*`` add the values and the
-noise. ``auto`` picks, from the counts alone, the mechanism with the smallest
-worst-case error among those that have one (SPEC §5). ``caps`` bounds how many
+noise. ``auto`` is chosen from the counts alone (:mod:`app.core.auto`): the
+adaptive mechanisms that are the most accurate on real data (``docs/math/auto.md``). ``caps`` bounds how many
 of each user's earliest records may be used (0 drops the user).
 """
 
@@ -18,6 +18,7 @@ from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft
 from app.core.grid import GridData
+from app.core.auto import auto_mechanism
 from app.core.mean_centered import plan_centered_clip
 from app.core.mean_linear import (
     plan_array_bestfit,
@@ -28,10 +29,12 @@ from app.core.mean_linear import (
     plan_opt_array_convex,
 )
 from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
+from app.core.mean_window import plan_user_window
 from app.core.noise import NoiseSource, calibrate_scale, default_noise
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release, ci95
 from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
+from app.core.variance_window import plan_variance_window
 
 __all__ = [
     "plan_joint",
@@ -89,14 +92,16 @@ _MEAN: Mapping[str, Builder] = {
         _float_opt(o, "width_share"),
         _float_opt(o, "width_factor"),
     ),
+    "user_window": lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
 }
 
 _VARIANCE: Mapping[str, Builder] = {
     "baseline": lambda i, U, e, o: plan_variance_baseline(i, U, e),
     "clip": lambda i, U, e, o: plan_variance_clip(i, U, e, _int_opt(o, "m")),
+    "window": lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
 }
 
-# Candidates of ``auto`` and ``quote_epsilon``, in tie-breaking order.
+# Candidates of ``quote_epsilon`` (mechanisms with a worst-case error), in tie-breaking order.
 AUTO_MEAN = (
     "baseline",
     "clip",
@@ -122,20 +127,13 @@ def _draft(
     options: Mapping[str, OptionValue],
 ) -> Draft:
     opts = validate_options(statistic, mechanism, options)
-    builders, candidates = _TABLES[statistic]
+    builders, _ = _TABLES[statistic]
     if mechanism != "auto":
         return builders[mechanism](info, U, eps, opts)
-    best: Draft | None = None
-    best_err = np.inf
-    for name in candidates:
-        draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
-        err = draft.nominal_error()
-        assert err is not None
-        if err < best_err * (1.0 - 1e-12):
-            best, best_err = draft, err
-    assert best is not None
-    best.details["selected_by"] = "auto"
-    return best
+    name = auto_mechanism(statistic, info, eps)
+    draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
+    draft.details["selected_by"] = "auto"
+    return draft
 
 
 def _plan(draft: Draft, extra: Mapping[str, object] | None = None) -> Plan:

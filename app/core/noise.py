@@ -55,6 +55,12 @@ class NoiseSource(Protocol):
         """Return index ``i`` with probability ``∝ exp(log_weights[i])`` (``-inf`` = never)."""
         ...
 
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        """Index of the largest integer score, chosen by report-noisy-max so that the choice is
+        epsilon-DP when each score moves by at most `sensitivity` between neighbouring
+        datasets (OpenDP's make_noisy_max; exact in floating point)."""
+        ...
+
 
 def choose_index(log_weights: npt.ArrayLike, u: float) -> int:
     """Inverse-CDF draw: the index whose cumulative weight interval holds ``u`` in ``[0, 1)``.
@@ -192,6 +198,21 @@ class OpenDPNoise:
     def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
         """Index ``i`` with probability ``∝ exp(log_weights[i])``, via :func:`choose_index`."""
         return choose_index(log_weights, _secure_uniform())
+
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        """Stand-in (the sampler work replaces it with OpenDP's exact noisy max): the
+        exponential mechanism ``∝ exp(ε·score/(2·sensitivity))`` on integer scores."""
+        return choose_index(noisy_max_log_weights(scores, epsilon, sensitivity), _secure_uniform())
+
+
+def noisy_max_log_weights(scores: npt.ArrayLike, epsilon: float, sensitivity: int) -> np.ndarray:
+    """Log-weights ``ε·score/(2·sensitivity)`` of the exponential mechanism on integer scores."""
+    s = np.asarray(scores)
+    if s.ndim != 1 or s.size == 0 or not np.issubdtype(s.dtype, np.integer):
+        raise ValueError("scores must be a non-empty 1-d array of integers")
+    if int(sensitivity) < 1 or not math.isfinite(epsilon) or epsilon <= 0:
+        raise ValueError("need sensitivity >= 1 and a finite epsilon > 0")
+    return float(epsilon) * s.astype(np.float64) / (2.0 * int(sensitivity))
 
 
 _DEFAULT = OpenDPNoise()

@@ -162,6 +162,16 @@ _WIDTH_FACTOR = OptionSpec(
     "half-width R = width_factor x private residual scale rho x sqrt(m*)",
     minimum=0.0, maximum=1e6, exclusive=True,
 )
+_WINDOW_SHARE = OptionSpec(
+    "window_share", "float", 0.2,
+    "share of eps for the private window [0, b] over the user means (noisy max)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_VAR_WINDOW_SHARE = OptionSpec(
+    "window_share", "float", 0.15,
+    "share of eps for the private clipping bound b of the records (noisy max)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
 _SPLIT = OptionSpec(
     "split", "choice", "half",
     "budget split between mean and variance: eps/2 each or the optimal split (SPEC §4)",
@@ -216,7 +226,16 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
         "(003 Thm III.1 re-centred; app/core/mean_centered.py)",
         False, _CENTRE_SHARE, _WIDTH_SHARE, _WIDTH_FACTOR,
     ),
-    "auto": _spec("auto", "the bounded mechanism with the smallest worst-case error", True),
+    "user_window": _spec(
+        "user_window",
+        "capped-weight user means clipped to a private window [0, b] (app/core/mean_window.py)",
+        False, _WINDOW_SHARE,
+    ),
+    "auto": _spec(
+        "auto",
+        "chosen from public counts: centered_clip where its gate opens, else user_window",
+        False,
+    ),
 })
 
 VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
@@ -225,7 +244,13 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
         "clip", "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
         True, _M_CLIP,
     ),
-    "auto": _spec("auto", "baseline or clip, whichever has the smaller worst-case error", True),
+    "window": _spec(
+        "window",
+        "mixture variance of capped-weight users, records clipped to a private [0, b] "
+        "(app/core/variance_window.py)",
+        False, _VAR_WINDOW_SHARE,
+    ),
+    "auto": _spec("auto", "chosen from public counts: the window variance", False),
 })
 
 JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({

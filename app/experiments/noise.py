@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy.typing as npt
 
-from app.core.noise import choose_index
+from app.core.noise import choose_index, noisy_max_log_weights
 
 if TYPE_CHECKING:
     from numpy.random import Generator
@@ -40,3 +40,8 @@ class SeededNoise:
     def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
         """Index ``i`` with probability ``∝ exp(log_weights[i])`` (inverse CDF)."""
         return choose_index(log_weights, float(self.rng.random()))
+
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        """Index of the largest integer score by the exponential mechanism (seeded)."""
+        lw = noisy_max_log_weights(scores, epsilon, sensitivity)
+        return choose_index(lw, float(self.rng.random()))

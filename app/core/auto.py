@@ -1,0 +1,59 @@
+"""``auto``: the path chosen from public counts and ``ε`` only, and its expected error.
+
+The rule (``docs/math/auto.md``, measured by ``benchmarks/accuracy.py``):
+
+* **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
+  enough users for its private centre), else ``user_window``;
+* **variance**: the ``window`` variance.
+
+Both read only ``L`` and ``ε``; every look at the values is a private step paid out of
+the ``ε`` charged. :func:`expected_error` predicts the mean absolute error of the
+``auto`` answer from the counts: the Laplace scale of the peers' capping rule (keep
+each user's first ``k`` = median records, exact sensitivity) times the ratio that
+``auto`` reached on real grids (calibrated with ``benchmarks/accuracy.py`` on the
+CapMetrics days, median over grids).
+"""
+
+from __future__ import annotations
+
+import numpy.typing as npt
+
+from app.core.bounds import check_bound, check_epsilon, variance_sensitivity
+from app.core.counts import CountsInfo, prepare_counts
+from app.core.mean_centered import adaptive_gate
+
+__all__ = ["auto_mechanism", "expected_error"]
+
+CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
+
+# auto MAE / peer-rule Laplace scale on real grids, median over grids and eps
+# (benchmarks/accuracy.py; docs/results.md "Accuracy of auto").
+_RATIO = {"mean": 0.75, "variance": 0.45}
+
+
+def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
+    """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
+    if statistic == "mean":
+        if adaptive_gate(info.n_active, CENTRE_SHARE * eps):
+            return "centered_clip"
+        return "user_window"
+    if statistic == "variance":
+        return "window"
+    raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+
+
+def _peer_scale(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
+    k = info.median()
+    s = int(info.clipped_total([k])[0])
+    if statistic == "mean":
+        return U * k / (s * eps)
+    return variance_sensitivity(U, k, s) / eps
+
+
+def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) -> float:
+    """Predicted mean absolute error of ``auto``'s answer, from public counts only."""
+    if statistic not in _RATIO:
+        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+    info = prepare_counts(counts)
+    U, eps = check_bound(U), check_epsilon(eps)
+    return _RATIO[statistic] * _peer_scale(statistic, info, U, eps)
