@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core import GridData
-from app.core.noise import choose_index
+from app.core.noise import choose_index, noisy_max_log_weights
 
 
 class ZeroNoise:
@@ -25,6 +25,10 @@ class ZeroNoise:
 
     def exponential_choice(self, log_weights: npt.ArrayLike) -> int:
         return choose_index(log_weights, float(self.rng.random()))
+
+    def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
+        lw = noisy_max_log_weights(scores, epsilon, sensitivity)
+        return choose_index(lw, float(self.rng.random()))
 
 
 def random_grid(
