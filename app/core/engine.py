@@ -3,7 +3,7 @@
 ``plan_*`` look at public counts only (who is kept and charged, sensitivity,
 noise scale, worst-case bias and error); ``release_*`` add the values and the
 noise. ``auto`` is chosen from the counts alone (:mod:`app.core.auto`): the
-adaptive mechanisms that are the most accurate on real data (``docs/math/auto.md``). ``caps`` bounds how many
+adaptive mechanisms most accurate on real data (``docs/math/auto.md``). ``caps`` bounds how many
 of each user's earliest records may be used (0 drops the user).
 """
 
@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import numpy.typing as npt
 
+from app.core.auto import auto_mechanism
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft
 from app.core.grid import GridData
-from app.core.auto import auto_mechanism
 from app.core.mean_centered import plan_centered_clip
 from app.core.mean_linear import (
     plan_array_bestfit,

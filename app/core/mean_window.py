@@ -72,7 +72,9 @@ def window_weights(info: CountsInfo) -> np.ndarray:
     return gam / gam.sum()
 
 
-def window_penalties(U: float, bounds: np.ndarray, w_max: float, L: int, eps_n: float) -> np.ndarray:
+def window_penalties(
+    U: float, bounds: np.ndarray, w_max: float, L: int, eps_n: float
+) -> np.ndarray:
     """The public part of the scores: ``round(b_j w* L / (ε_n δ))`` (noise in clip units)."""
     delta = STEP_FRACTION * U
     return np.round(bounds * w_max * L / (eps_n * delta)).astype(np.int64)

@@ -56,7 +56,8 @@ def _brute_mean_sensitivity(counts: tuple[int, ...], j: int) -> float:
                 users = [list(o) for o in others]
                 users[user] = list(ch)
                 grid = GridData.from_user_values(users)
-                vals.append(release_mean(grid, U, 1.0, "user_window", noise=FixedChoice(j)).estimate)
+                rel = release_mean(grid, U, 1.0, "user_window", noise=FixedChoice(j))
+                vals.append(rel.estimate)
             worst = max(worst, max(vals) - min(vals))
     return worst
 
@@ -160,9 +161,9 @@ def test_expected_error_follows_the_peer_scale() -> None:
     e1 = expected_error("mean", counts, U, 1.0)
     assert expected_error("mean", counts, U, 2.0) == pytest.approx(e1 / 2)
     assert expected_error("variance", counts, U, 1.0) > 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown statistic"):
         expected_error("median", counts, U, 1.0)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="epsilon"):
         expected_error("mean", counts, U, 0.0)
     assert plan_mean(counts, U, 1.0).mechanism == "user_window"
     assert plan_variance(counts, U, 1.0).mechanism == "window"
