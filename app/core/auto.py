@@ -4,7 +4,8 @@ The rule (``docs/math/auto.md``, measured by ``benchmarks/accuracy.py``):
 
 * **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
   enough users for its private centre), else ``user_window``;
-* **variance**: the ``window`` variance.
+* **variance**: ``centred`` where the median count is at least 4 and its public gate
+  opens (``0.3·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
 
 Both read only ``L`` and ``ε``; every look at the values is a private step paid out of
 the ``ε`` charged. :func:`expected_error` predicts the mean absolute error of the
@@ -21,10 +22,15 @@ import numpy.typing as npt
 from app.core.bounds import check_bound, check_epsilon, variance_sensitivity
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.mean_centered import adaptive_gate
+from app.core.variance_centred import centred_gate
 
 __all__ = ["auto_mechanism", "expected_error"]
 
 CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
+VARIANCE_CENTRE_SHARE = 0.3  # the centred variance's default centre share
+# Per-user second moments only concentrate (and beat the window) when users have
+# several records each: real grids with median 1-2 do better with the window.
+CENTRED_MIN_MEDIAN = 4
 
 # auto MAE / peer-rule Laplace scale on real grids, median over grids and eps
 # (benchmarks/accuracy.py; docs/results.md "Accuracy of auto").
@@ -38,6 +44,10 @@ def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
             return "centered_clip"
         return "user_window"
     if statistic == "variance":
+        if info.median() >= CENTRED_MIN_MEDIAN and centred_gate(
+            info.n_active, VARIANCE_CENTRE_SHARE * eps
+        ):
+            return "centred"
         return "window"
     raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
 

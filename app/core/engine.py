@@ -34,6 +34,7 @@ from app.core.noise import NoiseSource, calibrate_scale, default_noise
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release, ci95
 from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
+from app.core.variance_centred import plan_variance_centred
 from app.core.variance_window import plan_variance_window
 
 __all__ = [
@@ -99,6 +100,9 @@ _VARIANCE: Mapping[str, Builder] = {
     "baseline": lambda i, U, e, o: plan_variance_baseline(i, U, e),
     "clip": lambda i, U, e, o: plan_variance_clip(i, U, e, _int_opt(o, "m")),
     "window": lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
+    "centred": lambda i, U, e, o: plan_variance_centred(
+        i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
+    ),
 }
 
 # Candidates of ``quote_epsilon`` (mechanisms with a worst-case error), in tie-breaking order.

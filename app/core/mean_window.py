@@ -19,8 +19,8 @@ Then, with the values:
    ``q_j = -#{l: v_l > b_j} - round(b_j w* L / (ε_n δ))`` with ``δ = U/16`` and
    ``w* = max_l w_l`` — users the window would clip, against the noise it costs in
    units of one average user clipped by ``δ`` (a public term); one user moves every
-   ``q_j`` by at most 1, so ``noisy_max`` at ``ε_w`` with sensitivity 1 is
-   ``ε_w``-DP;
+   ``q_j`` by at most 1 and all in the same direction (monotone scores), so
+   report-noisy-max is ``ε_w``-DP (:func:`monotone_noisy_max`);
 3. **estimate** (``ε_n``): ``θ = Σ_l w_l min(v_l, b) + Lap(b w* / ε_n)``: user ``l``'s
    term lies in ``[0, w_l b]`` whatever its values, so the sensitivity is exactly
    ``b w*``.
@@ -87,6 +87,22 @@ def window_scores(user_means: np.ndarray, bounds: np.ndarray, penalties: np.ndar
     return (-above.astype(np.int64) - penalties).astype(np.int64)
 
 
+def monotone_noisy_max(noise: NoiseSource, scores: np.ndarray, eps: float) -> int:
+    """An ``eps``-DP choice among integer scores that are **monotone** with sensitivity 1.
+
+    Monotone: between any two neighbours either every score rises or every score falls
+    (by at most 1 each). Counts ``#{l: x_l > b_j}`` over one per-user statistic ``x_l``
+    are: one user's ``x_l`` moving from ``x`` to ``y > x`` adds 1 to the counts with
+    ``b_j ∈ [x, y)`` and nothing elsewhere. For such scores report-noisy-max run at
+    ``2·eps`` (the level it guarantees for arbitrary sensitivity-1 scores) is
+    ``eps``-DP: the exponential mechanism's factor 2 is only needed when scores can
+    move in opposite directions (McSherry and Talwar 2007; Dwork and Roth, "The
+    Algorithmic Foundations of Differential Privacy", Claim 3.9 for noisy max on
+    counting queries; OpenDP's ``make_noisy_max`` privacy map with ``monotonic=True``).
+    """
+    return noise.noisy_max(scores, 2.0 * eps, sensitivity=1)
+
+
 def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
     """USER_WINDOW (module docstring): public plan; the window is drawn at release."""
     e_w, e_n = split_share(eps, window_share)
@@ -105,7 +121,7 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
         v = grid.head_sums(info.eff)[active] / m
-        j = noise.noisy_max(window_scores(v, bounds, pen), e_w, sensitivity=1)
+        j = monotone_noisy_max(noise, window_scores(v, bounds, pen), e_w)
         b = float(bounds[j])
         value = float(np.dot(w, np.minimum(v, b)))
         return Estimate(value, b * w_max, {"window_hi": b})

@@ -172,6 +172,17 @@ _VAR_WINDOW_SHARE = OptionSpec(
     "share of eps for the private clipping bound b of the records (noisy max)",
     minimum=0.0, maximum=1.0, exclusive=True,
 )
+_VAR_CENTRE_SHARE = OptionSpec(
+    "centre_share", "float", 0.3,
+    "share of eps for the private centre (median of user means, 33 candidates)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_MOMENT_SHARE = OptionSpec(
+    "moment_share", "float", 0.2,
+    "share of eps for the private clip level of per-user second moments "
+    "(centre_share + moment_share < 1)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
 _SPLIT = OptionSpec(
     "split", "choice", "half",
     "budget split between mean and variance: eps/2 each or the optimal split (SPEC §4)",
@@ -250,7 +261,17 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
         "(app/core/variance_window.py)",
         False, _VAR_WINDOW_SHARE,
     ),
-    "auto": _spec("auto", "chosen from public counts: the window variance", False),
+    "centred": _spec(
+        "centred",
+        "capped-weight per-user second moments about a private centre, clipped at a "
+        "private level (app/core/variance_centred.py)",
+        False, _VAR_CENTRE_SHARE, _MOMENT_SHARE,
+    ),
+    "auto": _spec(
+        "auto",
+        "chosen from public counts: centred where its gate opens, else window",
+        False,
+    ),
 })
 
 JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({

@@ -8,7 +8,8 @@ weights, Cummings, Feldman, McMillan and Talwar, NeurIPS 2022), candidates
 1. **window** (``ε_w``): integer scores ``q_j = -#{l: max_l x > b_j} - round(Δ_j L/(ε_n U δ))``
    with ``δ = U/16``, ``Δ_j`` the sensitivity below at ``b_j``: users whose largest
    record the window would clip, against the noise it costs (public term). One user
-   moves each ``q_j`` by at most 1: ``noisy_max`` at ``ε_w``, sensitivity 1.
+   moves every ``q_j`` by at most 1, all in the same direction (monotone scores):
+   report-noisy-max is ``ε_w``-DP (:func:`app.core.mean_window.monotone_noisy_max`).
 2. **estimate** (``ε_n``): every record clipped to ``[0, b]``, ``v_l`` and ``q_l`` the
    mean and mean square of user ``l``'s clipped records;
    ``V = Σ_l w_l q_l - (Σ_l w_l v_l)²`` is the population variance of the mixture
@@ -25,7 +26,12 @@ import numpy as np
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
-from app.core.mean_window import STEP_FRACTION, split_share, window_weights
+from app.core.mean_window import (
+    STEP_FRACTION,
+    monotone_noisy_max,
+    split_share,
+    window_weights,
+)
 from app.core.noise import NoiseSource
 
 __all__ = [
@@ -84,7 +90,7 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
         m = info.eff[active].astype(np.float64)
         top = np.sort(np.maximum.reduceat(x, starts))
         above = top.size - np.searchsorted(top, bounds, side="right")
-        j = noise.noisy_max((-above - pen).astype(np.int64), e_w, sensitivity=1)
+        j = monotone_noisy_max(noise, (-above - pen).astype(np.int64), e_w)
         b = float(bounds[j])
         xc = np.minimum(x, b)
         means = np.add.reduceat(xc, starts) / m

@@ -280,7 +280,11 @@ def test_auto_follows_its_public_rule(eps: float) -> None:
         rel = release_mean(grid, U, eps, noise=ZeroNoise())
         assert rel.mechanism == plan_mean(grid.counts, U, eps).mechanism
         assert np.array_equal(rel.kept, grid.counts)
-    assert plan_variance(counts, U, eps).mechanism == "window"
+    for n_users in (10, 100):
+        c = counts[:n_users]
+        gate = 0.3 * eps * n_users >= 4 * (np.log(33) + 3) and np.median(c) >= 4
+        assert plan_variance(c, U, eps).mechanism == ("centred" if gate else "window")
+    assert plan_variance(np.ones(500, dtype=int), U, 5.0).mechanism == "window"  # median 1
 
 
 def test_clip_m_minimises_the_error_over_integers() -> None:

@@ -116,7 +116,7 @@ def test_mixture_variance_sensitivity_is_attained_continuously() -> None:
     assert mixture_variance_sensitivity(b, 0.7) == pytest.approx(b * b / 4)
 
 
-def test_window_scores_move_by_at_most_one() -> None:
+def test_window_scores_move_by_at_most_one_all_in_one_direction() -> None:
     rng = np.random.default_rng(3)
     bounds = U * np.asarray(WINDOW_FRACTIONS)
     pen = window_penalties(U, bounds, 0.1, 20, 0.4)
@@ -124,8 +124,9 @@ def test_window_scores_move_by_at_most_one() -> None:
         v = rng.uniform(0, U, 20)
         v2 = v.copy()
         v2[rng.integers(20)] = rng.choice([0.0, U, rng.uniform(0, U)])
-        d = np.abs(window_scores(v, bounds, pen) - window_scores(v2, bounds, pen))
-        assert d.max() <= 1
+        d = window_scores(v, bounds, pen) - window_scores(v2, bounds, pen)
+        assert np.abs(d).max() <= 1
+        assert np.all(d >= 0) or np.all(d <= 0)  # monotone: the choice may run at 2·eps
 
 
 @pytest.mark.parametrize("eps", [0.3, 1.0, 2 / 3, 7.0])
@@ -138,7 +139,7 @@ def test_shares_never_exceed_eps_and_noise_uses_the_rest(eps: float) -> None:
         mech = "user_window" if stat == "mean" else "window"
         rel = release(grid, U, eps, mech, noise=noise)
         (_, e_choice, sens), = noise.calls
-        assert sens == 1 and e_choice == rel.details["eps_window"]
+        assert sens == 1 and e_choice == 2 * rel.details["eps_window"]  # monotone scores
         assert rel.details["eps_window"] + rel.details["eps_noise"] <= eps
         assert rel.noise_scale == pytest.approx(rel.sensitivity / rel.details["eps_noise"])
         assert rel.worst_case_bias is None and rel.worst_case_error is None
@@ -167,3 +168,65 @@ def test_expected_error_follows_the_peer_scale() -> None:
         expected_error("mean", counts, U, 0.0)
     assert plan_mean(counts, U, 1.0).mechanism == "user_window"
     assert plan_variance(counts, U, 1.0).mechanism == "window"
+
+
+# ------------------------------------------------------------ centred variance
+class FixedPair(ZeroNoise):
+    """No Laplace noise; the centre and the clip level are fixed indices."""
+
+    def __init__(self, centre: int, moment: int) -> None:
+        super().__init__(0)
+        self.picks = [centre, moment]
+        self.calls: list[tuple[float, int]] = []
+
+    def noisy_max(self, scores, epsilon, *, sensitivity=1):  # type: ignore[no-untyped-def]
+        self.calls.append((epsilon, sensitivity))
+        return self.picks[len(self.calls) - 1]
+
+
+def _brute_centred(counts: tuple[int, ...], centre: int, moment: int) -> tuple[float, float]:
+    levels = np.linspace(0.0, U, 5)
+    worst, claimed = 0.0, 0.0
+    for user in range(len(counts)):
+        for others, choices in _datasets(counts, levels, user):
+            vals = []
+            for ch in choices:
+                users = [list(o) for o in others]
+                users[user] = list(ch)
+                grid = GridData.from_user_values(users)
+                rel = release_variance(grid, U, 1.0, "centred", noise=FixedPair(centre, moment))
+                vals.append(rel.estimate)
+                claimed = rel.sensitivity
+            worst = max(worst, max(vals) - min(vals))
+    return worst, claimed
+
+
+@pytest.mark.parametrize("counts", [(3, 1, 1, 2), (2, 2, 2), (1, 1, 1, 1)])
+@pytest.mark.parametrize(("centre", "moment"), [(0, 0), (16, 2), (8, 3), (32, 1)])
+def test_centred_variance_sensitivity_bounds_brute_force(
+    counts: tuple[int, ...], centre: int, moment: int
+) -> None:
+    found, claimed = _brute_centred(counts, centre, moment)
+    w_max = float(window_weights(prepare_counts(counts)).max())
+    assert claimed == pytest.approx(2 * w_max * (U * U / 4) * 2.0**-moment)
+    assert found <= claimed * (1 + 1e-9)
+
+
+def test_centred_variance_is_the_weighted_variance_without_clipping() -> None:
+    grid = GridData.from_user_values([[1.0, 2.0], [3.0], [4.0, 4.0, 6.0], [0.5]])
+    rel = release_variance(grid, U, 1.0, "centred", noise=FixedPair(7, 0))
+    w = window_weights(prepare_counts(grid.counts))  # median 2: weights 2, 1, 2, 1
+    mix = [np.array(u) for u in ([1.0, 2.0], [3.0], [4.0, 4.0, 6.0], [0.5])]
+    means = np.array([u.mean() for u in mix])
+    squares = np.array([(u * u).mean() for u in mix])
+    assert rel.estimate == pytest.approx(mixture_variance(w, means, squares))
+
+
+def test_centred_variance_spends_its_shares() -> None:
+    grid = random_grid(np.random.default_rng(9), U, n_users=40, max_count=9)
+    noise = FixedPair(10, 4)
+    rel = release_variance(grid, U, 2.0, "centred", noise=noise)
+    d = rel.details
+    assert d["eps_centre"] + d["eps_moment"] + d["eps_noise"] <= 2.0
+    assert noise.calls == [(d["eps_centre"], 1), (2 * d["eps_moment"], 1)]  # monotone 2nd
+    assert rel.noise_scale == pytest.approx(rel.sensitivity / d["eps_noise"])
