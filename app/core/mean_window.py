@@ -52,6 +52,10 @@ __all__ = [
 NAME = "user_window"
 WINDOW_FRACTIONS = (1.0 / 6.0, 1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0)
 STEP_FRACTION = 1.0 / 16.0  # δ = U/16: the unit of clipping in the window score
+CI95_NOTE = (
+    "no honest 95% interval: the estimate clips at a privately chosen window, a bias "
+    "with no data-independent bound; the Laplace part alone is estimate ± noise_scale·ln 20"
+)
 
 
 def split_share(eps: float, share: float) -> tuple[float, float]:
@@ -124,6 +128,6 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
         j = monotone_noisy_max(noise, window_scores(v, bounds, pen), e_w)
         b = float(bounds[j])
         value = float(np.dot(w, np.minimum(v, b)))
-        return Estimate(value, b * w_max, {"window_hi": b})
+        return Estimate(value, b * w_max, {"window_hi": b, "ci95_note": CI95_NOTE})
 
     return Draft("mean", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)

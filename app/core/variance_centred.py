@@ -31,7 +31,7 @@ import numpy as np
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
-from app.core.mean_window import monotone_noisy_max, window_weights
+from app.core.mean_window import CI95_NOTE, monotone_noisy_max, window_weights
 from app.core.noise import NoiseSource
 
 __all__ = [
@@ -117,6 +117,7 @@ def plan_variance_centred(
         j = monotone_noisy_max(noise, (-clipped - pen).astype(np.int64), e_q)
         Q = float(moments[j])
         value = centred_variance_value(w, v, q, c, Q)
-        return Estimate(value, 2.0 * w_max * Q, {"centre": c, "moment_clip": Q})
+        extra: dict[str, object] = {"centre": c, "moment_clip": Q, "ci95_note": CI95_NOTE}
+        return Estimate(value, 2.0 * w_max * Q, extra)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)

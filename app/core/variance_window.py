@@ -27,6 +27,7 @@ from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
 from app.core.mean_window import (
+    CI95_NOTE,
     STEP_FRACTION,
     monotone_noisy_max,
     split_share,
@@ -95,6 +96,7 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
         xc = np.minimum(x, b)
         means = np.add.reduceat(xc, starts) / m
         squares = np.add.reduceat(xc * xc, starts) / m
-        return Estimate(mixture_variance(w, means, squares), float(sens[j]), {"window_hi": b})
+        extra: dict[str, object] = {"window_hi": b, "ci95_note": CI95_NOTE}
+        return Estimate(mixture_variance(w, means, squares), float(sens[j]), extra)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
