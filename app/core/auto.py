@@ -5,7 +5,7 @@ The rule (``docs/math/auto.md``, measured by ``benchmarks/accuracy.py``):
 * **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
   enough users for its private centre), else ``user_window``;
 * **variance**: ``centred`` where the median count is at least 4 and its public gate
-  opens (``0.3·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
+  opens (``0.4·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
 
 Both read only ``L`` and ``ε``; every look at the values is a private step paid out of
 the ``ε`` charged. :func:`expected_error` predicts the mean absolute error of the
@@ -27,7 +27,7 @@ from app.core.variance_centred import centred_gate
 __all__ = ["auto_mechanism", "expected_error"]
 
 CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
-VARIANCE_CENTRE_SHARE = 0.3  # the centred variance's default centre share
+VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
 # Per-user second moments only concentrate (and beat the window) when users have
 # several records each: real grids with median 1-2 do better with the window.
 CENTRED_MIN_MEDIAN = 4

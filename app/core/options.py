@@ -173,12 +173,12 @@ _VAR_WINDOW_SHARE = OptionSpec(
     minimum=0.0, maximum=1.0, exclusive=True,
 )
 _VAR_CENTRE_SHARE = OptionSpec(
-    "centre_share", "float", 0.3,
+    "centre_share", "float", 0.4,
     "share of eps for the private centre (median of user means, 33 candidates)",
     minimum=0.0, maximum=1.0, exclusive=True,
 )
 _MOMENT_SHARE = OptionSpec(
-    "moment_share", "float", 0.2,
+    "moment_share", "float", 0.1,
     "share of eps for the private clip level of per-user second moments "
     "(centre_share + moment_share < 1)",
     minimum=0.0, maximum=1.0, exclusive=True,

@@ -10,14 +10,14 @@ weights, Cummings, Feldman, McMillan and Talwar, NeurIPS 2022), ``w* = max w_l``
    002 Alg. 3's cost on users; sensitivity 1): ``noisy_max`` at ``ε_c``.
 2. **clip level** (``ε_q``): ``q_l = mean of (x - c)²`` over user ``l``'s records;
    candidates ``Q_j = (U²/4)·2^{-j}``, ``j = 0..J``; monotone integer scores
-   ``-#{l: q_l > Q_j} - round((J - j)·2 w* L / ε_n)`` (each doubling of ``Q`` costs
-   noise worth ``2 w* L/ε_n`` users clipped — the expected-error balance whose optimum
-   clips about ``2/ε_n`` users, as ``T_ε`` in 003 Thm III.1); report-noisy-max on
+   ``-#{l: q_l > Q_j} - round((J - j)·1.25 w* L / ε_n)`` (each doubling of ``Q`` costs
+   noise worth ``1.25 w* L/ε_n`` users clipped — the expected-error balance whose
+   optimum clips about ``1.25/ε_n`` users, as ``T_ε`` in 003 Thm III.1); noisy max on
    monotone scores (:func:`app.core.mean_window.monotone_noisy_max`).
-3. **estimate** (``ε_n``): ``r = √Q/2``,
+3. **estimate** (``ε_n``): ``r = √Q/4``,
    ``V = Σ_l w_l min(q_l, Q) - (Σ_l w_l clip(v_l - c, -r, r))²``. Replacing user ``l``
    moves the first sum by at most ``w_l Q`` and ``B = Σ w clip(·)`` (``|B| <= r``) by at
-   most ``2 r w_l``, so ``B²`` by at most ``4 r² w_l = Q w_l``: ``Δ = 2 w* Q``.
+   most ``2 r w_l``, so ``B²`` by at most ``4 r² w_l = Q w_l/4``: ``Δ = 1.25 w* Q``.
    ``V + Lap(Δ/ε_n)``. Without clipping ``V`` is the weighted variance exactly
    (``Σ w q^c - (μ_w - c)²``), whatever ``c``.
 """
@@ -45,6 +45,7 @@ __all__ = [
 NAME = "centred"
 CENTRE_STEPS = 32  # c_j = jU/32, j = 0..32
 MOMENT_OCTAVES = 12  # Q_j = (U²/4) 2^-j, j = 0..12
+RADIUS = 0.25  # r = RADIUS·√Q: the user means' clip radius about the centre
 GATE = 4.0 * (math.log(CENTRE_STEPS + 1) + 3.0)  # ε_c L must reach it (≈ 26)
 
 
@@ -73,10 +74,15 @@ def _shares(eps: float, centre_share: float, moment_share: float) -> tuple[float
 def centred_variance_value(
     w: np.ndarray, v: np.ndarray, q: np.ndarray, c: float, Q: float
 ) -> float:
-    """``Σ w min(q, Q) - (Σ w clip(v - c, -r, r))²`` with ``r = √Q/2``, floored at 0."""
-    r = math.sqrt(Q) / 2.0
+    """``Σ w min(q, Q) - (Σ w clip(v - c, -r, r))²`` with ``r = √Q/4``, floored at 0."""
+    r = RADIUS * math.sqrt(Q)
     b = float(np.dot(w, np.clip(v - c, -r, r)))
     return max(float(np.dot(w, np.minimum(q, Q))) - b * b, 0.0)
+
+
+def centred_sensitivity(w_max: float, Q: float) -> float:
+    """``w* Q + 4 r² w* = w* Q (1 + 4·RADIUS²)`` (= ``1.25 w* Q``)."""
+    return w_max * Q * (1.0 + 4.0 * RADIUS * RADIUS)
 
 
 def plan_variance_centred(
@@ -92,7 +98,7 @@ def plan_variance_centred(
     centres = np.arange(CENTRE_STEPS + 1, dtype=np.float64) * (U / CENTRE_STEPS)
     moments = moment_candidates(U)
     steps_up = np.arange(MOMENT_OCTAVES, -1, -1)  # doublings above the smallest Q
-    pen = np.round(steps_up * 2.0 * w_max * L / e_n).astype(np.int64)
+    pen = np.round(steps_up * centred_sensitivity(w_max, 1.0) * L / e_n).astype(np.int64)
     details: dict[str, object] = {
         "k": info.median(),
         "eps_centre": e_c,
@@ -118,6 +124,6 @@ def plan_variance_centred(
         Q = float(moments[j])
         value = centred_variance_value(w, v, q, c, Q)
         extra: dict[str, object] = {"centre": c, "moment_clip": Q, "ci95_note": CI95_NOTE}
-        return Estimate(value, 2.0 * w_max * Q, extra)
+        return Estimate(value, centred_sensitivity(w_max, Q), extra)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
