@@ -41,6 +41,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS, GridData
+from app.core.auto import expected_error
 from app.core.bounds import variance_sensitivity
 from app.core.engine import release_mean, release_variance
 from app.experiments.capmetrics import load_capmetrics
@@ -200,6 +201,10 @@ def evaluate(
                         )
                         mae, cov = _dpgate_runs(stat, grid, U, eps, mech, truth, noise, n_runs)
                         rows.append({**base, "system": mech, "mae": mae, "cover": cov})
+                        if mech == "auto":
+                            pred = expected_error(stat, grid.counts, U, eps)
+                            rows.append({**base, "system": "auto predicted (expected_error)",
+                                         "mae": pred, "cover": math.nan})
     return rows
 
 

@@ -7,12 +7,12 @@ The rule (``docs/math/auto.md``, measured by ``benchmarks/accuracy.py``):
 * **variance**: ``centred`` where the median count is at least 4 and its public gate
   opens (``0.4·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
 
-Both read only ``L`` and ``ε``; every look at the values is a private step paid out of
-the ``ε`` charged. :func:`expected_error` predicts the mean absolute error of the
-``auto`` answer from the counts: the Laplace scale of the peers' capping rule (keep
-each user's first ``k`` = median records, exact sensitivity) times the ratio that
-``auto`` reached on real grids (calibrated with ``benchmarks/accuracy.py`` on the
-CapMetrics days, median over grids).
+Both read only ``L``, the median count and ``ε``; every look at the values is a
+private step paid out of the ``ε`` charged. :func:`expected_error` predicts the mean
+absolute error of the ``auto`` answer from the counts: the Laplace scale of the peers'
+capping rule (keep each user's first ``k`` = median records, exact sensitivity) times
+the ratio that ``auto``'s path reached (calibrated with ``benchmarks/accuracy.py`` on
+the CapMetrics days and the ITMS-like grid, median over grids).
 """
 
 from __future__ import annotations
@@ -32,9 +32,10 @@ VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
 # several records each: real grids with median 1-2 do better with the window.
 CENTRED_MIN_MEDIAN = 4
 
-# auto MAE / peer-rule Laplace scale on real grids, median over grids and eps
-# (benchmarks/accuracy.py; docs/results.md "Accuracy of auto").
-_RATIO = {"mean": 0.75, "variance": 0.45}
+# auto's MAE / the peer rule's MAE, per path: medians over grids and eps measured by
+# benchmarks/accuracy.py (user_window, window: the CapMetrics days; centered_clip,
+# centred: the ITMS-like grid). docs/results.md "Accuracy of auto".
+_RATIO = {"user_window": 0.68, "centered_clip": 0.15, "window": 0.45, "centred": 0.37}
 
 
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
@@ -62,8 +63,7 @@ def _peer_scale(statistic: str, info: CountsInfo, U: float, eps: float) -> float
 
 def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) -> float:
     """Predicted mean absolute error of ``auto``'s answer, from public counts only."""
-    if statistic not in _RATIO:
-        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     info = prepare_counts(counts)
     U, eps = check_bound(U), check_epsilon(eps)
-    return _RATIO[statistic] * _peer_scale(statistic, info, U, eps)
+    path = auto_mechanism(statistic, info, eps)
+    return _RATIO[path] * _peer_scale(statistic, info, U, eps)
