@@ -168,7 +168,7 @@ _WINDOW_SHARE = OptionSpec(
     minimum=0.0, maximum=1.0, exclusive=True,
 )
 _VAR_WINDOW_SHARE = OptionSpec(
-    "window_share", "float", 0.15,
+    "window_share", "float", 0.2,
     "share of eps for the private clipping bound b of the records (noisy max)",
     minimum=0.0, maximum=1.0, exclusive=True,
 )

@@ -3,10 +3,10 @@
 Pure ``ε``-DP at the user level (proofs: ``docs/math/auto.md``). Public, from counts:
 ``k`` = the median count, weights ``w_l = min(m_l, k)/Σ min(m_l, k)`` (capped per-user
 weights, Cummings, Feldman, McMillan and Talwar, NeurIPS 2022), candidates
-``b_j = U·{1/3, 1/2, 2/3, 1}``, ``ε_w = window_share·ε`` and ``ε_n = ε - ε_w``.
+``b_j = U·{1/4, 1/3, 1/2, 2/3, 1}``, ``ε_w = window_share·ε`` and ``ε_n = ε - ε_w``.
 
 1. **window** (``ε_w``): integer scores ``q_j = -#{l: max_l x > b_j} - round(Δ_j L/(ε_n U δ))``
-   with ``δ = U/16``, ``Δ_j`` the sensitivity below at ``b_j``: users whose largest
+   with ``δ = U/32``, ``Δ_j`` the sensitivity below at ``b_j``: users whose largest
    record the window would clip, against the noise it costs (public term). One user
    moves every ``q_j`` by at most 1, all in the same direction (monotone scores):
    report-noisy-max is ``ε_w``-DP (:func:`app.core.mean_window.monotone_noisy_max`).
@@ -28,7 +28,6 @@ from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
 from app.core.mean_window import (
     CI95_NOTE,
-    STEP_FRACTION,
     monotone_noisy_max,
     split_share,
     window_weights,
@@ -43,7 +42,8 @@ __all__ = [
 ]
 
 NAME = "window"
-VARIANCE_WINDOW_FRACTIONS = (1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0)
+VARIANCE_WINDOW_FRACTIONS = (0.25, 1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0)
+VARIANCE_STEP_FRACTION = 1.0 / 32.0  # the score's unit: an average user clipped by U/32
 
 
 def mixture_variance_sensitivity(b: float, w_max: float) -> float:
@@ -77,7 +77,7 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
     w_max = float(w.max())
     bounds = U * np.asarray(VARIANCE_WINDOW_FRACTIONS)
     sens = np.array([mixture_variance_sensitivity(b, w_max) for b in bounds])
-    delta = STEP_FRACTION * U
+    delta = VARIANCE_STEP_FRACTION * U
     pen = np.round(sens * active.size / (e_n * U * delta)).astype(np.int64)
     details: dict[str, object] = {
         "k": info.median(),

@@ -93,7 +93,7 @@ def _cell(stat: str) -> tuple[float, float, float, float]:
     found = []
     for heavy in (0.0, U):
         rel = None
-        for j in range(5 if stat == "mean" else 4):
+        for j in range(5):
             rec = Fixed()
             rec.noisy_max = lambda s, e, *, sensitivity=1, j=j: j  # type: ignore[method-assign]
             rel = _release(stat, _grid(heavy, stat), rec)

@@ -99,7 +99,7 @@ def _brute_variance_sensitivity(counts: tuple[int, ...], j: int) -> float:
 def test_window_variance_sensitivity_bounds_brute_force(counts: tuple[int, ...], j: int) -> None:
     info = prepare_counts(counts)
     w_max = float(window_weights(info).max())
-    b = U * (1 / 3, 1 / 2, 2 / 3, 1)[j]
+    b = U * (1 / 4, 1 / 3, 1 / 2, 2 / 3, 1)[j]
     claimed = mixture_variance_sensitivity(b, w_max)
     found = _brute_variance_sensitivity(counts, j)
     assert found <= claimed * (1 + 1e-9)
