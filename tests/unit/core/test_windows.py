@@ -152,7 +152,7 @@ def test_caps_limit_the_records_read() -> None:
     assert list(rel.kept) == [1, 1, 2, 1]
     w = window_weights(prepare_counts(grid.counts, caps))
     assert rel.estimate == pytest.approx(float(w @ np.array([9.0, 0.0, 5.0, 1.0])))
-    var = release_variance(grid, U, 1.0, "window", caps=caps, noise=FixedChoice(3))
+    var = release_variance(grid, U, 1.0, "window", caps=caps, noise=FixedChoice(4))
     means = np.array([9.0, 0.0, 5.0, 1.0])
     assert var.estimate == pytest.approx(mixture_variance(w, means, means**2))
 
