@@ -35,7 +35,7 @@ CENTRED_MIN_MEDIAN = 4
 # auto's MAE / the peer rule's MAE, per path: medians over grids and eps measured by
 # benchmarks/accuracy.py (user_window, window: the CapMetrics days; centered_clip,
 # centred: the ITMS-like grid). docs/results.md "Accuracy of auto".
-_RATIO = {"user_window": 0.68, "centered_clip": 0.15, "window": 0.45, "centred": 0.37}
+_RATIO = {"user_window": 0.70, "centered_clip": 0.15, "window": 0.25, "centred": 0.34}
 
 
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
