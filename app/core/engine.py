@@ -264,6 +264,8 @@ def _joint(
     """The two drafts of a joint release and ``{"joint_error": E_g}`` (SPEC §4)."""
     raw: dict[str, OptionValue] = {"split": split} if m is None else {"split": split, "m": m}
     opts = validate_options("joint", mechanism, raw)
+    if mechanism == "auto":
+        return _joint_auto(info, U, eps)
     mean_d, var_d, _ = joint_drafts(
         info, U, eps, mechanism, str(opts["split"]), _int_opt(opts, "m")
     )
@@ -272,6 +274,19 @@ def _joint(
         assert d.sensitivity is not None and d.bias is not None
         joint += d.bias + calibrate_scale(d.sensitivity, d.eps_noise)
     return mean_d, var_d, {"joint_error": joint}
+
+
+def _joint_auto(info: CountsInfo, U: float, eps: float) -> tuple[Draft, Draft, dict[str, object]]:
+    """``auto`` for the mean and for the variance at ``ε/2`` each (sequential composition;
+    ``ε/2 + ε/2 = ε`` exactly in floating point). Both read every kept record of the
+    same users. No worst-case bound: ``joint_error`` is ``None``."""
+    half = eps / 2.0
+    mean_d = _draft("mean", info, U, half, "auto", {})
+    var_d = _draft("variance", info, U, half, "auto", {})
+    shared: dict[str, object] = {"split": "half", "joint_epsilon": eps}
+    mean_d.details.update(shared)
+    var_d.details.update(shared)
+    return mean_d, var_d, {"joint_error": None}
 
 
 def plan_joint(

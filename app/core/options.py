@@ -274,11 +274,24 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
     ),
 })
 
+_AUTO_SPLIT = OptionSpec(
+    "split", "choice", "half",
+    "budget split between mean and variance: eps/2 each (auto has no worst-case bound "
+    "to optimise a split on)",
+    choices=("half",),
+)
+
 JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
     "baseline": _spec("baseline", "004 M_b: mean and variance of all records", True, _SPLIT),
     "clip": _spec(
         "clip", "004 M_clip: mean and variance of the earliest min(m_l, m) records",
         True, _SPLIT, _M_CLIP,
+    ),
+    "auto": _spec(
+        "auto",
+        "mean and variance auto (chosen from public counts) at eps/2 each, on the same "
+        "records and users",
+        False, _AUTO_SPLIT,
     ),
 })
 

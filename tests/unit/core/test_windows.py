@@ -231,3 +231,21 @@ def test_centred_variance_spends_its_shares() -> None:
     assert d["eps_centre"] + d["eps_moment"] + d["eps_noise"] <= 2.0
     assert noise.calls == [(d["eps_centre"], 1), (2 * d["eps_moment"], 1)]  # monotone 2nd
     assert rel.noise_scale == pytest.approx(rel.sensitivity / d["eps_noise"])
+
+
+def test_joint_auto_spends_half_on_each_and_charges_the_same_users() -> None:
+    from app.core import plan_joint, release_joint
+
+    grid = random_grid(np.random.default_rng(11), U, n_users=30, max_count=8)
+    caps = np.where(np.arange(30) % 4 == 0, 2, 99)
+    mean, var = release_joint(grid, U, 1.5, "auto", caps=caps, noise=ZeroNoise())
+    assert mean.epsilon + var.epsilon <= 1.5 and mean.epsilon == var.epsilon == 0.75
+    assert np.array_equal(mean.kept, var.kept)
+    assert np.array_equal(mean.kept, np.minimum(grid.counts, caps))
+    assert (mean.mechanism, var.mechanism) == ("user_window", "window")
+    assert mean.details["joint_error"] is None
+    plan_m, plan_v = plan_joint(grid.counts, U, 1.5, "auto", caps=caps)
+    assert plan_v.mechanism == var.mechanism
+    assert plan_m.mechanism == mean.mechanism and np.array_equal(plan_m.kept, mean.kept)
+    with pytest.raises(ValueError, match="split"):
+        plan_joint(grid.counts, U, 1.5, "auto", split="optimal")
