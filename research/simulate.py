@@ -79,7 +79,7 @@ LINEAR = frozenset(
     }
 )  # fmt: skip
 PROJECTION = frozenset({"levy", "quantile_fixed", "quantile_optimized"})
-ADAPTIVE = frozenset({"centered_clip"})  # simulated by calling release_mean per run
+ADAPTIVE = frozenset({"centered_clip", "user_window"})  # release_mean per run
 WRAP_PROJECTION = frozenset({"levy@wrap", "quantile_fixed@wrap", "quantile_optimized@wrap"})
 
 

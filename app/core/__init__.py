@@ -3,6 +3,7 @@
 Nothing in this package imports a web framework or a database driver.
 """
 
+from app.core.auto import expected_error
 from app.core.engine import (
     plan_joint,
     plan_mean,
@@ -39,6 +40,7 @@ __all__ = [
     "VectorRelease",
     "calibrate_scale",
     "default_noise",
+    "expected_error",
     "plan_joint",
     "plan_mean",
     "plan_variance",

@@ -2,8 +2,8 @@
 
 ``plan_*`` look at public counts only (who is kept and charged, sensitivity,
 noise scale, worst-case bias and error); ``release_*`` add the values and the
-noise. ``auto`` picks, from the counts alone, the mechanism with the smallest
-worst-case error among those that have one (docs/math.md §11). ``caps`` bounds how many
+noise. ``auto`` is chosen from the counts alone (:mod:`app.core.auto`): the
+adaptive mechanisms most accurate on real data (``docs/math/auto.md``). ``caps`` bounds how many
 of each user's earliest records may be used (0 drops the user).
 """
 
@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 import numpy as np
 import numpy.typing as npt
 
+from app.core.auto import auto_mechanism
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft
@@ -28,10 +29,13 @@ from app.core.mean_linear import (
     plan_opt_array_convex,
 )
 from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
+from app.core.mean_window import plan_user_window
 from app.core.noise import NoiseSource, calibrate_scale, default_noise
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release
 from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
+from app.core.variance_centred import plan_variance_centred
+from app.core.variance_window import plan_variance_window
 
 __all__ = [
     "plan_joint",
@@ -89,14 +93,19 @@ _MEAN: Mapping[str, Builder] = {
         _float_opt(o, "width_share"),
         _float_opt(o, "width_factor"),
     ),
+    "user_window": lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
 }
 
 _VARIANCE: Mapping[str, Builder] = {
     "baseline": lambda i, U, e, o: plan_variance_baseline(i, U, e),
     "clip": lambda i, U, e, o: plan_variance_clip(i, U, e, _int_opt(o, "m")),
+    "window": lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
+    "centred": lambda i, U, e, o: plan_variance_centred(
+        i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
+    ),
 }
 
-# Candidates of ``auto`` and ``quote_epsilon``, in tie-breaking order.
+# Candidates of ``quote_epsilon`` (mechanisms with a worst-case error), in tie-breaking order.
 AUTO_MEAN = (
     "baseline",
     "clip",
@@ -122,20 +131,13 @@ def _draft(
     options: Mapping[str, OptionValue],
 ) -> Draft:
     opts = validate_options(statistic, mechanism, options)
-    builders, candidates = _TABLES[statistic]
+    builders, _ = _TABLES[statistic]
     if mechanism != "auto":
         return builders[mechanism](info, U, eps, opts)
-    best: Draft | None = None
-    best_err = np.inf
-    for name in candidates:
-        draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
-        err = draft.nominal_error()
-        assert err is not None
-        if err < best_err * (1.0 - 1e-12):
-            best, best_err = draft, err
-    assert best is not None
-    best.details["selected_by"] = "auto"
-    return best
+    name = auto_mechanism(statistic, info, eps)
+    draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
+    draft.details["selected_by"] = "auto"
+    return draft
 
 
 def _plan(draft: Draft, extra: Mapping[str, object] | None = None) -> Plan:
@@ -264,6 +266,8 @@ def _joint(
     """The two drafts of a joint release and ``{"joint_error": E_g}`` (docs/math.md §4.2)."""
     raw: dict[str, OptionValue] = {"split": split} if m is None else {"split": split, "m": m}
     opts = validate_options("joint", mechanism, raw)
+    if mechanism == "auto":
+        return _joint_auto(info, U, eps)
     mean_d, var_d, _ = joint_drafts(
         info, U, eps, mechanism, str(opts["split"]), _int_opt(opts, "m")
     )
@@ -272,6 +276,19 @@ def _joint(
         assert d.sensitivity is not None and d.bias is not None
         joint += d.bias + calibrate_scale(d.sensitivity, d.eps_noise)
     return mean_d, var_d, {"joint_error": joint}
+
+
+def _joint_auto(info: CountsInfo, U: float, eps: float) -> tuple[Draft, Draft, dict[str, object]]:
+    """``auto`` for the mean and for the variance at ``ε/2`` each (sequential composition;
+    ``ε/2 + ε/2 = ε`` exactly in floating point). Both read every kept record of the
+    same users. No worst-case bound: ``joint_error`` is ``None``."""
+    half = eps / 2.0
+    mean_d = _draft("mean", info, U, half, "auto", {})
+    var_d = _draft("variance", info, U, half, "auto", {})
+    shared: dict[str, object] = {"split": "half", "joint_epsilon": eps}
+    mean_d.details.update(shared)
+    var_d.details.update(shared)
+    return mean_d, var_d, {"joint_error": None}
 
 
 def plan_joint(

@@ -162,6 +162,27 @@ _WIDTH_FACTOR = OptionSpec(
     "half-width R = width_factor x private residual scale rho x sqrt(m*)",
     minimum=0.0, maximum=1e6, exclusive=True,
 )
+_WINDOW_SHARE = OptionSpec(
+    "window_share", "float", 0.2,
+    "share of eps for the private window [0, b] over the user means (noisy max)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_VAR_WINDOW_SHARE = OptionSpec(
+    "window_share", "float", 0.2,
+    "share of eps for the private clipping bound b of the records (noisy max)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_VAR_CENTRE_SHARE = OptionSpec(
+    "centre_share", "float", 0.4,
+    "share of eps for the private centre (median of user means, 33 candidates)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
+_MOMENT_SHARE = OptionSpec(
+    "moment_share", "float", 0.1,
+    "share of eps for the private clip level of per-user second moments "
+    "(centre_share + moment_share < 1)",
+    minimum=0.0, maximum=1.0, exclusive=True,
+)
 _SPLIT = OptionSpec(
     "split", "choice", "half",
     "budget split between mean and variance: eps/2 each or the optimal split (docs/math.md §4.3)",
@@ -216,7 +237,16 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
         "(003 Thm III.1 re-centred; app/core/mean_centered.py)",
         False, _CENTRE_SHARE, _WIDTH_SHARE, _WIDTH_FACTOR,
     ),
-    "auto": _spec("auto", "the bounded mechanism with the smallest worst-case error", True),
+    "user_window": _spec(
+        "user_window",
+        "capped-weight user means clipped to a private window [0, b] (app/core/mean_window.py)",
+        False, _WINDOW_SHARE,
+    ),
+    "auto": _spec(
+        "auto",
+        "chosen from public counts: centered_clip where its gate opens, else user_window",
+        False,
+    ),
 })
 
 VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
@@ -225,14 +255,43 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
         "clip", "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
         True, _M_CLIP,
     ),
-    "auto": _spec("auto", "baseline or clip, whichever has the smaller worst-case error", True),
+    "window": _spec(
+        "window",
+        "mixture variance of capped-weight users, records clipped to a private [0, b] "
+        "(app/core/variance_window.py)",
+        False, _VAR_WINDOW_SHARE,
+    ),
+    "centred": _spec(
+        "centred",
+        "capped-weight per-user second moments about a private centre, clipped at a "
+        "private level (app/core/variance_centred.py)",
+        False, _VAR_CENTRE_SHARE, _MOMENT_SHARE,
+    ),
+    "auto": _spec(
+        "auto",
+        "chosen from public counts: centred where its gate opens, else window",
+        False,
+    ),
 })
+
+_AUTO_SPLIT = OptionSpec(
+    "split", "choice", "half",
+    "budget split between mean and variance: eps/2 each (auto has no worst-case bound "
+    "to optimise a split on)",
+    choices=("half",),
+)
 
 JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
     "baseline": _spec("baseline", "004 M_b: mean and variance of all records", True, _SPLIT),
     "clip": _spec(
         "clip", "004 M_clip: mean and variance of the earliest min(m_l, m) records",
         True, _SPLIT, _M_CLIP,
+    ),
+    "auto": _spec(
+        "auto",
+        "mean and variance auto (chosen from public counts) at eps/2 each, on the same "
+        "records and users",
+        False, _AUTO_SPLIT,
     ),
 })
 

@@ -255,7 +255,7 @@ def test_worst_case_optimal_bias_bounds_the_brute_force_extended(capped: bool) -
 
 
 # ------------------------------------------------------------ plan vs release
-@pytest.mark.parametrize("mechanism", [*BOUNDED, "auto"])
+@pytest.mark.parametrize("mechanism", BOUNDED)
 def test_plan_and_release_agree(mechanism: str) -> None:
     grid = random_grid(np.random.default_rng(4), U, n_users=25, max_count=30)
     caps = np.where(np.arange(25) % 5 == 0, 3, 99)
@@ -272,16 +272,22 @@ def test_plan_and_release_agree(mechanism: str) -> None:
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.2, 1.0, 5.0])
-def test_auto_takes_the_smallest_worst_case_error(eps: float) -> None:
-    counts = np.array([417, 200, 46, 46, 30, 5, 1, 1, 1, 80])
-    auto = plan_mean(counts, U, eps)
-    errors = {m: plan_mean(counts, U, eps, m).worst_case_error for m in BOUNDED}
-    assert auto.worst_case_error == pytest.approx(min(errors.values()))
-    assert errors[auto.mechanism] == pytest.approx(auto.worst_case_error)
-    assert auto.details["selected_by"] == "auto"
-    var = plan_variance(counts, U, eps)
-    assert var.worst_case_error == pytest.approx(min(
-        plan_variance(counts, U, eps, m).worst_case_error for m in ("baseline", "clip")))
+def test_auto_follows_its_public_rule(eps: float) -> None:
+    counts = np.array([417, 200, 46, 46, 30, 5, 1, 1, 1, 80] * 10)
+    for n_users in (10, 100):
+        auto = plan_mean(counts[:n_users], U, eps)
+        gate = 0.4 * eps * n_users >= 4 * (np.log(257) + 3)
+        assert auto.mechanism == ("centered_clip" if gate else "user_window")
+        assert auto.details["selected_by"] == "auto"
+        grid = random_grid(np.random.default_rng(5), U, n_users=n_users, max_count=30)
+        rel = release_mean(grid, U, eps, noise=ZeroNoise())
+        assert rel.mechanism == plan_mean(grid.counts, U, eps).mechanism
+        assert np.array_equal(rel.kept, grid.counts)
+    for n_users in (10, 100):
+        c = counts[:n_users]
+        gate = 0.4 * eps * n_users >= 4 * (np.log(33) + 3) and np.median(c) >= 4
+        assert plan_variance(c, U, eps).mechanism == ("centred" if gate else "window")
+    assert plan_variance(np.ones(500, dtype=int), U, 5.0).mechanism == "window"  # median 1
 
 
 def test_clip_m_minimises_the_error_over_integers() -> None:

@@ -1,0 +1,69 @@
+"""``auto``: the path chosen from public counts and ``ε`` only, and its expected error.
+
+The rule (``docs/math/auto.md``, measured by ``benchmarks/accuracy.py``):
+
+* **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
+  enough users for its private centre), else ``user_window``;
+* **variance**: ``centred`` where the median count is at least 4 and its public gate
+  opens (``0.4·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
+
+Both read only ``L``, the median count and ``ε``; every look at the values is a
+private step paid out of the ``ε`` charged. :func:`expected_error` predicts the mean
+absolute error of the ``auto`` answer from the counts: the Laplace scale of the peers'
+capping rule (keep each user's first ``k`` = median records, exact sensitivity) times
+the ratio that ``auto``'s path reached (calibrated with ``benchmarks/accuracy.py`` on
+the CapMetrics days and the ITMS-like grid, median over grids).
+"""
+
+from __future__ import annotations
+
+import numpy.typing as npt
+
+from app.core.bounds import check_bound, check_epsilon, variance_sensitivity
+from app.core.counts import CountsInfo, prepare_counts
+from app.core.mean_centered import adaptive_gate
+from app.core.variance_centred import centred_gate
+
+__all__ = ["auto_mechanism", "expected_error"]
+
+CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
+VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
+# Per-user second moments only concentrate (and beat the window) when users have
+# several records each: real grids with median 1-2 do better with the window.
+CENTRED_MIN_MEDIAN = 4
+
+# auto's MAE / the peer rule's MAE, per path: medians over grids and eps measured by
+# benchmarks/accuracy.py (user_window, window: the CapMetrics days; centered_clip,
+# centred: the ITMS-like grid). docs/results.md "Accuracy of auto".
+_RATIO = {"user_window": 0.70, "centered_clip": 0.15, "window": 0.25, "centred": 0.34}
+
+
+def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
+    """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
+    if statistic == "mean":
+        if adaptive_gate(info.n_active, CENTRE_SHARE * eps):
+            return "centered_clip"
+        return "user_window"
+    if statistic == "variance":
+        if info.median() >= CENTRED_MIN_MEDIAN and centred_gate(
+            info.n_active, VARIANCE_CENTRE_SHARE * eps
+        ):
+            return "centred"
+        return "window"
+    raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+
+
+def _peer_scale(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
+    k = info.median()
+    s = int(info.clipped_total([k])[0])
+    if statistic == "mean":
+        return U * k / (s * eps)
+    return variance_sensitivity(U, k, s) / eps
+
+
+def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) -> float:
+    """Predicted mean absolute error of ``auto``'s answer, from public counts only."""
+    info = prepare_counts(counts)
+    U, eps = check_bound(U), check_epsilon(eps)
+    path = auto_mechanism(statistic, info, eps)
+    return _RATIO[path] * _peer_scale(statistic, info, U, eps)
