@@ -1,0 +1,26 @@
+"""Predicted error of a statistic from public counts (the release preview's ``expected_error``).
+
+``app.core.expected_error`` (the accuracy work's prediction for ``auto``) is used when
+the core provides it; until then, the worst-case error of the ``auto`` plan.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app import core
+
+
+def expected_error(
+    statistic: str, counts: np.ndarray, U: float, eps: float, mechanism: str = "auto"
+) -> float:
+    """Expected absolute error of ``statistic`` released with ``mechanism`` at ``eps``."""
+    predict = getattr(core, "expected_error", None)
+    if predict is not None and mechanism == "auto":
+        return float(predict(statistic, counts, U, eps))
+    plan_fn = core.plan_mean if statistic == "mean" else core.plan_variance
+    plan = plan_fn(counts, U, eps, mechanism)
+    error = plan.worst_case_error
+    if error is None:  # no bound: the noise's own scale (mean absolute Laplace error)
+        error = plan.noise_scale if plan.noise_scale is not None else float("inf")
+    return float(error)
