@@ -12,14 +12,25 @@ from app import core
 
 
 def expected_error(
-    statistic: str, counts: np.ndarray, U: float, eps: float, mechanism: str = "auto"
+    statistic: str,
+    counts: np.ndarray,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: np.ndarray | None = None,
 ) -> float:
-    """Expected absolute error of ``statistic`` released with ``mechanism`` at ``eps``."""
+    """Expected absolute error of ``statistic`` released with ``mechanism`` at ``eps`` on
+    a grid with these per-user ``counts``, each user limited to its ``caps`` records."""
     predict = getattr(core, "expected_error", None)
     if predict is not None and mechanism == "auto":
-        return float(predict(statistic, counts, U, eps))
+        try:
+            return float(predict(statistic, counts, U, eps, caps=caps))
+        except TypeError:  # a prediction without caps: on the kept counts
+            kept = counts if caps is None else np.minimum(counts, caps)
+            return float(predict(statistic, kept[kept > 0], U, eps))
     plan_fn = core.plan_mean if statistic == "mean" else core.plan_variance
-    plan = plan_fn(counts, U, eps, mechanism)
+    plan = plan_fn(counts, U, eps, mechanism, caps=caps)
     error = plan.worst_case_error
     if error is None:  # no bound: the noise's own scale (mean absolute Laplace error)
         error = plan.noise_scale if plan.noise_scale is not None else float("inf")

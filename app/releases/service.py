@@ -325,12 +325,13 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
 
     eps = _statistic_eps(plan, len(body.statistics))
     grids = []
-    for i, grid in enumerate(inp.slot.grids):
+    U = dataset.value_bound
+    for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
         caps = plan.caps(inp.occ, i)
         if not caps.any():
             continue
         errors = {
-            s: expected_error(s, caps[caps > 0], dataset.value_bound, eps.used, body.mechanism)
+            s: expected_error(s, arrays.counts, U, eps.used, body.mechanism, caps=caps)
             for s in body.statistics
         }
         grids.append(
