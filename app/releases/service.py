@@ -295,20 +295,21 @@ def _charge(
     key: KeyIdentity,
     release_row_id: int,
 ) -> None:
-    """Charge the per-grid epsilon to every kept user of every released grid."""
-    for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
-        caps = plan.caps(inp.occ, i)
-        if caps.any():
-            ledger.charge(
-                session,
-                budget,
-                arrays.user_ids[caps > 0],
-                plan.eps.charged,
-                key_id=key.id,
-                kind="release",
-                reference_id=release_row_id,
-                grid_id=grid.id,
-            )
+    """Charge every kept user the per-grid epsilon once per grid where it is kept: one
+    ledger entry per distinct number of grids (the stored release keeps, per grid, who
+    was kept; admins only)."""
+    users, n_grids = plan.user_costs(inp.occ)
+    for k in np.unique(n_grids).tolist():
+        ledger.charge(
+            session,
+            budget,
+            users[n_grids == k].tolist(),
+            plan.eps.charged * k,
+            key_id=key.id,
+            kind="release",
+            reference_id=release_row_id,
+            grid_id=None,
+        )
 
 
 # ------------------------------------------------------------------- preview
