@@ -70,9 +70,7 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
             json={"slot_start": world.slot_start, "epsilon": 0.01},
             headers=ADMIN,
         ).json()["release_id"]
-    url = path.format(
-        dataset_id=world.dataset_id, grid_id=world.grid_ids[0], release_id=release_id
-    )
+    url = path.format(dataset_id=world.dataset_id, grid_id=world.grid_ids[0], release_id=release_id)
     params: dict[str, Any] = {}
     body: Any = None
     content: bytes | None = None
