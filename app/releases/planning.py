@@ -146,13 +146,14 @@ def plan_for_cost(
             )
         return _exact(value)
 
-    best = make(candidate(max(G1, 1)))
+    G1 = max(G1, 1)
     if G1 <= FULL_SCAN_GRIDS:  # few candidates: try each, largest epsilon first
         for k in range(1, G1):
             plan = make(candidate(k))
             if plan.max_cost <= cost_cap:
                 return plan
-        return best
+        return make(candidate(G1))
+    best = make(candidate(G1))
     lo, hi = 1, G1 - 1
     while lo <= hi:
         k = (lo + hi) // 2
