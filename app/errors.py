@@ -56,6 +56,10 @@ class BudgetExhausted(DPGateError):
     code = "budget_exhausted"
     description = "The privacy budget (per user, or the key's quota) would be exceeded"
 
+    def __init__(self, message: str | None = None, *, largest_epsilon: float | None = None):
+        super().__init__(message)
+        self.largest_epsilon = largest_epsilon  # the largest epsilon that would still fit
+
 
 class NotFound(DPGateError):
     status_code = 404
@@ -171,7 +175,12 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"Retry-After": "1"} if exc.status_code in (429, 503) else None
         if exc.status_code in (408, 413):  # the body was not read to its end: do not
             headers = {"Connection": "close"}  # let the server drain it for keep-alive
-        return error_response(exc.status_code, exc.code, exc.message, headers)
+        response = error_response(exc.status_code, exc.code, exc.message, headers)
+        largest = getattr(exc, "largest_epsilon", None)
+        if largest is not None:  # a refusal says what is left (API.md conventions)
+            body = {"code": exc.code, "message": exc.message, "largest_epsilon": largest}
+            response = JSONResponse(status_code=exc.status_code, content={"error": body})
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):

@@ -39,6 +39,7 @@ import numpy as np
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
+from app.core.interval import isolated_head_sums
 from app.core.noise import NoiseSource
 
 __all__ = [
@@ -124,7 +125,7 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        v = grid.head_sums(info.eff)[active] / m
+        v = isolated_head_sums(grid, info.eff)[active] / m  # user l's mean from its values only
         j = monotone_noisy_max(noise, window_scores(v, bounds, pen), e_w)
         b = float(bounds[j])
         value = float(np.dot(w, np.minimum(v, b)))

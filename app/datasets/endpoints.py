@@ -20,7 +20,14 @@ from app.datasets.schemas import (
 )
 from app.datasets.upload import UploadOptions, upload_records
 from app.deps import AdminKey, AnalystKey, SessionDep
-from app.errors import Forbidden, NotFound, PayloadTooLarge, Unauthenticated, responses
+from app.errors import (
+    Forbidden,
+    InvalidRequest,
+    NotFound,
+    PayloadTooLarge,
+    Unauthenticated,
+    responses,
+)
 from app.ingest.csv_records import ColumnMap
 
 router = APIRouter(tags=["datasets"])
@@ -62,11 +69,15 @@ def get_dataset(dataset_id: str, session: SessionDep, _: AnalystKey) -> DatasetD
 @router.get(
     "/datasets/{dataset_id}/grids",
     response_model=GridList,
-    responses=responses(Unauthenticated, Forbidden, NotFound),
+    responses=responses(Unauthenticated, Forbidden, NotFound, InvalidRequest),
     summary="List a dataset's grids (H3 cell × timeslot) with their public occupancy",
+    description="The dataset's own grids, or with `h3_resolution` / `slot_minutes` coarser "
+    "grids made on demand from the stored records (their `grid_id` works on every "
+    "`/grids/{grid_id}/…` endpoint). Unknown query parameters are refused with 400.",
 )
 def list_grids(
     dataset_id: str,
+    request: Request,
     session: SessionDep,
     _: AnalystKey,
     slot_start: Annotated[
@@ -76,11 +87,62 @@ def list_grids(
     h3_cell: Annotated[str | None, Query(max_length=16, description="Only this cell.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
     offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    min_users: Annotated[
+        int, Query(ge=0, le=2**31 - 1, description="Only grids with at least this many users.")
+    ] = 0,
+    sort: Annotated[
+        service.GridSort | None,
+        Query(description="Order by users or slot start (`-` descending); default (slot, cell)."),
+    ] = None,
+    h3_resolution: Annotated[
+        int | None,
+        Query(ge=0, le=15, description="List coarser grids: H3 parent cells at this resolution."),
+    ] = None,
+    slot_minutes: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            le=1440,
+            description="List coarser grids: slots of this length (a multiple of the dataset's "
+            "that divides 1440), aligned to local midnight.",
+        ),
+    ] = None,
 ) -> GridList:
+    refuse_unknown_params(request, _GRID_PARAMS)
     dataset = service.get_dataset(session, dataset_id)
     return service.list_grids(
-        session, dataset, slot_start=slot_start, h3_cell=h3_cell, limit=limit, offset=offset
+        session,
+        dataset,
+        slot_start=slot_start,
+        h3_cell=h3_cell,
+        limit=limit,
+        offset=offset,
+        min_users=min_users,
+        sort=sort,
+        h3_resolution=h3_resolution,
+        slot_minutes=slot_minutes,
     )
+
+
+_GRID_PARAMS = frozenset(
+    {
+        "slot_start",
+        "h3_cell",
+        "limit",
+        "offset",
+        "min_users",
+        "sort",
+        "h3_resolution",
+        "slot_minutes",
+    }
+)
+
+
+def refuse_unknown_params(request: Request, known: frozenset[str]) -> None:
+    """400 for a query parameter the endpoint does not know (API.md conventions)."""
+    unknown = sorted(set(request.query_params) - known)
+    if unknown:
+        raise InvalidRequest(f"unknown query parameter(s): {', '.join(unknown)[:200]}")
 
 
 _CSV_BODY = {

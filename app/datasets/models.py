@@ -48,11 +48,22 @@ class DatasetUser(Base):
 
 
 class Grid(Base):
-    """One H3 cell × one timeslot, with its public occupancy summary."""
+    """One H3 cell × one timeslot, with its public occupancy summary.
+
+    ``slot_minutes`` is 0 for the dataset's own grids (its resolution and slot
+    length); a coarser grid made on demand (``app.datasets.coarse``) has an H3
+    parent cell and/or a longer slot, and records its slot length here.
+    """
 
     __tablename__ = "grids"
     __table_args__ = (
-        UniqueConstraint("dataset_id", "h3_cell", "slot_start"),
+        UniqueConstraint(
+            "dataset_id",
+            "slot_minutes",
+            "h3_cell",
+            "slot_start",
+            name="uq_grids_dataset_id_slot_minutes",
+        ),
         Index("ix_grids_dataset_slot", "dataset_id", "slot_start"),
     )
 
@@ -65,6 +76,7 @@ class Grid(Base):
     n_records: Mapped[int] = mapped_column(Integer, default=0)
     max_user_records: Mapped[int] = mapped_column(Integer, default=0)
     version: Mapped[int] = mapped_column(Integer, default=0)
+    slot_minutes: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class Record(Base):

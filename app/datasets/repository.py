@@ -91,7 +91,7 @@ class DatasetRepository:
         """``(n_users with records, n_grids, n_records)`` from the grid summaries."""
         n_grids, n_records = self.session.execute(
             select(func.count(Grid.id), func.coalesce(func.sum(Grid.n_records), 0)).where(
-                Grid.dataset_id == dataset_id
+                Grid.dataset_id == dataset_id, Grid.slot_minutes == 0
             )
         ).one()
         n_users = self.session.scalar(
@@ -126,18 +126,28 @@ class GridRepository:
         h3_cell: str | None,
         limit: int,
         offset: int,
+        min_users: int = 0,
+        sort: str | None = None,
     ) -> tuple[Sequence[Grid], int]:
-        """One page of grids in (slot, cell) order, and how many match."""
-        where = [Grid.dataset_id == dataset_id]
+        """One page of the dataset's own grids in (slot, cell) order or by ``sort``
+        (``n_users``, ``slot_start``, ``-`` for descending), and how many match."""
+        where = [Grid.dataset_id == dataset_id, Grid.slot_minutes == 0]
         if slot_start is not None:
             where.append(Grid.slot_start == slot_start)
         if h3_cell is not None:
             where.append(Grid.h3_cell == h3_cell)
+        if min_users > 0:
+            where.append(Grid.n_users >= min_users)
         total = self.session.scalar(select(func.count(Grid.id)).where(*where)) or 0
+        order = {
+            "n_users": (Grid.n_users.asc(),),
+            "-n_users": (Grid.n_users.desc(),),
+            "-slot_start": (Grid.slot_start.desc(),),
+        }.get(sort or "", ())
         grids = self.session.scalars(
             select(Grid)
             .where(*where)
-            .order_by(Grid.slot_start, Grid.h3_cell)
+            .order_by(*order, Grid.slot_start, Grid.h3_cell)
             .limit(limit)
             .offset(offset)
         ).all()
@@ -154,7 +164,9 @@ class GridRepository:
         for part in _chunks(slots):
             rows = self.session.execute(
                 select(Grid.id, Grid.h3_cell, Grid.slot_start, Grid.version, Grid.n_records).where(
-                    Grid.dataset_id == dataset_id, Grid.slot_start.in_(part)
+                    Grid.dataset_id == dataset_id,
+                    Grid.slot_start.in_(part),
+                    Grid.slot_minutes == 0,  # the dataset's own grids, not coarser ones
                 )
             )
             out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)

@@ -9,10 +9,13 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from datetime import datetime
+from typing import Literal
 
+import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.datasets.coarse import coarse_grids, grid_level
 from app.datasets.grid_store import (
     GridArrays,
     clear_grid_cache,
@@ -153,6 +156,19 @@ def grid_out(grid: Grid, dataset: Dataset) -> GridOut:
     )
 
 
+GridSort = Literal["n_users", "-n_users", "slot_start", "-slot_start"]
+
+
+def parse_h3_cell(text: str | None) -> str | None:
+    """A valid H3 cell id (lower case), or ``InvalidRequest``."""
+    if text is None:
+        return None
+    cell = text.strip().lower()
+    if not h3.is_valid_cell(cell):
+        raise InvalidRequest(f"h3_cell {text[:20]!r} is not a valid H3 cell id")
+    return cell
+
+
 def list_grids(
     session: Session,
     dataset: Dataset,
@@ -161,16 +177,33 @@ def list_grids(
     h3_cell: str | None = None,
     limit: int = 1000,
     offset: int = 0,
+    min_users: int = 0,
+    sort: GridSort | None = None,
+    h3_resolution: int | None = None,
+    slot_minutes: int | None = None,
 ) -> GridList:
-    """One page of the dataset's grids in (slot, cell) order, with the total."""
+    """One page of the dataset's grids (its own, or coarser ones made on demand) in
+    (slot, cell) order or by ``sort``, with the total."""
+    level = grid_level(dataset, h3_resolution, slot_minutes)
     slot = parse_slot_start(dataset, slot_start) if slot_start is not None else None
-    grids, total = GridRepository(session).page(
-        dataset.id,
-        slot_start=slot,
-        h3_cell=h3_cell.strip().lower() if h3_cell is not None else None,
-        limit=limit,
-        offset=offset,
-    )
+    cell = parse_h3_cell(h3_cell)
+    res = dataset.h3_resolution if level is None else level.h3_resolution
+    if cell is not None and h3.get_resolution(cell) != res:
+        raise InvalidRequest(f"h3_cell {cell} is not at the listing's resolution {res}")
+    if level is None:
+        grids, total = GridRepository(session).page(
+            dataset.id,
+            slot_start=slot,
+            h3_cell=cell,
+            limit=limit,
+            offset=offset,
+            min_users=min_users,
+            sort=sort,
+        )
+    else:
+        grids, total = _coarse_page(
+            coarse_grids(session, dataset, level, slot), cell, min_users, sort, limit, offset
+        )
     nxt = offset + len(grids)
     return GridList(
         grids=[grid_out(g, dataset) for g in grids],
@@ -179,3 +212,19 @@ def list_grids(
         offset=offset,
         next=nxt if nxt < total else None,
     )
+
+
+def _coarse_page(
+    grids: list[Grid],
+    cell: str | None,
+    min_users: int,
+    sort: GridSort | None,
+    limit: int,
+    offset: int,
+) -> tuple[list[Grid], int]:
+    rows = [g for g in grids if g.n_users >= min_users and (cell is None or g.h3_cell == cell)]
+    if sort in ("n_users", "-n_users"):  # stable: ties stay in (slot, cell) order
+        rows.sort(key=lambda g: g.n_users, reverse=sort == "-n_users")
+    elif sort == "-slot_start":
+        rows.sort(key=lambda g: g.slot_start, reverse=True)
+    return rows[offset : offset + limit], len(rows)

@@ -29,6 +29,7 @@ import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.datasets.coarse import refresh_after_upload
 from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset, Upload
 from app.datasets.repository import DatasetRepository, GridRepository, IngestRepository
@@ -426,6 +427,7 @@ def upload_records(
         finally:
             writer.close()  # the session is ours again only after this
         changed = ingestor.finish()
+        refresh_after_upload(session, dataset, ingestor.slot_grids if changed else ())
     except CsvFormatError as exc:
         raise InvalidRequest(f"cannot read the CSV: {exc}") from None
     finally:

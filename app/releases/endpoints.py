@@ -1,11 +1,17 @@
+"""Whole-timeslot releases (Clip-User, docs/math.md): plan preview, release, stored release."""
+
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated, Any
 
+from fastapi import APIRouter, Query, Request
+
+from app.datasets.endpoints import refuse_unknown_params
 from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.releases import service
-from app.releases.schemas import ReleaseIn, ReleaseOut
+from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
+from app.releases.schemas import PreviewOut, ReleaseBody, ReleaseIn, ReleaseOut
 
 router = APIRouter(tags=["releases"])
 
@@ -13,8 +19,53 @@ router = APIRouter(tags=["releases"])
 @router.post(
     "/datasets/{dataset_id}/releases",
     response_model=ReleaseOut,
+    response_model_exclude_unset=True,  # a statistic not asked for is absent, not null
     responses=responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound),
-    summary="Release mean and variance of every grid of a timeslot (Clip-User, 004 §V)",
+    summary="Release every grid of a timeslot with at least min_users users",
+    description="Grids below `min_users` are skipped and charge nobody. Give `epsilon` (per "
+    "grid) or `max_user_cost` (the most any user pays; dpgate picks the largest per-grid "
+    "epsilon within it). A refusal for budget says `largest_epsilon`, the largest per-grid "
+    "epsilon that would fit now. The same request again in the same budget epoch returns "
+    "the stored release with `cached: true`.",
 )
-def create_release(dataset_id: int, body: ReleaseIn, session: SessionDep, key: AnalystKey) -> dict:
+def create_release(
+    dataset_id: str, body: ReleaseIn, request: Request, session: SessionDep, key: AnalystKey
+) -> dict:
+    refuse_unknown_params(request, frozenset())
     return service.release_slot(session, key, dataset_id, body)
+
+
+@router.post(
+    "/datasets/{dataset_id}/releases/preview",
+    response_model=PreviewOut,
+    responses=responses(Unauthenticated, Forbidden, NotFound),
+    summary="The plan of a release, without values and without any charge",
+)
+def preview_release(
+    dataset_id: str, body: ReleaseIn, request: Request, session: SessionDep, _: AnalystKey
+) -> dict:
+    refuse_unknown_params(request, frozenset())
+    return service.preview_slot(session, dataset_id, body)
+
+
+@router.get(
+    "/releases/{release_id}",
+    response_model=ReleaseBody,
+    responses={**FORMAT_RESPONSES, **responses(Unauthenticated, Forbidden, NotFound)},
+    summary="A stored release, as JSON, GeoJSON or CSV",
+)
+def get_release(
+    release_id: str,
+    request: Request,
+    session: SessionDep,
+    _: AnalystKey,
+    format: Annotated[
+        ReleaseFormat,
+        Query(description="`json` (default), `geojson` (one H3 hexagon per grid) or `csv`."),
+    ] = ReleaseFormat.json,
+) -> Any:
+    refuse_unknown_params(request, frozenset({"format"}))
+    release = service.release_json(session, release_id)
+    if format is ReleaseFormat.json:
+        return release
+    return release_response(release, format)

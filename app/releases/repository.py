@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from app.datasets.models import DatasetUser, Grid
+from app.datasets.models import Grid
 from app.releases.models import SlotRelease
 
 
@@ -21,8 +20,8 @@ class ReleaseRepository:
             self.session.scalars(
                 select(Grid)
                 .where(Grid.dataset_id == dataset_id, Grid.slot_start == slot_start)
-                .where(Grid.n_records > 0)
-                .order_by(Grid.id)
+                .where(Grid.n_records > 0, Grid.slot_minutes == 0)
+                .order_by(Grid.h3_cell)
             )
         )
 
@@ -44,9 +43,3 @@ class ReleaseRepository:
         self.session.add(release)
         self.session.flush()
         return release
-
-    def user_hashes(self, user_ids: Sequence[int]) -> dict[int, str]:
-        rows = self.session.execute(
-            select(DatasetUser.id, DatasetUser.user_hash).where(DatasetUser.id.in_(list(user_ids)))
-        )
-        return {i: h for i, h in rows}

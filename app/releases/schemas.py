@@ -1,45 +1,142 @@
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.queries.schemas import StatisticAnswer
 
+Statistic = Literal["mean", "variance"]
+
 
 class ReleaseIn(BaseModel):
+    """A whole timeslot to release; exactly one of ``epsilon`` and ``max_user_cost``."""
+
     model_config = ConfigDict(extra="forbid")
 
-    slot_start: datetime = Field(description="Start of the timeslot (ISO 8601 with offset).")
-    epsilon: float = Field(description="Budget per grid; each user pays it once per kept grid.")
-    clip_user: bool = Field(default=True, description="Run Clip-User (004 Alg. 1) first.")
-    split: str = Field(default="half", pattern="^(half|optimal)$")
+    slot_start: str = Field(
+        min_length=1,
+        max_length=64,
+        description="Start of the slot (ISO 8601; naive = the dataset's local time). For "
+        "coarser grids, the start of the coarser slot.",
+    )
+    epsilon: float | None = Field(
+        default=None,
+        allow_inf_nan=False,
+        description="Budget per grid; each user pays it once per grid where it is kept.",
+    )
+    max_user_cost: float | None = Field(
+        default=None,
+        gt=0,
+        le=1e6,
+        allow_inf_nan=False,
+        description="Instead of epsilon: the most any user may pay for the whole release; "
+        "dpgate picks the largest per-grid epsilon whose plan stays within it.",
+    )
+    clip_user: bool = Field(
+        default=True,
+        description="Plan with Clip-User (docs/math.md, 'Clip-User'): suppress some users "
+        "in some grids so that no user is charged in more than K grids.",
+    )
+    min_users: int = Field(
+        default=10,
+        ge=1,
+        le=2**31 - 1,
+        description="Grids with fewer users are skipped: not released, nobody charged.",
+    )
+    statistics: list[Statistic] = Field(
+        default_factory=lambda: ["mean", "variance"],
+        min_length=1,
+        max_length=2,
+        description="Statistics to release per grid; with both, each gets half the epsilon.",
+    )
+    mechanism: str = Field(
+        default="auto", max_length=64, description="Mechanism of every statistic."
+    )
+    h3_resolution: int | None = Field(
+        default=None, ge=0, le=15, description="Release coarser grids: H3 parents."
+    )
+    slot_minutes: int | None = Field(
+        default=None, ge=1, le=1440, description="Release coarser grids: a longer slot."
+    )
+    split: Literal["half", "optimal"] = Field(
+        default="half", description="Clip-User's error split between mean and variance."
+    )
     error_target: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     protect_min_error_grid: bool = False
+
+    @model_validator(mode="after")
+    def _one_budget(self) -> ReleaseIn:
+        if (self.epsilon is None) == (self.max_user_cost is None):
+            raise ValueError("give exactly one of epsilon and max_user_cost")
+        if len(set(self.statistics)) != len(self.statistics):
+            raise ValueError("statistics must not repeat")
+        return self
 
 
 class GridRelease(BaseModel):
     grid_id: str
     h3_cell: str
-    mean: StatisticAnswer
-    variance: StatisticAnswer
+    slot_start: str = Field(description="ISO 8601 with the dataset's local UTC offset.")
+    n_users: int
+    n_users_suppressed: int = Field(
+        description="Users Clip-User or the budget left out of this grid (not charged)."
+    )
+    mean: StatisticAnswer | None = None
+    variance: StatisticAnswer | None = None
 
 
-class ReleaseOut(BaseModel):
-    release_id: str
-    slot_start: str
-    epsilon: float
+class PlanFields(BaseModel):
+    dataset_id: int
+    slot_start: str = Field(description="ISO 8601 with the dataset's local UTC offset.")
+    h3_resolution: int
+    slot_minutes: int
+    G1: int = Field(description="Most released grids any user occupies.")
+    K: int = Field(description="Most released grids any user is charged in.")
+    epsilon: float = Field(description="Per-grid epsilon.")
+    max_user_cost: float = Field(description="The largest amount any user pays (K·epsilon).")
+    skipped_grids: int = Field(description="Grids of the slot with fewer than min_users users.")
+    statistics: list[str]
+    mechanism: str
     clip_user: bool
-    G1: int
-    K: int
-    E: float
-    E_bar: float
-    max_user_cost: float = Field(description="Largest epsilon any user pays (at most K·eps).")
-    n_users_charged: int
-    removed: list[tuple[str, str]] = Field(description="[grid_id, user hash] suppressed pairs.")
+    min_users: int
+
+
+class ReleaseOut(PlanFields):
+    release_id: str
     grids: list[GridRelease]
-    withheld: list[str] = Field(description="Grids left out: all their users were exhausted.")
+    withheld_grids: int = Field(description="Grids whose every user was exhausted.")
+    n_users_charged: int
     cached: bool
     epoch: int
-    options: dict[str, Any]
+
+
+class PreviewGrid(BaseModel):
+    grid_id: str
+    h3_cell: str
+    slot_start: str
+    n_users: int
+    n_users_suppressed: int
+    expected_error: float = Field(
+        description="Predicted worst-case error of the first statistic (public counts only)."
+    )
+    expected_errors: dict[str, float] = Field(description="Per statistic.")
+
+
+class PreviewOut(PlanFields):
+    grids: list[PreviewGrid]
+    users_over_budget: int = Field(
+        description="Users whose remaining budget cannot pay their cost in this plan now."
+    )
+    largest_epsilon: float = Field(
+        description="The largest per-grid epsilon that every user could afford now."
+    )
+
+
+class ReleaseBody(BaseModel):
+    """The stored release (GET /releases/{id})."""
+
+    model_config = ConfigDict(extra="allow")
+
+    release_id: str
+    grids: list[dict[str, Any]]

@@ -1,9 +1,14 @@
-"""Release every grid of a timeslot at once (004 §V, docs/math.md §6.5).
+"""Release every readable grid of a timeslot at once (Clip-User, docs/math.md §6.5).
 
-Clip-User plans on the slot's public occupancy, then each grid gets the joint
-clipped mean+variance release (004 ``M_clip``) with the plan's kept counts Γ and
-pseudo-user bound m. Each user pays ``eps`` per grid where it is kept, so no one
-pays more than ``K·eps``. Plan, charges and answers share one transaction.
+The slot's grids (the dataset's own, or coarser ones made on demand) with at
+least ``min_users`` users are released; the others are skipped and charge
+nobody. The plan (``app.releases.planning``) is made from public occupancy only:
+it fixes the per-grid epsilon (given, or the largest within ``max_user_cost``)
+and each user's kept count per grid. Each statistic is then released per grid
+with the requested mechanism on the kept records; users pay the per-grid epsilon
+once per grid where they are kept. Plan, charges and the stored release share
+one transaction. Analysts see suppressions as counts only; the ledger (admins)
+keeps who was charged where.
 """
 
 from __future__ import annotations
@@ -11,248 +16,342 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC
+from datetime import datetime
+from decimal import Decimal
+from functools import partial
 from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
 
 from app import core
-from app.core import bounds
-from app.core.clip_user import clip_user, plan_kept
+from app.datasets.coarse import grid_level
+from app.datasets.grid_store import GridArrays
 from app.datasets.models import Dataset, Grid
-from app.datasets.service import load_grid_snapshot, parse_dataset_id
+from app.datasets.service import (
+    get_dataset,
+    load_grid_snapshot,
+    parse_dataset_id,
+    parse_slot_start,
+)
 from app.errors import BudgetExhausted, InvalidRequest, NotFound
+from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.keys.service import KeyIdentity, spend_quota
 from app.ledger import service as ledger
+from app.ledger.repository import LedgerRepository
 from app.queries.epsilon import EpsilonAmount, parse_epsilon
-from app.queries.service import answer_body
+from app.queries.service import answer_body, parse_options
+from app.releases.expected import expected_error
 from app.releases.models import SlotRelease
+from app.releases.planning import (
+    Occupancy,
+    PlanOptions,
+    SlotPlan,
+    floor_epsilon,
+    largest_affordable,
+    over_budget,
+    plan_at,
+    plan_for_cost,
+)
 from app.releases.repository import ReleaseRepository
 from app.releases.schemas import ReleaseIn
+from app.releases.slot import SlotGrids, slot_grids
 
 MAX_EXCLUSION_ROUNDS = 20
 
 
 @dataclass(frozen=True)
-class SlotPlan:
-    G1: int
-    K: int
-    E: float
-    E_bar: float
-    caps: list[np.ndarray | None]  # per grid, Γ caps aligned with its users; None = withheld
-    m: list[int | None]  # per grid pseudo-user bound (None: let the mechanism choose)
-    removed: list[tuple[int, int]]  # (grid position, user id)
+class SlotInput:
+    """The grids to release and their occupancy."""
+
+    dataset: Dataset
+    slot: SlotGrids
+    arrays: list[GridArrays]
+    occ: Occupancy
 
 
-def _plan(arrays: list, excluded: set[int], U: float, eps: float, body: ReleaseIn) -> SlotPlan:
-    pos, users, counts = [], [], []
-    for g, a in enumerate(arrays):
-        keep = np.fromiter((int(u) not in excluded for u in a.user_ids), bool, len(a.user_ids))
-        pos.append(np.full(int(keep.sum()), g))
-        users.append(a.user_ids[keep])
-        counts.append(a.counts[keep])
-    pos_a, users_a, counts_a = (np.concatenate(x).astype(np.int64) for x in (pos, users, counts))
-    if users_a.size == 0:
-        raise BudgetExhausted("every user of this timeslot has exhausted the privacy budget")
-    live = set(pos_a.tolist())
-    G1 = int(np.max(np.unique(users_a, return_counts=True)[1]))
-    if body.clip_user:
-        plan = clip_user(
-            pos_a,
-            users_a,
-            counts_a,
-            U,
-            eps,
-            error_target=body.error_target,
-            protect_min_error_grid=body.protect_min_error_grid,
-            split=body.split,
-        )
-        kept = np.asarray(plan_kept(plan, pos_a, users_a, counts_a))
-        caps: list[np.ndarray | None] = []
-        for g, a in enumerate(arrays):
-            if g not in live:
-                caps.append(None)
-                continue
-            by_user = dict(
-                zip(users_a[pos_a == g].tolist(), kept[pos_a == g].tolist(), strict=True)
-            )
-            caps.append(
-                np.fromiter((by_user.get(int(u), 0) for u in a.user_ids), np.int64, len(a.user_ids))
-            )
-        return SlotPlan(
-            G1,
-            plan.K,
-            plan.E,
-            plan.E_bar,
-            caps,
-            [plan.m.get(g) for g in range(len(arrays))],
-            [(int(g), int(u)) for g, u in plan.removed],
-        )
-    caps = [
-        None if g not in live else np.where(np.isin(a.user_ids, list(excluded)), 0, a.counts)
-        for g, a in enumerate(arrays)
-    ]
-    E = max(
-        bounds.joint_clip_error(
-            U, eps, int(a.counts.max()), int(a.counts.sum()), int(a.counts.sum()), split=body.split
-        )
-        for g, a in enumerate(arrays)
-        if g in live
+def _check_statistics(body: ReleaseIn) -> None:
+    for statistic in body.statistics:
+        parse_options(statistic, body.mechanism, {})
+
+
+def _slot_input(session: Session, dataset: Dataset, body: ReleaseIn) -> SlotInput:
+    _check_statistics(body)
+    level = grid_level(dataset, body.h3_resolution, body.slot_minutes)
+    slot = slot_grids(session, dataset, level, parse_slot_start(dataset, body.slot_start))
+    released = [g for g in slot.grids if g.n_users >= body.min_users]
+    slot = SlotGrids(slot.start, slot.level, released, len(slot.grids) - len(released))
+    arrays = [load_grid_snapshot(session, g) for g in released]
+    occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
+    return SlotInput(dataset, slot, arrays, occ)
+
+
+def _options(body: ReleaseIn) -> PlanOptions:
+    return PlanOptions(
+        clip_user=body.clip_user,
+        split=body.split,
+        error_target=body.error_target,
+        protect_min_error_grid=body.protect_min_error_grid,
     )
-    return SlotPlan(G1, G1, E, float("nan"), caps, [None] * len(arrays), [])
 
 
-def _user_costs(arrays: list, plan: SlotPlan) -> Counter:
-    cost: Counter = Counter()
-    for a, caps in zip(arrays, plan.caps, strict=True):
-        if caps is not None:
-            cost.update(int(u) for u in a.user_ids[caps > 0])
-    return cost
+def _maker(
+    inp: SlotInput, body: ReleaseIn, excluded: np.ndarray
+) -> Callable[[EpsilonAmount], SlotPlan]:
+    """The plan at a given epsilon, with ``excluded`` users left out."""
+    return partial(plan_at, inp.occ, excluded, inp.dataset.value_bound, opts=_options(body))
 
 
-def _fingerprint(
-    slot: str, eps: EpsilonAmount, options: dict, grids: list[Grid], arrays: list
-) -> str:
+def _choose(inp: SlotInput, body: ReleaseIn, excluded: np.ndarray) -> SlotPlan:
+    """The plan at the given epsilon, or at the largest one within ``max_user_cost``."""
+    max_eps = inp.dataset.max_epsilon_per_query
+    make = _maker(inp, body, excluded)
+    if body.epsilon is not None:
+        return make(parse_epsilon(body.epsilon, max_eps))
+    cap = floor_epsilon(Decimal(str(body.max_user_cost)))
+    live = inp.occ.user[~np.isin(inp.occ.user, excluded)]
+    G1 = int(np.unique(live, return_counts=True)[1].max()) if live.size else 1
+    return plan_for_cost(make, cap, max_eps, G1)
+
+
+def _remaining(dataset: Dataset, spent: dict[int, Decimal]) -> dict[int, Decimal]:
+    return {u: dataset.budget_per_user - s for u, s in spent.items()}
+
+
+def _plan_within_budget(inp: SlotInput, body: ReleaseIn, remaining: dict[int, Decimal]) -> SlotPlan:
+    """The plan every charged user can pay; with ``on_exhausted=exclude`` users who
+    cannot are left out and the plan is made again."""
+    excluded = np.empty(0, dtype=np.int64)
+    for _ in range(MAX_EXCLUSION_ROUNDS):
+        plan = _choose(inp, body, excluded)
+        over = over_budget(inp.occ, plan, remaining)
+        if over.size == 0:
+            return plan
+        if inp.dataset.on_exhausted != "exclude":
+            largest = largest_affordable(
+                _maker(inp, body, excluded),
+                inp.occ,
+                plan,
+                remaining,
+                inp.dataset.max_epsilon_per_query,
+            )
+            raise BudgetExhausted(
+                f"{over.size} user(s) of this timeslot would pass their privacy budget",
+                largest_epsilon=largest,
+            )
+        excluded = np.union1d(excluded, over)
+    raise BudgetExhausted("could not find users of this timeslot within their budget")
+
+
+def _fingerprint(inp: SlotInput, body: ReleaseIn) -> str:
     key = {
-        "slot": slot,
-        "e": str(eps.charged),
-        "o": options,
-        "g": [(g.id, a.version) for g, a in zip(grids, arrays, strict=True)],
+        "slot": inp.slot.start.isoformat(),
+        "body": body.model_dump(mode="json", exclude={"slot_start"}),
+        "g": [(g.id, a.version) for g, a in zip(inp.slot.grids, inp.arrays, strict=True)],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def _statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
+    """Each statistic's share of the per-grid epsilon (the whole of it, or half)."""
+    if n_statistics == 1:
+        return plan.eps
+    return EpsilonAmount(plan.eps.charged / n_statistics, plan.eps.used / n_statistics)
+
+
+def _local(dataset: Dataset, when: datetime) -> str:
+    return format_local(datetime_to_us(when), get_zone(dataset.timezone))
+
+
+def _plan_fields(inp: SlotInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, Any]:
+    dataset, level = inp.dataset, inp.slot.level
+    return {
+        "dataset_id": dataset.id,
+        "slot_start": _local(dataset, inp.slot.start),
+        "h3_resolution": dataset.h3_resolution if level is None else level.h3_resolution,
+        "slot_minutes": dataset.timeslot_minutes if level is None else level.slot_minutes,
+        "G1": plan.G1,
+        "K": plan.K,
+        "epsilon": float(plan.eps.charged),
+        "max_user_cost": float(plan.max_cost),
+        "skipped_grids": inp.slot.skipped,
+        "statistics": list(body.statistics),
+        "mechanism": body.mechanism,
+        "clip_user": body.clip_user,
+        "min_users": body.min_users,
+    }
+
+
+def _grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
+    return {
+        "grid_id": grid.public_id,
+        "h3_cell": grid.h3_cell,
+        "slot_start": _local(dataset, grid.slot_start),
+        "n_users": int(caps.size),
+        "n_users_suppressed": int(np.count_nonzero(caps == 0)),
+    }
+
+
+# ------------------------------------------------------------------- release
+
+
 def release_slot(
-    session: Session, key: KeyIdentity, dataset_id: int, body: ReleaseIn
+    session: Session, key: KeyIdentity, dataset_id: int | str, body: ReleaseIn
 ) -> dict[str, Any]:
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
     epoch = dataset.epoch
-    eps = parse_epsilon(body.epsilon, dataset.max_epsilon_per_query)
-    if body.slot_start.tzinfo is None:
-        raise InvalidRequest("slot_start needs a UTC offset, e.g. 2016-11-25T11:00:00-06:00")
-    slot = body.slot_start.astimezone(UTC)
+    inp = _slot_input(session, dataset, body)
+    fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
-    grids = repo.grids_in_slot(dataset.id, slot)
-    if not grids:
-        raise NotFound(f"no grid of dataset {dataset.id} starts at {slot.isoformat()}")
-    arrays = [load_grid_snapshot(session, g) for g in grids]
-    options = body.model_dump(mode="json", exclude={"slot_start", "epsilon"})
-    fp = _fingerprint(slot.isoformat(), eps, options, grids, arrays)
+    if (stored := repo.find(dataset.id, epoch, fp)) is not None:
+        return {**stored.answer, "cached": True}
+    users = np.unique(inp.occ.user)
+    budget = ledger.lock_budget(session, dataset, epoch, users)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return {**stored.answer, "cached": True}
 
-    all_users = np.unique(np.concatenate([a.user_ids for a in arrays]))
-    budget = ledger.lock_budget(session, dataset, epoch, all_users)
-    if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**stored.answer, "cached": True}
-
-    plan = _plan_within_budget(arrays, dataset, budget, eps, body)
-    cost = _user_costs(arrays, plan)
-    spend_quota(session, key, eps.charged * max(cost.values()))
+    plan = _plan_within_budget(inp, body, _remaining(dataset, budget.spent))
+    if plan.K:
+        spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
         public_id=uuid.uuid4().hex,
         dataset_id=dataset.id,
         epoch=epoch,
-        slot_start=slot,
+        slot_start=inp.slot.start,
         fingerprint=fp,
-        epsilon=eps.charged,
+        epsilon=plan.eps.charged,
         answer={},
         kept={},
         key_id=key.id,
     )
-    answer, kept = _release_grids(grids, arrays, plan, dataset, eps, body, epoch)
-    hashes = repo.user_hashes([u for _, u in plan.removed])
-    answer |= {
+    grids, kept = _release_grids(inp, body, plan, record.public_id, epoch)
+    charged_users = plan.user_costs(inp.occ)[0]
+    record.answer = {
         "release_id": record.public_id,
-        "slot_start": slot.isoformat(),
-        "epsilon": float(eps.charged),
-        "clip_user": body.clip_user,
-        "G1": plan.G1,
-        "K": plan.K,
-        "E": plan.E,
-        "E_bar": answer["E_bar"],
-        "max_user_cost": float(eps.charged * max(cost.values())),
-        "n_users_charged": len(cost),
+        **_plan_fields(inp, body, plan),
+        "grids": grids,
+        "withheld_grids": len(inp.slot.grids) - len(grids),
+        "n_users_charged": int(charged_users.size),
         "cached": False,
         "epoch": epoch,
-        "options": options,
-        "removed": [(grids[g].public_id, hashes[u]) for g, u in plan.removed],
     }
-    record.answer, record.kept = answer, kept
+    record.kept = kept
     repo.add(record)
-    for g, a, caps in zip(grids, arrays, plan.caps, strict=True):
-        if caps is not None:
-            ledger.charge(
-                session,
-                budget,
-                a.user_ids[caps > 0],
-                eps.charged,
-                key_id=key.id,
-                kind="release",
-                reference_id=record.id,
-                grid_id=g.id,
-            )
-    return answer
-
-
-def _plan_within_budget(
-    arrays: list, dataset: Dataset, budget: ledger.LockedBudget, eps: EpsilonAmount, body: ReleaseIn
-) -> SlotPlan:
-    """Plan; with ``on_exhausted=exclude`` drop users who cannot pay and plan again."""
-    excluded: set[int] = set()
-    for _ in range(MAX_EXCLUSION_ROUNDS):
-        try:
-            plan = _plan(arrays, excluded, dataset.value_bound, eps.used, body)
-        except ValueError as exc:
-            raise InvalidRequest(f"cannot plan this release: {exc}") from exc
-        over = {
-            u
-            for u, k in _user_costs(arrays, plan).items()
-            if budget.spent[u] + eps.charged * k > budget.cap
-        }
-        if not over:
-            return plan
-        if dataset.on_exhausted != "exclude":
-            raise BudgetExhausted(f"{len(over)} user(s) of this timeslot would pass their budget")
-        excluded |= over
-    raise BudgetExhausted("could not find users of this timeslot within their budget")
+    _charge(session, inp, plan, budget, key, record.id)
+    return record.answer
 
 
 def _release_grids(
-    grids: list[Grid],
-    arrays: list,
+    inp: SlotInput, body: ReleaseIn, plan: SlotPlan, release_id: str, epoch: int
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    out, kept = [], {}
+    eps = _statistic_eps(plan, len(body.statistics))
+    options = {"release": release_id}
+    for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
+        caps = plan.caps(inp.occ, i)
+        if not caps.any():
+            continue  # every user exhausted (exclude): withheld, nobody charged
+        entry = _grid_head(inp.dataset, grid, caps)
+        for statistic in body.statistics:
+            fn = core.release_mean if statistic == "mean" else core.release_variance
+            U = inp.dataset.value_bound
+            try:
+                release = fn(arrays.grid, U, eps.used, body.mechanism, caps=caps)
+            except ValueError as exc:
+                raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
+            entry[statistic] = answer_body(
+                grid, statistic, body.mechanism, eps, options, release, epoch
+            )
+        out.append(entry)
+        users = arrays.user_ids[caps > 0].tolist()
+        kept[grid.public_id] = {
+            "version": arrays.version,
+            "users": dict(zip(map(str, users), caps[caps > 0].tolist(), strict=True)),
+        }
+    return out, kept
+
+
+def _charge(
+    session: Session,
+    inp: SlotInput,
     plan: SlotPlan,
-    dataset: Dataset,
-    eps: EpsilonAmount,
-    body: ReleaseIn,
-    epoch: int,
-) -> tuple[dict, dict]:
-    out, kept, withheld, errors = [], {}, [], []
-    for g, a, caps, m in zip(grids, arrays, plan.caps, plan.m, strict=True):
-        if caps is None:
-            withheld.append(g.public_id)
-            continue
-        mean, var = core.release_joint(
-            a.grid, dataset.value_bound, eps.used, "clip", split=body.split, caps=caps, m=m
+    budget: ledger.LockedBudget,
+    key: KeyIdentity,
+    release_row_id: int,
+) -> None:
+    """Charge every kept user the per-grid epsilon once per grid where it is kept: one
+    ledger entry per distinct number of grids (the stored release keeps, per grid, who
+    was kept; admins only)."""
+    users, n_grids = plan.user_costs(inp.occ)
+    for k in np.unique(n_grids).tolist():
+        ledger.charge(
+            session,
+            budget,
+            users[n_grids == k].tolist(),
+            plan.eps.charged * k,
+            key_id=key.id,
+            kind="release",
+            reference_id=release_row_id,
+            grid_id=None,
         )
-        errors.append(float(mean.details.get("joint_error", np.nan)))
-        opts = {"release": True}
-        out.append(
+
+
+# ------------------------------------------------------------------- preview
+
+
+def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> dict[str, Any]:
+    """The plan of ``body`` without values and without any charge."""
+    dataset = get_dataset(session, dataset_id)
+    inp = _slot_input(session, dataset, body)
+    plan = _choose(inp, body, np.empty(0, dtype=np.int64))
+    users = np.unique(inp.occ.user)
+    spent = LedgerRepository(session).spent(dataset.id, dataset.epoch, users.tolist())
+    remaining = _remaining(dataset, spent)
+
+    eps = _statistic_eps(plan, len(body.statistics))
+    grids = []
+    U = dataset.value_bound
+    for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
+        caps = plan.caps(inp.occ, i)
+        if not caps.any():
+            continue
+        errors = {
+            s: expected_error(s, arrays.counts, U, eps.used, body.mechanism, caps=caps)
+            for s in body.statistics
+        }
+        grids.append(
             {
-                "grid_id": g.public_id,
-                "h3_cell": g.h3_cell,
-                "mean": answer_body(g, "mean", "clip", eps, opts, mean, epoch),
-                "variance": answer_body(g, "variance", "clip", eps, opts, var, epoch),
+                **_grid_head(dataset, grid, caps),
+                "expected_error": errors[body.statistics[0]],
+                "expected_errors": errors,
             }
         )
-        kept[g.public_id] = {
-            "version": a.version,
-            "users": {
-                str(int(u)): int(k) for u, k in zip(a.user_ids, mean.kept, strict=True) if k > 0
-            },
-        }
-    e_bar = plan.E_bar if body.clip_user else max(errors)
-    return {"grids": out, "withheld": withheld, "E_bar": e_bar}, kept
+    return {
+        **_plan_fields(inp, body, plan),
+        "grids": grids,
+        "users_over_budget": int(over_budget(inp.occ, plan, remaining).size),
+        "largest_epsilon": largest_affordable(
+            _maker(inp, body, np.empty(0, dtype=np.int64)),
+            inp.occ,
+            plan,
+            remaining,
+            dataset.max_epsilon_per_query,
+        ),
+    }
+
+
+# ------------------------------------------------------------------- stored
+
+
+def release_json(session: Session, release_id: str) -> dict[str, Any]:
+    """The stored release as API.md shows it (the other formats wrap this)."""
+    if not isinstance(release_id, str) or not 1 <= len(release_id) <= 32:
+        raise NotFound("no such release")
+    stored = ReleaseRepository(session).by_public_id(release_id)
+    if stored is None:
+        raise NotFound(f"no release {release_id[:40]!r}")
+    return {**stored.answer, "cached": True}
+
+

@@ -1,8 +1,4 @@
-"""A real HTTP server (uvicorn, in a thread) for the browser, and the browser itself.
-
-No ``from __future__ import annotations`` here: the stand-in route below imports its
-types lazily, and FastAPI must see them as objects, not as names to resolve later.
-"""
+"""A real HTTP server (uvicorn, in a thread) for the browser, and the browser itself."""
 
 import threading
 import time
@@ -11,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import uvicorn
-from fastapi import APIRouter, FastAPI
+from fastapi import FastAPI
 from pydantic import SecretStr
 
 from app.config import Settings
@@ -20,37 +16,6 @@ from app.main import create_app
 from tests.browser.cdp import Page, chromium_binary, offline_browser
 from tests.conftest import ADMIN_KEY
 from tests.live_server import free_port
-
-
-def add_stored_release_route_if_missing(app: FastAPI) -> None:
-    """``GET /releases/{id}`` wired to ``app.releases.formats`` as API.md describes it.
-
-    Used only while the application has no such route (the release endpoint is being
-    rewritten on another branch; once it serves ``?format=`` the real route is tested and
-    this stand-in, with its imports of release internals, never runs and can go)."""
-    if "get" in app.openapi().get("paths", {}).get("/releases/{release_id}", {}):
-        return
-    from app.deps import AnalystKey, SessionDep
-    from app.errors import NotFound
-    from app.releases.formats import ReleaseFormat, release_response
-    from app.releases.repository import ReleaseRepository
-
-    router = APIRouter()
-
-    @router.get("/releases/{release_id}")
-    def stored_release(
-        release_id: str,
-        session: SessionDep,
-        key: AnalystKey,
-        format: ReleaseFormat = ReleaseFormat.json,
-    ):
-        record = ReleaseRepository(session).by_public_id(release_id)
-        if record is None:
-            raise NotFound(f"no release {release_id}")
-        return release_response(record.answer, format)
-
-    app.include_router(router)
-    app.openapi_schema = None
 
 
 class ThreadedServer:
@@ -85,7 +50,6 @@ def _chromium_installed() -> None:
 @pytest.fixture
 def live_url(app: FastAPI) -> Iterator[str]:
     """The application (on each test database) served over real HTTP."""
-    add_stored_release_route_if_missing(app)
     with ThreadedServer(app) as server:
         yield server.url
 
@@ -101,7 +65,6 @@ def sqlite_live_url(tmp_path: Path) -> Iterator[str]:
     )
     upgrade(settings.database_url)
     app = create_app(settings)
-    add_stored_release_route_if_missing(app)
     with ThreadedServer(app) as server:
         yield server.url
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from decimal import Decimal
 
@@ -12,7 +13,7 @@ from sqlalchemy import select
 
 from app.core.clip_user import clip_user
 from app.ledger.models import LedgerEntry
-from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, load, make_dataset
+from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, analyst, load, make_dataset
 
 CELL_C = (30.3300, -97.8000)
 # u1 and u2 roam all three cells (G1 = 3); the heavy u1 dominates each grid's error.
@@ -59,26 +60,36 @@ def test_preview_matches_the_engine_and_maps_ids(client: TestClient) -> None:
     assert client.post("/plans/preview", json={**body, "epsilon": "nan"}).status_code == 422
 
 
-def test_release_charges_at_most_K_eps_and_is_cached(client: TestClient, app) -> None:
-    ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)
-    load(client, ds, GRIDS)
-    eps = 0.5
-    req = {"slot_start": HOUR.isoformat(), "epsilon": eps, "clip_user": True}
-    resp = client.post(f"/datasets/{ds}/releases", json=req)
-    assert resp.status_code == 200, resp.text
-    out = resp.json()
-    assert out["G1"] == 3 and 1 <= out["K"] <= out["G1"] and out["cached"] is False
-    assert len(out["grids"]) == 3 and out["withheld"] == []
-    for g in out["grids"]:
-        assert g["mean"]["epsilon"] == pytest.approx(eps / 2)
-        assert g["variance"]["epsilon"] == pytest.approx(eps / 2)
-        assert g["mean"]["noise_scale"] == pytest.approx(g["mean"]["sensitivity"] / (eps / 2))
+def _ledger(app, kind: str = "release") -> Counter:
     with app.state.sessionmaker() as s:
-        entries = s.scalars(select(LedgerEntry).where(LedgerEntry.kind == "release")).all()
+        entries = s.scalars(select(LedgerEntry).where(LedgerEntry.kind == kind)).all()
     per_user: Counter = Counter()
     for e in entries:
         for u in e.users:
             per_user[u] += e.epsilon
+    return per_user
+
+
+def test_release_charges_at_most_K_eps_and_is_cached(client: TestClient, app) -> None:
+    ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)
+    load(client, ds, GRIDS)
+    eps = 0.5
+    req = {"slot_start": HOUR.isoformat(), "epsilon": eps, "clip_user": True, "min_users": 1}
+    resp = client.post(f"/datasets/{ds}/releases", json=req)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert out["G1"] == 3 and 1 <= out["K"] <= out["G1"] and out["cached"] is False
+    assert len(out["grids"]) == 3 and out["skipped_grids"] == 0 and out["withheld_grids"] == 0
+    for g in out["grids"]:
+        assert g["slot_start"] == "2024-03-05T10:00:00+00:00" and g["n_users"] == 4
+        assert g["mean"]["epsilon"] == pytest.approx(eps / 2)
+        assert g["variance"]["epsilon"] == pytest.approx(eps / 2)
+        # auto's mean spends part of its eps on a private window, the rest on Laplace noise
+        eps_noise = g["mean"]["details"].get("eps_noise", eps / 2)
+        assert eps_noise <= eps / 2
+        assert g["mean"]["noise_scale"] == pytest.approx(g["mean"]["sensitivity"] / eps_noise)
+        assert g["mean"]["requested_mechanism"] == "auto"
+    per_user = _ledger(app)
     assert max(per_user.values()) <= Decimal(str(eps)) * out["K"]
     assert max(per_user.values()) == Decimal(str(out["max_user_cost"]))
     again = client.post(f"/datasets/{ds}/releases", json=req).json()
@@ -87,19 +98,18 @@ def test_release_charges_at_most_K_eps_and_is_cached(client: TestClient, app) ->
     assert Decimal(str(budget["max_spent"])) == max(per_user.values())
 
 
-def test_suppressed_users_are_not_charged_again_with_the_plan(client: TestClient) -> None:
+def test_suppressions_are_counts_and_the_plan_is_reused(client: TestClient, app) -> None:
     ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)
     ids = load(client, ds, GRIDS)
-    out = client.post(
-        f"/datasets/{ds}/releases",
-        json={"slot_start": HOUR.isoformat(), "epsilon": 0.1, "clip_user": True},
-    ).json()
+    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.1, "min_users": 1, "mechanism": "clip"}
+    out = client.post(f"/datasets/{ds}/releases", json=req).json()
     # at eps = 0.1 noise dominates: dropping the heavy u1 from a grid lowers its error
-    assert out["removed"], out
-    grid_id, _user = out["removed"][0]
+    suppressed = [g for g in out["grids"] if g["n_users_suppressed"]]
+    assert suppressed, out
+    grid_id = suppressed[0]["grid_id"]
     assert grid_id in ids.values()
-    released = {g["grid_id"]: g for g in out["grids"]}
-    n_kept = released[grid_id]["mean"]["n_users_charged"]
+    n_kept = suppressed[0]["mean"]["n_users_charged"]
+    assert n_kept == 4 - suppressed[0]["n_users_suppressed"]
     q = client.get(
         f"/grids/{grid_id}/mean",
         params={"epsilon": 0.1, "mechanism": "clip", "plan": out["release_id"]},
@@ -109,18 +119,96 @@ def test_suppressed_users_are_not_charged_again_with_the_plan(client: TestClient
         f"/grids/{grid_id}/mean", params={"epsilon": 0.1, "mechanism": "clip", "plan": "nope"}
     )
     assert unknown.status_code == 404
+    # analysts never see user identifiers or their hashes, in the answer or stored
+    hashes = {u["user"] for u in client.get(f"/datasets/{ds}/ledger").json()["users"]}
+    stored = client.get(f"/releases/{out['release_id']}").text
+    for text in (json.dumps(out), stored):
+        assert not any(h in text for h in hashes)
+        assert all(f'"u{i}"' not in text for i in range(1, 9))
 
 
-def test_release_refuses_over_budget_and_unknown_slot(client: TestClient) -> None:
+def test_release_refuses_over_budget_with_the_largest_epsilon(client: TestClient) -> None:
     ds = make_dataset(client, budget_per_user=0.5, value_bound=10.0)
     load(client, ds, GRIDS)
-    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.4, "clip_user": False}
+    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.4, "clip_user": False, "min_users": 1}
     resp = client.post(f"/datasets/{ds}/releases", json=req)  # u1 pays 3 × 0.4 > 0.5
     assert resp.status_code == 403 and resp.json()["error"]["code"] == "budget_exhausted"
+    largest = resp.json()["error"]["largest_epsilon"]
+    assert largest == pytest.approx(0.5 / 3, abs=1e-11) and largest <= 0.5 / 3
     assert client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
+    fits = client.post(f"/datasets/{ds}/releases", json={**req, "epsilon": largest})
+    assert fits.status_code == 200, fits.text
+    assert client.get(f"/datasets/{ds}/budget").json()["max_spent"] <= 0.5
     missing = client.post(
         f"/datasets/{ds}/releases", json={**req, "slot_start": "1999-01-01T00:00:00+00:00"}
     )
     assert missing.status_code == 404
-    naive = client.post(f"/datasets/{ds}/releases", json={**req, "slot_start": "2024-03-05T10:00"})
-    assert naive.status_code == 400
+    naive = {**req, "epsilon": largest, "slot_start": "2024-03-05T10:00"}  # local time (UTC)
+    again = client.post(f"/datasets/{ds}/releases", json=naive).json()
+    assert again["cached"] is True and again["release_id"] == fits.json()["release_id"]
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"slot_start": "0001-01-01T00:00:00+14:00"},
+        {"slot_start": "9999-12-31T23:59:59-14:00"},
+        {"slot_start": "not a time"},
+        {"mechanism": "levy", "statistics": ["mean", "variance"]},
+        {"mechanism": "nope"},
+        {"h3_resolution": 9},
+        {"slot_minutes": 90},
+        {"slot_minutes": 7},
+        {"epsilon": 100.0},
+    ],
+)
+def test_release_bad_input_is_400(client: TestClient, change: dict) -> None:
+    ds = make_dataset(client, value_bound=10.0)
+    load(client, ds, GRIDS)
+    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.1, "min_users": 1, **change}
+    for path in ("releases", "releases/preview"):
+        resp = client.post(f"/datasets/{ds}/{path}", json=req)
+        assert resp.status_code == 400, (path, resp.text)
+        assert resp.json()["error"]["code"] == "invalid_request"
+    assert client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
+
+
+def test_release_needs_exactly_one_budget(client: TestClient) -> None:
+    ds = make_dataset(client, value_bound=10.0)
+    base = {"slot_start": HOUR.isoformat(), "min_users": 1}
+    for extra in ({}, {"epsilon": 0.1, "max_user_cost": 1.0}, {"epsilon": 0.1, "x": 1}):
+        resp = client.post(f"/datasets/{ds}/releases", json={**base, **extra})
+        assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"
+    resp = client.post(f"/datasets/{ds}/releases?x=1", json={**base, "epsilon": 0.1})
+    assert resp.status_code == 400
+
+
+def test_stored_release_and_formats(client: TestClient) -> None:
+    ds = make_dataset(client, value_bound=10.0, budget_per_user=10.0)
+    load(client, ds, GRIDS)
+    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.5, "min_users": 1, "statistics": ["mean"]}
+    out = client.post(f"/datasets/{ds}/releases", json=req).json()
+    stored = client.get(f"/releases/{out['release_id']}", headers=analyst(client))
+    assert stored.status_code == 200
+    body = stored.json()
+    assert body["cached"] is True
+    assert {k: v for k, v in body.items() if k != "cached"} == {
+        k: v for k, v in out.items() if k != "cached"
+    }
+    for key in ("release_id", "G1", "K", "epsilon", "max_user_cost", "grids", "skipped_grids"):
+        assert key in body
+    for g in body["grids"]:
+        assert set(g) >= {"grid_id", "h3_cell", "slot_start", "n_users", "mean"}
+        assert "variance" not in g
+        assert 0 <= g["mean"]["estimate"] <= 10
+        ci = g["mean"]["ci95"]
+        assert (ci is None and g["mean"]["ci95_note"]) or 0 <= ci[0] <= ci[1] <= 10
+    assert client.get("/releases/nope").status_code == 404
+    assert client.get(f"/releases/{out['release_id']}?format=xml").status_code in (400, 422)
+    geo = client.get(f"/releases/{out['release_id']}?format=geojson")
+    assert geo.status_code == 200 and geo.headers["content-type"].startswith("application/geo+json")
+    assert len(geo.json()["features"]) == len(body["grids"])
+    rows = client.get(f"/releases/{out['release_id']}?format=csv")
+    assert rows.status_code == 200 and rows.headers["content-type"].startswith("text/csv")
+    assert len(rows.text.strip().splitlines()) == 1 + len(body["grids"])
+    assert client.get(f"/releases/{out['release_id']}?fmt=json").status_code == 400

@@ -46,6 +46,8 @@ ROLES = {
     ("POST", "/datasets/{dataset_id}/budget/reset"): "admin",
     ("POST", "/plans/preview"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases"): "analyst",
+    ("POST", "/datasets/{dataset_id}/releases/preview"): "analyst",
+    ("GET", "/releases/{release_id}"): "analyst",
 }
 
 
@@ -61,7 +63,14 @@ def _operations(client: TestClient) -> list[tuple[str, str]]:
 
 def _request(client: TestClient, world: World, method: str, path: str, headers: dict) -> Any:
     """A *valid* request to the operation (so only the key decides the outcome)."""
-    url = path.format(dataset_id=world.dataset_id, grid_id=world.grid_ids[0])
+    release_id = ""
+    if "{release_id}" in path:  # a stored release to read (the same one each time)
+        release_id = client.post(
+            f"/datasets/{world.dataset_id}/releases",
+            json={"slot_start": world.slot_start, "epsilon": 0.01},
+            headers=ADMIN,
+        ).json()["release_id"]
+    url = path.format(dataset_id=world.dataset_id, grid_id=world.grid_ids[0], release_id=release_id)
     params: dict[str, Any] = {}
     body: Any = None
     content: bytes | None = None
@@ -77,7 +86,7 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
         }.get(path)
         if path.endswith("/reset"):
             body = {"reason": "authorisation test"}
-        elif path.endswith("/releases"):
+        elif path.endswith(("/releases", "/releases/preview")):
             body = {"slot_start": world.slot_start, "epsilon": 0.01}
         elif path.endswith("/records"):
             content = b"user_id,timestamp,lat,lon,value\n"
@@ -342,6 +351,8 @@ def test_no_endpoint_returns_raw_ids_or_records(client: TestClient) -> None:
             fills = [{"grid_id": g} for g in grids]
         elif "dataset_id" in path:
             fills = [{"dataset_id": ds}]
+        elif "release_id" in path:
+            fills = [{"release_id": rel.json()["release_id"]}]
         for fill in fills:
             query = {"epsilon": 0.5} if "epsilon" in params else {}
             if "target_error" in params:

@@ -169,7 +169,7 @@ def _guided(op: Any, fixed: dict[str, str], slot: str) -> list[st.SearchStrategy
             }
         )
         return [body.flatmap(lambda b: op.as_strategy(positive, body=b))]
-    if label.endswith("/releases"):
+    if label.endswith(("/releases", "/releases/preview")):
         body = st.fixed_dictionaries(
             {
                 "slot_start": st.just(slot),
@@ -209,12 +209,22 @@ def test_schemathesis_every_operation(app: FastAPI) -> None:
     with TestClient(app) as client:  # runs the lifespan: the admin key exists
         world = populate(client)
         documented = DocumentedSchema(client.get("/openapi.json").json())
+        release = client.post(
+            f"/datasets/{world.dataset_id}/releases",
+            json={"slot_start": world.slot_start, "epsilon": 0.01},
+            headers=ADMIN,
+        )
+        assert release.status_code == 200, release.text
     schema = schemathesis.openapi.from_asgi("/openapi.json", app)  # runs its own lifespan
     # Every call carries a real key (below); a missing or bad one is test_authorization's.
     # Left on, negative cases "drop" the declared bearer header, which the call restores.
     schema.config.generation.update(with_security_parameters=False)
     keys = (ADMIN_KEY, world.analyst_key)
-    real_ids = {"dataset_id": str(world.dataset_id), "grid_id": world.grid_ids[0]}
+    real_ids = {
+        "dataset_id": str(world.dataset_id),
+        "grid_id": world.grid_ids[0],
+        "release_id": release.json()["release_id"],
+    }
     operations = [result.ok() for result in schema.get_all_operations()]
     assert len(operations) >= 15, [op.label for op in operations]
     failures: list[str] = []

@@ -226,7 +226,11 @@ def _valid_request(
     world: World, method: str, path: str
 ) -> tuple[dict[str, str], dict[str, str], Any]:
     """Valid path values, query and body for an operation (to vary one field at a time)."""
-    path_values = {"dataset_id": str(world.dataset_id), "grid_id": world.grid_ids[0]}
+    path_values = {
+        "dataset_id": str(world.dataset_id),
+        "grid_id": world.grid_ids[0],
+        "release_id": "0" * 32,  # no such release: 404, the fields around it are what vary
+    }
     query: dict[str, str] = {}
     body: Any = None
     if path.endswith(("/mean", "/variance")):
@@ -248,7 +252,7 @@ def _valid_request(
         }.get(path, body)
         if path.endswith("/reset"):
             body = {"reason": "audit"}
-        if path.endswith("/releases"):
+        if path.endswith(("/releases", "/releases/preview")):
             body = {"slot_start": world.slot_start, "epsilon": 0.001, "clip_user": True}
     return path_values, query, body
 

@@ -1,0 +1,168 @@
+"""Coarser grids on demand: H3 parent cells and longer slots aligned to local midnight.
+
+A coarser grid covers every grid of the dataset whose cell has it as H3 parent
+and whose slot lies in its slot. Slots follow :func:`app.ingest.timeslots.slot_start_us`
+with the longer length: a slot starts where local wall time is a multiple of its
+length after local midnight, so on a daylight-saving day the slot holding the
+change is an hour longer or shorter, never misaligned. The coarser grid's
+occupancy and engine input come from the stored records (earliest first per
+user, as for the dataset's own grids) and are stored as its snapshot, so the
+grid cache serves it by version like any grid (``coarse_repository`` says how
+versions and concurrent creation work).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+import h3
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, FineGrid
+from app.datasets.grid_store import summarise_grids
+from app.datasets.models import Dataset, Grid
+from app.errors import InvalidRequest
+from app.ingest.timeslots import datetime_to_us, get_zone, slot_start_us, us_to_datetime
+
+__all__ = ["GridLevel", "coarse_grids", "grid_level", "refresh_after_upload"]
+
+#: A slot of ``m`` minutes lasts at most this much longer on a daylight-saving day.
+_DST_SLACK = timedelta(hours=2)
+_DAY = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class GridLevel:
+    """A grid size coarser than the dataset's own (in cell, slot length or both)."""
+
+    h3_resolution: int
+    slot_minutes: int
+
+
+def grid_level(
+    dataset: Dataset, h3_resolution: int | None, slot_minutes: int | None
+) -> GridLevel | None:
+    """The requested level, ``None`` for the dataset's own grids; 400 if not coarser."""
+    res = dataset.h3_resolution if h3_resolution is None else h3_resolution
+    minutes = dataset.timeslot_minutes if slot_minutes is None else slot_minutes
+    if not 0 <= res <= dataset.h3_resolution:
+        raise InvalidRequest(
+            f"h3_resolution must be between 0 and the dataset's {dataset.h3_resolution}"
+        )
+    if minutes < 1 or minutes % dataset.timeslot_minutes or 1440 % minutes:
+        raise InvalidRequest(
+            f"slot_minutes must be a multiple of the dataset's {dataset.timeslot_minutes} "
+            "that divides 1440"
+        )
+    if res == dataset.h3_resolution and minutes == dataset.timeslot_minutes:
+        return None
+    return GridLevel(res, minutes)
+
+
+def _keys(fine: list[FineGrid], dataset: Dataset, level: GridLevel) -> list[tuple[str, int]]:
+    """``(parent cell, coarser slot start µs)`` of each grid."""
+    parents: dict[str, str] = {}
+    for g in fine:
+        if g.h3_cell not in parents:
+            parents[g.h3_cell] = h3.cell_to_parent(g.h3_cell, level.h3_resolution)
+    starts = np.array([datetime_to_us(g.slot_start) for g in fine], dtype=np.int64)
+    slots = slot_start_us(starts, get_zone(dataset.timezone), level.slot_minutes).tolist()
+    return [(parents[g.h3_cell], s) for g, s in zip(fine, slots, strict=True)]
+
+
+def _build(
+    repo: CoarseGridRepository, groups: dict[tuple[str, int], list[FineGrid]]
+) -> dict[tuple[str, int], CoarseRow]:
+    """Occupancy and snapshot of each coarser grid, from its grids' stored records."""
+    keys = list(groups)
+    index = {g.id: i for i, k in enumerate(keys) for g in groups[k]}
+    grid_ids, users, values = repo.records_by_user_time(list(index))
+    if grid_ids.size == 0:
+        return {}
+    lookup = np.array(sorted(index), dtype=np.int64)
+    code_of = np.array([index[int(g)] for g in lookup], dtype=np.int64)
+    codes = code_of[np.searchsorted(lookup, grid_ids)]
+    order = np.argsort(codes, kind="stable")  # (coarser grid, user, time, record id)
+    out = {}
+    for s in summarise_grids(codes[order], users[order], values[order]):
+        key = keys[s.grid_id]
+        out[key] = CoarseRow(
+            h3_cell=key[0],
+            slot_start=us_to_datetime(key[1]),
+            public_id=secrets.token_urlsafe(12),
+            n_users=s.n_users,
+            n_records=s.n_records,
+            max_user_records=s.max_user_records,
+            version=sum(g.version for g in groups[key]),
+            user_ids=s.user_ids,
+            counts=s.counts,
+            values=s.values,
+        )
+    return out
+
+
+def coarse_grids(
+    session: Session, dataset: Dataset, level: GridLevel, slot: datetime | None = None
+) -> list[Grid]:
+    """The coarser grids of ``level`` (only those starting at ``slot`` if given), made or
+    refreshed as needed, in (slot, cell) order."""
+    repo = CoarseGridRepository(session)
+    repo.share_lock(dataset.id)
+    lo, hi = (None, None) if slot is None else (slot, slot + timedelta(minutes=level.slot_minutes))
+    fine = repo.fine_grids(dataset.id, lo, None if hi is None else hi + _DST_SLACK)
+    groups: dict[tuple[str, int], list[FineGrid]] = defaultdict(list)
+    for g, key in zip(fine, _keys(fine, dataset, level), strict=True):
+        if slot is None or key[1] == datetime_to_us(slot):
+            groups[key].append(g)
+    stored = _stored(repo, dataset.id, level, lo, hi)
+    stale = {
+        k: v
+        for k, v in groups.items()
+        if k not in stored or stored[k].version != sum(g.version for g in v)
+    }
+    if stale:
+        built = _build(repo, stale)
+        repo.insert_missing(
+            dataset.id, level.slot_minutes, [r for k, r in built.items() if k not in stored]
+        )
+        for k, r in built.items():
+            if k in stored:
+                repo.refresh(stored[k].id, r)
+        stored = _stored(repo, dataset.id, level, lo, hi)
+        repo.write_snapshots([(stored[k].id, r) for k, r in built.items()])
+    return sorted(
+        (stored[k] for k in groups if k in stored), key=lambda g: (g.slot_start, g.h3_cell)
+    )
+
+
+def _stored(
+    repo: CoarseGridRepository,
+    dataset_id: int,
+    level: GridLevel,
+    lo: datetime | None,
+    hi: datetime | None,
+) -> dict[tuple[str, int], Grid]:
+    return {
+        (g.h3_cell, datetime_to_us(g.slot_start)): g
+        for g in repo.coarse_grids(dataset_id, level.slot_minutes, lo, hi)
+        if h3.get_resolution(g.h3_cell) == level.h3_resolution
+    }
+
+
+def refresh_after_upload(session: Session, dataset: Dataset, slots_us: Iterable[int]) -> None:
+    """Bring the stored coarser grids over these slots of the dataset's own grids up to
+    date (called by an upload, inside its transaction, under the dataset lock)."""
+    slots = list(slots_us)
+    if not slots:
+        return
+    repo = CoarseGridRepository(session)
+    found = repo.coarse_starts(
+        dataset.id, us_to_datetime(min(slots)) - _DAY, us_to_datetime(max(slots))
+    )
+    for minutes, res, start in sorted({(m, h3.get_resolution(c), s) for m, c, s in found}):
+        coarse_grids(session, dataset, GridLevel(res, minutes), start)

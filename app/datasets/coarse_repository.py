@@ -1,0 +1,247 @@
+"""All SQL of coarser grids (H3 parents and/or longer slots, made on demand).
+
+A coarser grid is a row of ``grids`` with ``slot_minutes > 0`` and a snapshot in
+``grid_snapshots`` like any grid, so every ``/grids/{id}/…`` path serves it
+unchanged. Its ``version`` is the sum of the versions of the dataset's own
+grids it covers: every upload that changes one of them raises the sum, so the
+version moves exactly when the coarser grid's records do.
+
+Creation is race-safe: rows are inserted with ``ON CONFLICT DO NOTHING`` on the
+unique key and read back; on Postgres the builder holds the dataset row
+``FOR SHARE`` (uploads take ``FOR NO KEY UPDATE``, so none can commit between
+reading the records and writing the grid); SQLite transactions are
+``BEGIN IMMEDIATE`` and already serialised.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy as np
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.orm import Session
+
+from app.datasets.models import Dataset, Grid, GridSnapshot
+
+IN_CHUNK = 500
+_FETCH_ROW = np.dtype(
+    [
+        ("n", ">i2"),
+        ("l1", ">i4"), ("grid", ">i8"),
+        ("l2", ">i4"), ("user", ">i8"),
+        ("l3", ">i4"), ("value", ">f8"),
+    ]
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class FineGrid:
+    id: int
+    h3_cell: str
+    slot_start: datetime
+    version: int
+
+
+@dataclass(frozen=True)
+class CoarseRow:
+    """A coarser grid to write: its key, occupancy, version and snapshot buffers."""
+
+    h3_cell: str
+    slot_start: datetime
+    public_id: str
+    n_users: int
+    n_records: int
+    max_user_records: int
+    version: int
+    user_ids: bytes
+    counts: bytes
+    values: bytes
+
+
+class CoarseGridRepository:
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.postgres = session.get_bind().dialect.name == "postgresql"
+
+    def share_lock(self, dataset_id: int) -> None:
+        """Keep uploads of the dataset out until this transaction ends (Postgres)."""
+        if self.postgres:
+            self.session.execute(
+                select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True)
+            )
+
+    def fine_grids(
+        self, dataset_id: int, start: datetime | None, end: datetime | None
+    ) -> list[FineGrid]:
+        """The dataset's own grids with records, starting in ``[start, end)`` if given."""
+        q = select(Grid.id, Grid.h3_cell, Grid.slot_start, Grid.version).where(
+            Grid.dataset_id == dataset_id, Grid.slot_minutes == 0, Grid.n_records > 0
+        )
+        if start is not None:
+            q = q.where(Grid.slot_start >= start)
+        if end is not None:
+            q = q.where(Grid.slot_start < end)
+        return [FineGrid(*r) for r in self.session.execute(q)]
+
+    def coarse_grids(
+        self, dataset_id: int, slot_minutes: int, start: datetime | None, end: datetime | None
+    ) -> list[Grid]:
+        q = select(Grid).where(Grid.dataset_id == dataset_id, Grid.slot_minutes == slot_minutes)
+        if start is not None:
+            q = q.where(Grid.slot_start >= start)
+        if end is not None:
+            q = q.where(Grid.slot_start < end)
+        return list(self.session.scalars(q.execution_options(populate_existing=True)))
+
+    def coarse_starts(
+        self, dataset_id: int, start: datetime, end: datetime
+    ) -> list[tuple[int, str, datetime]]:
+        """``(slot_minutes, h3_cell, slot_start)`` of the coarser grids starting in
+        ``[start, end]``."""
+        rows = self.session.execute(
+            select(Grid.slot_minutes, Grid.h3_cell, Grid.slot_start).where(
+                Grid.dataset_id == dataset_id,
+                Grid.slot_minutes > 0,
+                Grid.slot_start >= start,
+                Grid.slot_start <= end,
+            )
+        )
+        return [(r[0], r[1], r[2]) for r in rows]
+
+    def records_by_user_time(
+        self, grid_ids: Sequence[int]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(grid_id, user_id, value)`` of these grids' records, ordered by user,
+        timestamp, record id (each user's records earliest first across the grids)."""
+        ids = sorted({int(g) for g in grid_ids})
+        if not ids:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0, dtype=np.float64)
+        if self.postgres:
+            return self._records_postgres(ids)
+        return self._records_sqlite(ids)
+
+    def _records_postgres(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
+        sql = (
+            "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
+            f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
+            "ORDER BY user_id, ts, id) TO STDOUT (FORMAT BINARY)"
+        )
+        buf = bytearray()
+        driver = self.session.connection().connection.driver_connection
+        with driver.cursor() as cur, cur.copy(sql) as copy:
+            for block in copy:
+                buf += block
+        ext = struct.unpack(">i", buf[15:19])[0]
+        rows = np.frombuffer(memoryview(buf)[19 + ext : len(buf) - 2], dtype=_FETCH_ROW)
+        return (
+            rows["grid"].astype(np.int64),
+            rows["user"].astype(np.int64),
+            rows["value"].astype(np.float64),
+        )
+
+    def _records_sqlite(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        row = np.dtype([("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
+        cur = self.session.connection().connection.driver_connection.cursor()
+        parts = []
+        try:
+            marks = ",".join("?" * len(ids))
+            cur.execute(
+                f"SELECT grid_id, user_id, value FROM records WHERE grid_id IN ({marks}) "  # noqa: S608
+                "ORDER BY user_id, ts, id",
+                ids,
+            )
+            while fetched := cur.fetchmany(50_000):
+                parts.append(np.array(fetched, dtype=row))
+        finally:
+            cur.close()
+        arr = np.concatenate(parts) if parts else np.empty(0, dtype=row)
+        return arr["g"].copy(), arr["u"].copy(), arr["v"].copy()
+
+    def _insert(self):  # type: ignore[no-untyped-def]
+        return pg_insert if self.postgres else sqlite_insert
+
+    def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:
+        """Insert coarser grids not stored yet (a concurrent twin is kept as it is)."""
+        for i in range(0, len(rows), IN_CHUNK):
+            part = rows[i : i + IN_CHUNK]
+            stmt = (
+                self._insert()(Grid)
+                .values(
+                    [
+                        {
+                            "public_id": r.public_id,
+                            "dataset_id": dataset_id,
+                            "h3_cell": r.h3_cell,
+                            "slot_start": r.slot_start,
+                            "n_users": r.n_users,
+                            "n_records": r.n_records,
+                            "max_user_records": r.max_user_records,
+                            "version": r.version,
+                            "slot_minutes": slot_minutes,
+                        }
+                        for r in part
+                    ]
+                )
+                .on_conflict_do_nothing(
+                    index_elements=["dataset_id", "slot_minutes", "h3_cell", "slot_start"]
+                )
+            )
+            self.session.execute(stmt)
+
+    def refresh(self, grid_id: int, row: CoarseRow) -> None:
+        """Bring a stored coarser grid to ``row``'s version (never backwards)."""
+        self.session.execute(
+            update(Grid)
+            .where(Grid.id == grid_id, Grid.version < row.version)
+            .values(
+                n_users=row.n_users,
+                n_records=row.n_records,
+                max_user_records=row.max_user_records,
+                version=row.version,
+            )
+        )
+
+    def write_snapshots(self, rows: Sequence[tuple[int, CoarseRow]]) -> None:
+        """Store ``(grid id, row)`` snapshots, replacing older versions only."""
+        for i in range(0, len(rows), IN_CHUNK):
+            part = rows[i : i + IN_CHUNK]
+            stmt = self._insert()(GridSnapshot).values(
+                [
+                    {
+                        "grid_id": gid,
+                        "version": r.version,
+                        "user_ids": r.user_ids,
+                        "counts": r.counts,
+                        "values": r.values,
+                    }
+                    for gid, r in part
+                ]
+            )
+            stmt = stmt.on_conflict_do_update(
+                index_elements=["grid_id"],
+                set_={
+                    "version": stmt.excluded.version,
+                    "user_ids": stmt.excluded.user_ids,
+                    "counts": stmt.excluded.counts,
+                    "values": stmt.excluded["values"],
+                },
+                where=GridSnapshot.version < stmt.excluded.version,
+            )
+            self.session.execute(stmt)
+
+    def count_coarse(self, dataset_id: int) -> int:
+        return int(
+            self.session.scalar(
+                select(func.count(Grid.id)).where(
+                    Grid.dataset_id == dataset_id, Grid.slot_minutes > 0
+                )
+            )
+            or 0
+        )

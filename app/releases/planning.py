@@ -1,0 +1,199 @@
+"""Plans of a whole-slot release from public occupancy only (no value is read).
+
+A plan says, for every released grid, each user's kept count Γ (0: suppressed,
+not charged). Each user pays the per-grid epsilon once per grid where Γ > 0, so
+the largest cost is ``K·eps`` (Clip-User, docs/math.md). With a cost cap ``C``
+the per-grid epsilon is searched among ``C/k`` (k = 1..G1): Clip-User's K
+depends on epsilon through its error threshold E, so the largest ``C/k`` whose
+plan has ``K <= k`` is taken (every candidate is checked, never assumed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import ROUND_FLOOR, Decimal
+
+import numpy as np
+
+from app.core.clip_user import clip_user, plan_kept
+from app.db.base import EPSILON_QUANTUM
+from app.errors import InvalidRequest
+from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
+
+#: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a binary search.
+FULL_SCAN_GRIDS = 12
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    clip_user: bool
+    split: str = "half"
+    error_target: float | None = None
+    protect_min_error_grid: bool = False
+
+
+@dataclass(frozen=True)
+class Occupancy:
+    """The released grids' (grid, user, count) pairs, grid by grid as in the snapshots."""
+
+    grid: np.ndarray  # position of the grid in the release
+    user: np.ndarray  # dataset_users.id
+    count: np.ndarray
+    bounds: np.ndarray  # pairs of grid i are bounds[i]:bounds[i+1]
+
+    @classmethod
+    def of(cls, user_ids: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> Occupancy:
+        sizes = np.array([u.size for u in user_ids], dtype=np.int64)
+        bounds = np.zeros(sizes.size + 1, dtype=np.int64)
+        np.cumsum(sizes, out=bounds[1:])
+        empty = np.empty(0, dtype=np.int64)
+        return cls(
+            grid=np.repeat(np.arange(sizes.size, dtype=np.int64), sizes),
+            user=np.concatenate(list(user_ids)).astype(np.int64) if sizes.size else empty,
+            count=np.concatenate(list(counts)).astype(np.int64) if sizes.size else empty,
+            bounds=bounds,
+        )
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    eps: EpsilonAmount
+    G1: int
+    K: int
+    kept: np.ndarray  # Γ per pair of the occupancy (0: not used, not charged)
+
+    def caps(self, occ: Occupancy, i: int) -> np.ndarray:
+        return self.kept[occ.bounds[i] : occ.bounds[i + 1]]
+
+    def user_costs(self, occ: Occupancy) -> tuple[np.ndarray, np.ndarray]:
+        """``(user ids, grids charged)`` of every charged user."""
+        return np.unique(occ.user[self.kept > 0], return_counts=True)
+
+    @property
+    def max_cost(self) -> Decimal:
+        return self.eps.charged * self.K
+
+
+def _grids_per_user(users: np.ndarray) -> int:
+    return int(np.unique(users, return_counts=True)[1].max()) if users.size else 0
+
+
+def plan_at(
+    occ: Occupancy, excluded: np.ndarray, U: float, eps: EpsilonAmount, opts: PlanOptions
+) -> SlotPlan:
+    """The plan at ``eps`` with ``excluded`` users (sorted ids) left out of every grid."""
+    live = ~np.isin(occ.user, excluded) if excluded.size else np.ones(occ.user.size, dtype=bool)
+    kept = np.zeros(occ.user.size, dtype=np.int64)
+    g, u, c = occ.grid[live], occ.user[live], occ.count[live]
+    if u.size == 0:
+        return SlotPlan(eps, 0, 0, kept)
+    G1 = _grids_per_user(u)
+    if not opts.clip_user:
+        kept[live] = c
+        return SlotPlan(eps, G1, G1, kept)
+    try:
+        plan = clip_user(
+            g,
+            u,
+            c,
+            U,
+            eps.used,
+            error_target=opts.error_target,
+            protect_min_error_grid=opts.protect_min_error_grid,
+            split=opts.split,
+        )
+    except ValueError as exc:
+        raise InvalidRequest(f"cannot plan this release: {exc}") from exc
+    kept[live] = plan_kept(plan, g, u, c)
+    return SlotPlan(eps, G1, _grids_per_user(occ.user[kept > 0]), kept)
+
+
+def floor_epsilon(value: Decimal) -> Decimal:
+    """``value`` rounded down to the ledger's quantum (so ``k`` times it never passes)."""
+    return value.quantize(EPSILON_QUANTUM, rounding=ROUND_FLOOR)
+
+
+def epsilon_amount(value: Decimal, max_epsilon: Decimal) -> EpsilonAmount:
+    """An exact ledger amount, at least the minimum epsilon (else 400)."""
+    if value < MIN_EPSILON:
+        raise InvalidRequest(f"the per-grid epsilon would be {value:.3g}, below {MIN_EPSILON}")
+    return parse_epsilon(float(min(value, max_epsilon)), max_epsilon)
+
+
+def _exact(value: Decimal) -> EpsilonAmount:
+    amount = parse_epsilon(float(value))
+    return amount if amount.charged <= value else EpsilonAmount(value, float(value) * (1 - 1e-15))
+
+
+def plan_for_cost(
+    make: Callable[[EpsilonAmount], SlotPlan],
+    cost_cap: Decimal,
+    max_epsilon: Decimal,
+    G1: int,
+) -> SlotPlan:
+    """The plan with the largest per-grid epsilon of the form ``C/k`` whose users pay at
+    most ``C``: a binary search over ``k`` for the smallest ``k`` with ``K(C/k) <= k``
+    (``k = G1`` always qualifies; every ``k`` when ``G1`` is small), each candidate's
+    plan computed and checked."""
+
+    def candidate(k: int) -> EpsilonAmount:
+        value = min(floor_epsilon(cost_cap / k), max_epsilon)
+        if value < MIN_EPSILON:
+            raise InvalidRequest(
+                f"max_user_cost {cost_cap} is too small: a user in {G1} grids would get "
+                f"a per-grid epsilon below {MIN_EPSILON}"
+            )
+        return _exact(value)
+
+    G1 = max(G1, 1)
+    if G1 <= FULL_SCAN_GRIDS:  # few candidates: try each, largest epsilon first
+        for k in range(1, G1):
+            plan = make(candidate(k))
+            if plan.max_cost <= cost_cap:
+                return plan
+        return make(candidate(G1))
+    best = make(candidate(G1))
+    lo, hi = 1, G1 - 1
+    while lo <= hi:
+        k = (lo + hi) // 2
+        plan = make(candidate(k))
+        if plan.max_cost <= cost_cap:
+            best, hi = plan, k - 1
+        else:
+            lo = k + 1
+    return best
+
+
+def largest_affordable(
+    make: Callable[[EpsilonAmount], SlotPlan],
+    occ: Occupancy,
+    plan: SlotPlan,
+    remaining: dict[int, Decimal],
+    max_epsilon: Decimal,
+    rounds: int = 6,
+) -> float:
+    """The largest per-grid epsilon at which every charged user could pay now (0 if
+    none): each round lowers epsilon to ``min_u remaining_u / grids_u`` of the current
+    plan and plans again, until the plan fits."""
+    for _ in range(rounds):
+        users, grids = plan.user_costs(occ)
+        if users.size == 0:
+            return float(plan.eps.charged)
+        pairs = zip(users.tolist(), grids.tolist(), strict=True)
+        fit = min(floor_epsilon(remaining[u] / k) for u, k in pairs)
+        fit = min(fit, max_epsilon, plan.eps.charged)
+        if fit < MIN_EPSILON:
+            return 0.0
+        if fit == plan.eps.charged:
+            return float(fit)
+        plan = make(_exact(fit))
+    return 0.0
+
+
+def over_budget(occ: Occupancy, plan: SlotPlan, remaining: dict[int, Decimal]) -> np.ndarray:
+    """Sorted ids of the users who cannot pay their cost in ``plan``."""
+    users, grids = plan.user_costs(occ)
+    eps = plan.eps.charged
+    over = [int(u) for u, k in zip(users, grids, strict=True) if eps * int(k) > remaining[int(u)]]
+    return np.array(sorted(over), dtype=np.int64)

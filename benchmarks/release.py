@@ -1,0 +1,181 @@
+"""Whole-slot release and preview of a synthetic city slot, at res 8 and coarsened to res 7.
+
+Run ``python benchmarks/release.py`` (options: ``--sizes``, ``--repeats``, ``--url``,
+``--profile``). For each size (records; default 10^5, 3·10^5 and 10^6) it builds one
+hour of a city: ``records/20`` buses (50,000 at 10^6), 20 readings each along a short
+walk over neighbouring cells of a res-8 disk of about ``records/200`` cells (5,000 at
+10^6), uploads it through the HTTP API (in-process, an SQLite file by default), then
+times, through HTTP:
+
+* ``preview r8`` / ``preview r7``: ``POST /datasets/{id}/releases/preview`` with
+  ``max_user_cost`` (the ε search, Clip-User, expected errors), nothing charged;
+* ``release r8`` / ``release r7``: ``POST /datasets/{id}/releases`` with ``epsilon`` (a
+  new one per run, so nothing is served from the stored releases), mean and variance;
+  Clip-User, every grid released (``min_users`` 1), each charged in the ledger.
+
+The first res-7 request builds the coarser grids from the stored records (timed
+apart, as ``coarsen r7``); later ones read them by version from the grid cache.
+Prints the median of ``--repeats`` runs of each and the growth between sizes.
+Targets (issue 15): at 10^6 records, preview <= 2 s and release <= 5 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import itertools
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import h3
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from app.config import Settings  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
+from app.main import create_app  # noqa: E402
+
+ADMIN = "bench-admin-key"
+CENTER = (30.2672, -97.7431)
+SLOT = "2024-03-05T08:00:00+00:00"
+READINGS = 20
+
+
+def city_csv(n_records: int, seed: int = 7) -> bytes:
+    """One hour of ``n_records`` readings: ``n/20`` buses on walks over a res-8 disk."""
+    rng = np.random.default_rng(seed)
+    n_buses = n_records // READINGS
+    n_cells = max(n_records // 200, 7)
+    k = 1
+    while 3 * k * (k + 1) + 1 < n_cells:
+        k += 1
+    cells = sorted(h3.grid_disk(h3.latlng_to_cell(*CENTER, 8), k))[:n_cells]
+    index = {c: i for i, c in enumerate(cells)}
+    neighbours = [[index[n] for n in h3.grid_disk(c, 1) if n in index] for c in cells]
+    centres = np.array([h3.cell_to_latlng(c) for c in cells])
+    lines = ["user_id,timestamp,lat,lon,value"]
+    for bus in range(n_buses):
+        cell = int(rng.integers(n_cells))
+        seconds = np.sort(rng.choice(3600, size=READINGS, replace=False))
+        speeds = np.clip(rng.normal(8.0 + 3 * rng.standard_normal(), 4.0, READINGS), 0, 30)
+        for j in range(READINGS):
+            if j and rng.random() < 0.2:  # move on to a neighbouring cell
+                cell = int(rng.choice(neighbours[cell]))
+            lat, lon = centres[cell]
+            ts = f"2024-03-05T08:{seconds[j] // 60:02d}:{seconds[j] % 60:02d}+00:00"
+            lines.append(f"b{bus},{ts},{lat:.6f},{lon:.6f},{speeds[j]:.3f}")
+    return ("\n".join(lines) + "\n").encode()
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def post(client: TestClient, path: str, body: dict) -> dict:
+    resp = client.post(path, json=body)
+    if resp.status_code != 200:
+        raise RuntimeError(f"{path}: {resp.status_code} {resp.text[:300]}")
+    return resp.json()
+
+
+def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str, float]:
+    settings = Settings(database_url=url, admin_key=ADMIN, secret_key="bench-secret")
+    upgrade(url)
+    out: dict[str, float] = {}
+    with TestClient(create_app(settings)) as client:
+        client.headers["Authorization"] = f"Bearer {ADMIN}"
+        ds = client.post(
+            "/datasets",
+            json={
+                "name": f"city {n_records}",
+                "value_bound": 30.0,
+                "budget_per_user": 1e6,
+                "max_epsilon_per_query": 10.0,
+            },
+        ).json()["id"]
+        data = city_csv(n_records)
+        up = timed(
+            lambda: client.post(
+                f"/datasets/{ds}/records", content=data, headers={"Content-Type": "text/csv"}
+            )
+        )
+        grids = client.get(f"/datasets/{ds}", params={}).json()
+        print(
+            f"  {n_records:>9,} records: {grids['n_users']:,} users, {grids['n_grids']:,} "
+            f"res-8 grids (upload {up:.1f} s)",
+            flush=True,
+        )
+        base = {"slot_start": SLOT, "min_users": 1, "clip_user": True}
+        r7 = {"h3_resolution": 7}
+        out["coarsen r7"] = timed(
+            lambda: client.get(f"/datasets/{ds}/grids", params={**r7, "limit": 1})
+        )
+        cases: dict[str, Callable[[int], dict]] = {
+            "preview r8": lambda i: post(
+                client, f"/datasets/{ds}/releases/preview", {**base, "max_user_cost": 1.0}
+            ),
+            "preview r7": lambda i: post(
+                client, f"/datasets/{ds}/releases/preview", {**base, **r7, "max_user_cost": 1.0}
+            ),
+            "release r8": lambda i: post(
+                client, f"/datasets/{ds}/releases", {**base, "epsilon": 0.1 + i * 1e-6}
+            ),
+            "release r7": lambda i: post(
+                client, f"/datasets/{ds}/releases", {**base, **r7, "epsilon": 0.1 + i * 1e-6}
+            ),
+        }
+        for name, fn in cases.items():
+            fn(-1)  # warm: grid cache, Clip-User's imports
+            if profile:
+                prof = cProfile.Profile()
+                prof.runcall(fn, -2)
+                print(f"--- profile of {name}")
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
+            out[name] = statistics.median(timed(partial(fn, i)) for i in range(repeats))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--url", default=None, help="database URL (default: a fresh SQLite file)")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    rows: list[tuple[int, dict[str, float]]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for size in args.sizes:
+            url = args.url or f"sqlite:///{tmp}/bench-{size}.db"
+            rows.append((size, run_size(url, size, args.repeats, args.profile)))
+    names = list(rows[0][1])
+    print(f"\nmedian seconds over {args.repeats} runs (coarsen r7: once)")
+    print(f"{'records':>10} " + " ".join(f"{n:>12}" for n in names))
+    for size, res in rows:
+        print(f"{size:>10,} " + " ".join(f"{res[n]:>12.3f}" for n in names))
+    for (s0, a), (s1, b) in itertools.pairwise(rows):
+        growth = " ".join(f"{b[n] / a[n]:>12.2f}" for n in names)
+        print(f"{'x' + format(s1 / s0, '.1f'):>10} {growth}")
+    if rows[-1][0] >= 1_000_000:
+        res = rows[-1][1]
+        ok = (
+            max(res["preview r8"], res["preview r7"]) <= 2
+            and max(res["release r8"], res["release r7"]) <= 5
+        )
+        print(f"targets at 10^6 (preview <= 2 s, release <= 5 s): {'met' if ok else 'NOT met'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,52 @@
+"""The cost-cap search of release plans (app.releases.planning) on made-up K(eps) curves."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from app.errors import InvalidRequest
+from app.queries.epsilon import EpsilonAmount
+from app.releases.planning import SlotPlan, plan_for_cost
+
+
+def _maker(K_of_k: dict[int, int], cap: Decimal, calls: list[Decimal]):
+    """A plan whose K at eps = floor(cap/k) is K_of_k[k]."""
+
+    def make(eps: EpsilonAmount) -> SlotPlan:
+        calls.append(eps.charged)
+        k = min(K_of_k, key=lambda j: abs((cap / j) - eps.charged))
+        return SlotPlan(eps, max(K_of_k), K_of_k[k], np.zeros(0, dtype=np.int64))
+
+    return make
+
+
+@pytest.mark.parametrize(
+    "K_of_k",
+    [
+        {1: 5, 2: 4, 3: 3, 4: 3, 5: 3},  # fits from k = 3
+        {1: 1, 2: 1, 3: 1},  # fits at once
+        {1: 4, 2: 1, 3: 4, 4: 4},  # not monotone: k = 2 fits, k = 3 does not
+        {k: 20 for k in range(1, 21)} | {17: 16},  # many grids: binary search, K <= k checked
+    ],
+)
+def test_cost_cap_takes_the_largest_fitting_candidate(K_of_k: dict[int, int]) -> None:
+    cap = Decimal("2")
+    calls: list[Decimal] = []
+    G1 = max(K_of_k)
+    plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
+    assert plan.max_cost <= cap  # never more than the cap, whatever the search did
+    fitting = [k for k, K in K_of_k.items() if k >= K]
+    if G1 <= 12:  # every candidate tried: the largest epsilon that fits
+        assert plan.eps.charged == (cap / min(fitting)).quantize(Decimal("1e-12"), "ROUND_FLOOR")
+    assert len(calls) <= G1
+
+
+def test_cost_cap_respects_the_maximum_and_minimum_epsilon() -> None:
+    calls: list[Decimal] = []
+    plan = plan_for_cost(_maker({1: 1}, Decimal(50), calls), Decimal(50), Decimal(10), 1)
+    assert plan.eps.charged == Decimal(10)
+    with pytest.raises(InvalidRequest):
+        plan_for_cost(_maker({1: 1}, Decimal("1e-9"), []), Decimal("1e-9"), Decimal(10), 1)
