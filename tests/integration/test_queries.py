@@ -314,17 +314,17 @@ def test_large_grids_are_released_off_the_event_loop(
     """A release over more records than the limit runs on a worker thread (it would
     stall every request of the process on the loop); a small one runs on the loop."""
     where: list[str] = []
-    real = service._release_answer
+    real = service.ReleaseStep.run
 
-    def spy(*args, **kwargs):
+    def spy(step: service.ReleaseStep):
         try:
             asyncio.get_running_loop()
             where.append("loop")
         except RuntimeError:
             where.append("thread")
-        return real(*args, **kwargs)
+        return real(step)
 
-    monkeypatch.setattr(service, "_release_answer", spy)
+    monkeypatch.setattr(service.ReleaseStep, "run", spy)
     monkeypatch.setattr(service, "RELEASE_ON_LOOP_MAX_RECORDS", limit)
     _, a, _ = grids
     resp = client.get(f"/grids/{a}/mean", params={"epsilon": 0.2, "mechanism": "baseline"})
