@@ -8,8 +8,8 @@ are exhausted depends only on the ledger, never on values (API.md "Guarantees").
 
 :func:`query_verdict` is the order in which a query commit checks things; the
 Postgres function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
-makes exactly these decisions in one statement, and ``tests/unit/test_ledger_rule.py``
-holds the two to the same verdicts.
+makes exactly these decisions in one statement, and
+``tests/integration/test_ledger_commit.py`` holds the two to the same verdicts.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 -- dpgate_commit_query: a query's commit in one atomic statement (Postgres only).
 -- The decision order is app.ledger.rule.query_verdict, the Python rule it must match
--- (tests/unit/test_ledger_rule.py runs both on the same inputs). Migration 0003 creates
+-- (tests/integration/test_ledger_commit.py runs both on the same inputs). Migration 0003 creates
 -- the function from this file and 0004 sets enable_seqscan = off on it; a revision that
 -- changes the body must first freeze this text for 0003 (e.g. commit_query_0003.sql).
 CREATE FUNCTION dpgate_commit_query(
