@@ -90,9 +90,9 @@ class KeyAuth(HTTPBearer):
 
     async def __call__(self, request: Request) -> KeyIdentity:  # type: ignore[override]
         digest = bearer_digest(request.headers.get("Authorization"))
-        key = cached_identity(digest) or await database(request).run_ungated(
-            lookup_identity, digest
-        )
+        key = cached_identity(digest)
+        if key is None:
+            key = await database(request).run_ungated(lookup_identity, digest)
         limiter = getattr(request.app.state, "rate_limiter", None)
         if limiter is not None:
             limiter.check(key.id)

@@ -151,9 +151,12 @@ def grid_cache_info() -> dict[str, int]:
 class GridVersion(Protocol):
     """A grid at a version (an ORM ``Grid`` or a query's ``GridContext``)."""
 
-    id: int
-    public_id: str
-    version: int
+    @property
+    def id(self) -> int: ...
+    @property
+    def public_id(self) -> str: ...
+    @property
+    def version(self) -> int: ...
 
 
 class GridChanged(Conflict):

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import CursorResult, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
@@ -152,7 +152,7 @@ class LedgerRepository:
                 .values(spent=BudgetAccount.spent + epsilon)
                 .execution_options(synchronize_session=False)
             )
-            changed += result.rowcount
+            changed += cast("CursorResult[Any]", result).rowcount
         return changed
 
     def add_entry(self, entry: LedgerEntry) -> LedgerEntry:

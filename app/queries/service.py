@@ -101,6 +101,7 @@ async def answer_statistic(
     epsilon: float,
     raw_options: Mapping[str, str],
 ) -> dict[str, Any]:
+    invalid: InvalidRequest | None
     try:
         eps, options = _parse_query(statistic, mechanism, epsilon, raw_options)
     except InvalidRequest as exc:  # reported after "no such grid", as ever
