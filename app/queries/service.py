@@ -125,7 +125,17 @@ async def answer_statistic(
         except GridChanged:  # an upload committed since the look-up: look again
             continue
         caps = await _caps(store, ctx, options, arrays, eps)
-        step = ReleaseStep(ctx, key, statistic, mechanism, eps, options, fp, arrays, caps)
+        step = ReleaseStep(
+            ctx=ctx,
+            key=key,
+            statistic=statistic,
+            mechanism=mechanism,
+            eps=eps,
+            options=options,
+            fingerprint=fp,
+            arrays=arrays,
+            caps=caps,
+        )
         # A small grid's release (well under a millisecond) runs right here; a large
         # one's would stall every request of this process, so it goes to a thread.
         small = arrays.values.size <= RELEASE_ON_LOOP_MAX_RECORDS
@@ -171,7 +181,7 @@ async def _caps(
     return caps
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReleaseStep:
     """Everything one fresh release of one grid needs (all decided before it runs)."""
 
