@@ -25,6 +25,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import create_engine, text
 from sqlalchemy.engine import Engine, make_url
+from sqlalchemy.pool import NullPool
 
 from app.config import Settings
 from app.db.migrate import upgrade
@@ -63,8 +64,9 @@ def postgres_base_url() -> str:
 
 @pytest.fixture(scope="session")
 def postgres_admin(postgres_base_url: str) -> Iterator[Engine]:
-    """One engine per worker for creating and dropping the tests' schemas."""
-    engine = create_engine(postgres_base_url, pool_size=1)
+    """One engine per worker for creating and dropping the tests' schemas (holding no
+    connection between uses: the server's connections are shared with other runs)."""
+    engine = create_engine(postgres_base_url, poolclass=NullPool)
     yield engine
     engine.dispose()
 
