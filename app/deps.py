@@ -1,30 +1,28 @@
 """FastAPI dependencies as ``Annotated`` aliases.
 
-The request owns the transaction, in one of two ways, both committing once
-**before** the response is sent and rolling back on any error (an answer
-therefore never leaves before its charge is durable):
+The request owns the transaction (``app.db.unit`` lists every way to run database
+work), committing once **before** the response is sent and rolling back on any
+error (an answer therefore never leaves before its charge is durable):
 
 * :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
   commits after it returns (``scope="function"``);
-* :func:`database` — :meth:`Database.run` runs a whole unit of work (open,
-  work, commit or roll back, close) in one hop to a database thread: the steps
-  of a query on SQLite, and its rarer steps on Postgres (``app.queries.store``;
-  there its look-up and commit go from the event loop to ``app.state.query_pool``).
+* :func:`database` — the process's :class:`app.db.unit.Database`, whose ``run``
+  makes a whole unit of work of one function: the steps of a query on SQLite, and
+  its rarer steps on Postgres (``app.queries.store``; there its look-up and commit
+  go from the event loop to ``app.state.query_pool``).
 """
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Annotated, Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Annotated, cast
 
-from anyio import CapacityLimiter, to_thread
+from anyio import to_thread
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
-from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.orm import Session
 
-from app.config import Settings
+from app.db.unit import Database
 from app.keys.service import (
     KeyIdentity,
     bearer_digest,
@@ -33,56 +31,10 @@ from app.keys.service import (
     require_role,
 )
 
-R = TypeVar("R")
-
-
-class Database:
-    """Runs units of work, each in one hop to one of the process's database threads.
-
-    A unit enters the process's database gate first (shared with
-    :func:`get_session`, so the two together never hold more connections than the
-    pool has), then runs ``fn(session, *args)`` on a thread of its own executor,
-    committing if ``fn`` returns and rolling back if it raises, and closes the
-    session — all in that one thread, which never waits for another request.
-    """
-
-    def __init__(self, make_session: sessionmaker[Session], gate: CapacityLimiter) -> None:
-        self.make_session = make_session
-        self.gate = gate
-        self.executor = ThreadPoolExecutor(int(gate.total_tokens), thread_name_prefix="dpgate-db")
-
-    async def run(self, fn: Callable[..., R], *args: Any) -> R:
-        async with self.gate:
-            return await asyncio.get_running_loop().run_in_executor(
-                self.executor, self._unit, fn, args
-            )
-
-    async def run_ungated(self, fn: Callable[..., R], *args: Any) -> R:
-        """A short unit outside the gate (a request already holding a gate token may
-        need one, e.g. the key look-up; it uses the pool's spare connections)."""
-        return await to_thread.run_sync(self._unit, fn, args)
-
-    def _unit(self, fn: Callable[..., R], args: tuple[Any, ...]) -> R:
-        with self.make_session() as session:
-            try:
-                result = fn(session, *args)
-            except BaseException:
-                session.rollback()
-                raise
-            session.commit()
-            return result
-
-    def close(self) -> None:
-        self.executor.shutdown(wait=True)
-
 
 def database(request: Request) -> Database:
     """The process's :class:`Database` (made at start-up)."""
-    return request.app.state.database
-
-
-async def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
+    return cast(Database, request.app.state.database)
 
 
 def _finish(session: Session, ok: bool) -> None:
@@ -116,7 +68,6 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
         await to_thread.run_sync(_finish, session, True, limiter=state.db_finish)
 
 
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
@@ -139,15 +90,14 @@ class KeyAuth(HTTPBearer):
 
     async def __call__(self, request: Request) -> KeyIdentity:  # type: ignore[override]
         digest = bearer_digest(request.headers.get("Authorization"))
-        key = cached_identity(digest) or await database(request).run_ungated(
-            lookup_identity, digest
-        )
+        key = cached_identity(digest)
+        if key is None:
+            key = await database(request).run_ungated(lookup_identity, digest)
         limiter = getattr(request.app.state, "rate_limiter", None)
         if limiter is not None:
             limiter.check(key.id)
         return require_role(key, *self.roles) if self.roles else key
 
 
-CurrentKey = Annotated[KeyIdentity, Depends(KeyAuth())]
 AnalystKey = Annotated[KeyIdentity, Depends(KeyAuth("admin", "analyst"))]
 AdminKey = Annotated[KeyIdentity, Depends(KeyAuth("admin"))]

@@ -136,7 +136,6 @@ def _validation_message(exc: RequestValidationError) -> str:
 
 #: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,
 #: so they arrive without SQLAlchemy's DBAPIError wrapper).
-DRIVER_ERRORS = (sqlite3.Error, psycopg.Error)
 _DRIVER_UNAVAILABLE = (sqlite3.OperationalError, psycopg.OperationalError)
 _DRIVER_DATA = (sqlite3.DataError, psycopg.DataError)
 

@@ -15,7 +15,7 @@ from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import make_async_pool
-from app.deps import Database
+from app.db.unit import Database
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
 from app.keys.endpoints import router as keys_router

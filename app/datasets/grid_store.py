@@ -151,9 +151,12 @@ def grid_cache_info() -> dict[str, int]:
 class GridVersion(Protocol):
     """A grid at a version (an ORM ``Grid`` or a query's ``GridContext``)."""
 
-    id: int
-    public_id: str
-    version: int
+    @property
+    def id(self) -> int: ...
+    @property
+    def public_id(self) -> str: ...
+    @property
+    def version(self) -> int: ...
 
 
 class GridChanged(Conflict):
@@ -171,16 +174,8 @@ def cached_grid_snapshot(grid: GridVersion) -> GridArrays | None:
     return _cache.get(_key(grid))
 
 
-def load_grid_snapshot(
-    session: Session, grid: GridVersion, *, cache_bytes: int | None = None
-) -> GridArrays:
-    """The engine input of ``grid`` at its current version, from the cache or its snapshot.
-
-    ``cache_bytes`` (e.g. ``settings.grid_cache_bytes``) resizes the process-wide
-    cache when given.
-    """
-    if cache_bytes is not None and cache_bytes != _cache.max_bytes:
-        configure_grid_cache(cache_bytes)
+def load_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
+    """The engine input of ``grid`` at its current version, from the cache or its snapshot."""
     hit = cached_grid_snapshot(grid)
     return hit if hit is not None else read_grid_snapshot(session, grid)
 

@@ -1,56 +1,28 @@
 """All SQL about datasets, their users, grids, records, snapshots and uploads.
 
-Bulk paths differ by dialect: on Postgres records go through binary ``COPY``
-into a temporary staging table and one ``INSERT ... SELECT ... WHERE NOT EXISTS``
-(an anti-join on the unique key: cheaper than ``ON CONFLICT`` and exact because
-the dataset lock keeps other writers out); on SQLite through ``executemany`` of
-``INSERT ... ON CONFLICT DO NOTHING``. Both count what was really inserted, so
-duplicates are exact. Grids and snapshots are written with ``COPY`` / array
-statements on Postgres and ``executemany`` on SQLite.
+Bulk paths differ by dialect, each in one module (``bulk_postgres``: binary
+``COPY`` and array statements; ``bulk_sqlite``: ``executemany``), chosen once per
+:class:`IngestRepository`. Both count what was really inserted, so duplicates are
+exact.
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from app.datasets.bulk_postgres import PostgresBulk
+from app.datasets.bulk_sqlite import SqliteBulk
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
+from app.db.dialect import Backend, backend_of
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500
-#: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
-ID_BLOCK = 4096
-#: Microseconds between the Unix epoch and Postgres' epoch (2000-01-01).
-PG_EPOCH_OFFSET_US = 946_684_800_000_000
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_ONE_US = timedelta(microseconds=1)
-_PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
-_PG_COPY_TRAILER = struct.pack(">h", -1)
-_PG_STAGE_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l1", ">i4"), ("grid", ">i8"),
-        ("l2", ">i4"), ("user", ">i8"),
-        ("l3", ">i4"), ("ts", ">i8"),
-        ("l4", ">i4"), ("value", ">f8"),
-        ("l5", ">i4"), ("check", "u1"),
-    ]
-)  # fmt: skip
-_PG_FETCH_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l1", ">i4"), ("grid", ">i8"),
-        ("l2", ">i4"), ("user", ">i8"),
-        ("l3", ">i4"), ("value", ">f8"),
-    ]
-)  # fmt: skip
 
 
 def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
@@ -173,160 +145,48 @@ class GridRepository:
         return out
 
 
-def sqlite_datetime_text(us: np.ndarray) -> list[str]:
-    """UTC microseconds as the text SQLAlchemy's SQLite ``DateTime`` stores
-    (``YYYY-MM-DD HH:MM:SS.ffffff``), so raw and ORM writes compare equal."""
-    text = np.datetime_as_string(np.asarray(us, dtype=np.int64).astype("datetime64[us]"), unit="us")
-    return np.char.replace(text, "T", " ").tolist()
-
-
 class IngestRepository:
     """Bulk SQL of ingestion, on the session's own connection (so inside its transaction).
 
-    Postgres: binary ``COPY`` into a temporary staging table and array (``unnest``)
-    statements. SQLite: ``executemany`` through the driver. Writers to one dataset
-    must hold its lock (:meth:`DatasetRepository.lock`): duplicate detection
-    relies on it.
+    The dialect's statements are chosen once, here: :class:`PostgresBulk` (binary
+    ``COPY`` and array statements) or :class:`SqliteBulk` (``executemany``). Writers to
+    one dataset must hold its lock (:meth:`DatasetRepository.lock`): duplicate
+    detection relies on it.
     """
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.dialect = session.get_bind().dialect.name
-        self.postgres = self.dialect == "postgresql"
-        self._staged = False
-        self._next_grid_id: int | None = None
-        self._spare_ids: list[int] = []
-
-    def _driver(self) -> Any:
-        return self.session.connection().connection.driver_connection
+        driver = session.connection().connection.driver_connection
+        self.bulk: PostgresBulk | SqliteBulk = (
+            PostgresBulk(driver) if backend_of(session) is Backend.POSTGRES else SqliteBulk(driver)
+        )
 
     # ------------------------------------------------------------------ users
     def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> list[int]:
         """``dataset_users.id`` of each keyed hash, creating the missing users."""
         if not hashes:
             return []
-        if self.postgres:
-            with self._driver().cursor() as cur:
-                cur.execute(
-                    "INSERT INTO dataset_users (dataset_id, user_hash) "
-                    "SELECT %s, h FROM unnest(%s::text[]) AS h ON CONFLICT DO NOTHING",
-                    (dataset_id, list(hashes)),
-                )
-                cur.execute(
-                    "SELECT user_hash, id FROM dataset_users "
-                    "WHERE dataset_id = %s AND user_hash = ANY(%s::text[])",
-                    (dataset_id, list(hashes)),
-                )
-                found = dict(cur.fetchall())
-        else:
-            cur = self._driver().cursor()
-            try:
-                cur.executemany(
-                    "INSERT INTO dataset_users (dataset_id, user_hash) VALUES (?, ?) "
-                    "ON CONFLICT DO NOTHING",
-                    [(dataset_id, h) for h in hashes],
-                )
-                found = {}
-                for part in _chunks(list(hashes)):
-                    marks = ",".join("?" * len(part))
-                    cur.execute(
-                        "SELECT user_hash, id FROM dataset_users "  # noqa: S608
-                        f"WHERE dataset_id = ? AND user_hash IN ({marks})",
-                        [dataset_id, *part],
-                    )
-                    found.update(cur.fetchall())
-            finally:
-                cur.close()
+        found = self.bulk.user_ids(dataset_id, hashes)
         return [found[h] for h in hashes]
 
     # ------------------------------------------------------------------ grids
     def allocate_grid_ids(self, n: int) -> list[int]:
         """``n`` fresh grid ids for grids inserted later in this transaction (Postgres: from
         the id sequence, in blocks; SQLite: after the largest id, safe under its write lock)."""
-        if n <= 0:
-            return []
-        if self.postgres:
-            if len(self._spare_ids) < n:
-                with self._driver().cursor() as cur:
-                    cur.execute(
-                        "SELECT nextval(pg_get_serial_sequence('grids', 'id')) "
-                        "FROM generate_series(1, %s)",
-                        (max(n - len(self._spare_ids), ID_BLOCK),),
-                    )
-                    self._spare_ids.extend(r[0] for r in cur.fetchall())
-            out, self._spare_ids = self._spare_ids[:n], self._spare_ids[n:]
-            return out
-        if self._next_grid_id is None:
-            cur = self._driver().cursor()
-            try:
-                cur.execute("SELECT coalesce(max(id), 0) FROM grids")
-                self._next_grid_id = int(cur.fetchone()[0]) + 1
-            finally:
-                cur.close()
-        first = self._next_grid_id
-        self._next_grid_id += n
-        return list(range(first, first + n))
+        return [] if n <= 0 else self.bulk.allocate_grid_ids(n)
 
     def insert_grids(
         self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
     ) -> None:
         """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
         max_user_records, version)``."""
-        if not rows:
-            return
-        if self.postgres:
-            with (
-                self._driver().cursor() as cur,
-                cur.copy(
-                    "COPY grids (id, public_id, dataset_id, h3_cell, slot_start, n_users, "
-                    "n_records, max_user_records, version) FROM STDIN (FORMAT BINARY)"
-                ) as copy,
-            ):
-                copy.set_types(
-                    ["int4", "text", "int4", "text", "timestamptz", "int4", "int4", "int4", "int4"]
-                )
-                for i, p, c, t, nu, nr, mx, v in rows:
-                    copy.write_row(
-                        (i, p, dataset_id, c, _EPOCH + timedelta(microseconds=t), nu, nr, mx, v)
-                    )
-            return
-        slots = sqlite_datetime_text(np.array([r[3] for r in rows], dtype=np.int64))
-        cur = self._driver().cursor()
-        try:
-            cur.executemany(
-                "INSERT INTO grids (id, public_id, dataset_id, h3_cell, slot_start, n_users, "
-                "n_records, max_user_records, version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (i, p, dataset_id, c, t, nu, nr, mx, v)
-                    for (i, p, c, _, nu, nr, mx, v), t in zip(rows, slots, strict=True)
-                ],
-            )
-        finally:
-            cur.close()
+        if rows:
+            self.bulk.insert_grids(dataset_id, rows)
 
     def update_grids(self, rows: Sequence[tuple[int, int, int, int, int]]) -> None:
         """Set ``(id, n_users, n_records, max_user_records, version)`` of grids."""
-        if not rows:
-            return
-        if self.postgres:
-            cols = [list(c) for c in zip(*rows, strict=True)]
-            with self._driver().cursor() as cur:
-                cur.execute(
-                    "UPDATE grids SET n_users = u.nu, n_records = u.nr, max_user_records = u.mx, "
-                    "version = u.v FROM unnest(%s::int[], %s::int[], %s::int[], %s::int[], "
-                    "%s::int[]) AS u(id, nu, nr, mx, v) WHERE grids.id = u.id",
-                    cols,
-                )
-            return
-        cur = self._driver().cursor()
-        try:
-            cur.executemany(
-                "UPDATE grids SET n_users = ?, n_records = ?, max_user_records = ?, version = ? "
-                "WHERE id = ?",
-                [(nu, nr, mx, v, gid) for gid, nu, nr, mx, v in rows],
-            )
-        finally:
-            cur.close()
+        if rows:
+            self.bulk.update_grids(rows)
 
     def write_snapshots(
         self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]], *, replace: bool
@@ -342,38 +202,7 @@ class IngestRepository:
             if replace
             else ""
         )
-        if self.postgres:
-            target = "dpgate_snapshot_stage" if replace else "grid_snapshots"
-            with self._driver().cursor() as cur:
-                if replace:
-                    cur.execute(
-                        "CREATE TEMP TABLE IF NOT EXISTS dpgate_snapshot_stage "
-                        "(LIKE grid_snapshots) ON COMMIT DROP"
-                    )
-                with cur.copy(
-                    f'COPY {target} (grid_id, version, user_ids, counts, "values") '
-                    "FROM STDIN (FORMAT BINARY)"
-                ) as copy:
-                    copy.set_types(["int4", "int4", "bytea", "bytea", "bytea"])
-                    for row in rows:
-                        copy.write_row(row)
-                if replace:
-                    cur.execute(
-                        'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
-                        'SELECT grid_id, version, user_ids, counts, "values" '
-                        "FROM dpgate_snapshot_stage" + conflict
-                    )
-                    cur.execute("TRUNCATE dpgate_snapshot_stage")
-            return
-        cur = self._driver().cursor()
-        try:
-            cur.executemany(
-                'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
-                "VALUES (?, ?, ?, ?, ?)" + conflict,
-                rows,
-            )
-        finally:
-            cur.close()
+        self.bulk.write_snapshots(rows, conflict=conflict)
 
     # ---------------------------------------------------------------- records
     def insert_records(
@@ -395,107 +224,11 @@ class IngestRepository:
         """
         if len(grid_ids) == 0:
             return 0
-        if self.postgres:
-            if check is None:
-                check = np.ones(len(grid_ids), dtype=bool)
-            return self._insert_postgres(dataset_id, grid_ids, user_ids, ts_us, values, check)
-        return self._insert_sqlite(dataset_id, grid_ids, user_ids, ts_us, values)
+        return self.bulk.insert_records(dataset_id, grid_ids, user_ids, ts_us, values, check)
 
     def latest_ts(self, dataset_id: int, user_ids: Sequence[int]) -> list[int | None]:
         """Per user, the latest stored record time (µs), or None (one index probe each)."""
-        if not user_ids:
-            return []
-        if self.postgres:
-            with self._driver().cursor() as cur:
-                cur.execute(
-                    "SELECT (SELECT max(r.ts) FROM records r "
-                    "WHERE r.dataset_id = %s AND r.user_id = u.id) "
-                    "FROM unnest(%s::int[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n",
-                    (dataset_id, list(user_ids)),
-                )
-                return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]
-        cur = self._driver().cursor()
-        try:
-            out: list[int | None] = []
-            for uid in user_ids:
-                cur.execute(
-                    "SELECT max(ts) FROM records WHERE dataset_id = ? AND user_id = ?",
-                    (dataset_id, uid),
-                )
-                (t,) = cur.fetchone()
-                out.append(
-                    None
-                    if t is None
-                    else (datetime.fromisoformat(t + "+00:00") - _EPOCH) // _ONE_US
-                )
-            return out
-        finally:
-            cur.close()
-
-    def _insert_sqlite(self, dataset_id, grid_ids, user_ids, ts_us, values) -> int:
-        params = zip(
-            [dataset_id] * len(grid_ids),
-            grid_ids.tolist(),
-            user_ids.tolist(),
-            sqlite_datetime_text(ts_us),
-            values.tolist(),
-            strict=True,
-        )
-        cur = self._driver().cursor()
-        try:
-            cur.executemany(
-                "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
-                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                params,
-            )
-            return cur.rowcount
-        finally:
-            cur.close()
-
-    def _insert_postgres(self, dataset_id, grid_ids, user_ids, ts_us, values, check) -> int:
-        rows = np.empty(len(grid_ids), dtype=_PG_STAGE_ROW)
-        rows["n"] = 5
-        for length in ("l1", "l2", "l3", "l4"):
-            rows[length] = 8
-        rows["l5"] = 1
-        rows["grid"] = grid_ids
-        rows["user"] = user_ids
-        rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
-        rows["value"] = values
-        rows["check"] = check
-        inserted = 0
-        with self._driver().cursor() as cur:
-            if not self._staged:
-                # JIT-compiling each batch's statement costs more than it saves here
-                cur.execute("SET LOCAL jit = off")
-                cur.execute(
-                    "CREATE TEMP TABLE dpgate_ingest_stage (grid_id bigint, user_id bigint, "
-                    "ts timestamptz, value double precision, checked boolean) ON COMMIT DROP"
-                )
-                self._staged = True
-            with cur.copy(
-                "COPY dpgate_ingest_stage (grid_id, user_id, ts, value, checked) "
-                "FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
-            insert = (
-                "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
-                "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM dpgate_ingest_stage s "
-            )
-            if not check.all():  # rows that cannot repeat a stored one: no look-up
-                cur.execute(insert + "WHERE NOT s.checked", {"d": dataset_id})
-                inserted += cur.rowcount
-            if check.any():
-                # The dataset lock makes this the only writer of the dataset's records, so
-                # an anti-join finds every duplicate (the unique constraint is a backstop).
-                cur.execute(
-                    insert + "WHERE s.checked AND NOT EXISTS (SELECT 1 FROM records r "  # noqa: S608
-                    "WHERE r.dataset_id = %(d)s AND r.user_id = s.user_id AND r.ts = s.ts)",
-                    {"d": dataset_id},
-                )
-                inserted += cur.rowcount
-            cur.execute("TRUNCATE dpgate_ingest_stage")
-        return inserted
+        return self.bulk.latest_ts(dataset_id, user_ids) if user_ids else []
 
     def read_grids(self, grid_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(grid_id, user_id, value)`` arrays of these grids' records, ordered by grid,
@@ -504,41 +237,4 @@ class IngestRepository:
         if not ids:
             empty = np.empty(0, dtype=np.int64)
             return empty, empty, np.empty(0, dtype=np.float64)
-        if self.postgres:
-            id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
-            sql = (
-                "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
-                f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
-                "ORDER BY grid_id, user_id, ts, id) TO STDOUT (FORMAT BINARY)"
-            )
-            buf = bytearray()
-            with self._driver().cursor() as cur, cur.copy(sql) as copy:
-                for block in copy:
-                    buf += block
-            ext = struct.unpack(">i", buf[15:19])[0]
-            body = memoryview(buf)[19 + ext : len(buf) - 2]
-            rows = np.frombuffer(body, dtype=_PG_FETCH_ROW)
-            return (
-                rows["grid"].astype(np.int64),
-                rows["user"].astype(np.int64),
-                rows["value"].astype(np.float64),
-            )
-        cur = self._driver().cursor()
-        parts = []
-        try:
-            marks = ",".join("?" * len(ids))
-            cur.execute(
-                f"SELECT grid_id, user_id, value FROM records WHERE grid_id IN ({marks}) "  # noqa: S608
-                "ORDER BY grid_id, user_id, ts, id",
-                ids,
-            )
-            while fetched := cur.fetchmany(50_000):  # few Python tuples alive at a time
-                parts.append(np.array(fetched, dtype=[("g", "<i8"), ("u", "<i8"), ("v", "<f8")]))
-        finally:
-            cur.close()
-        arr = (
-            np.concatenate(parts)
-            if parts
-            else np.empty(0, dtype=[("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
-        )
-        return arr["g"].copy(), arr["u"].copy(), arr["v"].copy()
+        return self.bulk.read_grids(ids)

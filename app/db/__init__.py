@@ -1,1 +1,3 @@
-"""Database plumbing: declarative base, column types, engine and sessions."""
+"""Database plumbing: declarative base and column types (``base``), engine and sessions
+(``engine``), which database it is (``dialect``), units of work (``unit``), the query
+hot path's asyncio pool (``pg_async``) and migrations (``migrate``)."""

@@ -4,22 +4,26 @@ Lock order, everywhere: the dataset row, then budget accounts in ascending user
 id, then the API key row. Queries take the dataset row ``FOR KEY SHARE`` (many at
 once), a budget reset takes it ``FOR UPDATE`` (alone), so an epoch never changes
 under a query in flight. On SQLite every transaction is ``BEGIN IMMEDIATE``,
-which serialises writers; the ``FOR ...`` clauses are no-ops there.
+which serialises writers; the ``FOR ...`` clauses are no-ops there. Nothing here
+commits: the caller's unit of work does (``app.db.unit``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import func, select, text, update
+from sqlalchemy import CursorResult, func, select, text, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser
+from app.db.dialect import Backend, backend_of
+from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
+from app.ledger.rule import Quota
 
 CHUNK = 5000
 T = TypeVar("T")
@@ -42,23 +46,6 @@ def needs_analyze(known: float, added: int) -> bool:
     return known < 0 or added > ANALYZE_MIN_ROWS + ANALYZE_FRACTION * known
 
 
-def _analyze_after_growth(session: Session, added: int) -> None:
-    """Refresh the planner's statistics of ``budget_accounts`` after it grew a lot.
-
-    Without any (a server with autovacuum off or lagging, or a table just filled)
-    Postgres believes the table tiny and, even with sequential scans ruled out for
-    the commit function (migration 0004), checks ``user_id = ANY(...)`` row by row
-    after an index scan on the dataset and epoch instead of probing the primary key:
-    the commit then reads every account of the dataset to charge a grid's users.
-    """
-    known = session.execute(
-        text("SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass")
-    ).scalar_one()
-    if needs_analyze(known, added):
-        session.execute(text("ANALYZE budget_accounts"))
-        session.commit()
-
-
 class LedgerRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -79,17 +66,18 @@ class LedgerRepository:
     def lock_accounts(
         self, dataset_id: int, epoch: int, user_ids: Sequence[int]
     ) -> dict[int, Decimal]:
-        """Lock the accounts of ``user_ids`` in ascending id order; return their spend.
-
-        Missing accounts are created first, committed on their own (Postgres), so
-        this transaction never holds an insert lock outside the ascending order —
-        the one way two charges over overlapping users could deadlock.
-        """
-        self.create_accounts(dataset_id, epoch, user_ids)
-        spent = self._select_for_update(dataset_id, epoch, user_ids)
-        if len(spent) != len(set(user_ids)):
-            raise RuntimeError("budget accounts vanished while locking them")
-        return spent
+        """Lock the existing accounts of ``user_ids`` in ascending id order; their spend."""
+        out: dict[int, Decimal] = {}
+        for chunk in _chunks(sorted(user_ids)):
+            rows = self.session.execute(
+                select(BudgetAccount.user_id, BudgetAccount.spent)
+                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(BudgetAccount.user_id.in_(chunk))
+                .order_by(BudgetAccount.user_id)
+                .with_for_update()
+            )
+            out.update({u: s for u, s in rows})
+        return out
 
     def spent(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> dict[int, Decimal]:
         """What each of ``user_ids`` has spent (0 without an account); no lock."""
@@ -103,13 +91,8 @@ class LedgerRepository:
             out.update({u: s for u, s in rows})
         return out
 
-    def create_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
-        """Make sure every account of ``user_ids`` exists (see ``lock_accounts``)."""
-        missing = sorted(set(user_ids) - self._existing(dataset_id, epoch, user_ids))
-        if missing:
-            self._create(dataset_id, epoch, missing)
-
-    def _existing(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> set[int]:
+    def missing_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> list[int]:
+        """The users of ``user_ids`` without an account, ascending."""
         found: set[int] = set()
         for chunk in _chunks(sorted(user_ids)):
             found.update(
@@ -119,42 +102,44 @@ class LedgerRepository:
                     .where(BudgetAccount.user_id.in_(chunk))
                 )
             )
-        return found
+        return sorted(set(user_ids) - found)
 
-    def _select_for_update(
-        self, dataset_id: int, epoch: int, user_ids: Sequence[int]
-    ) -> dict[int, Decimal]:
-        out: dict[int, Decimal] = {}
-        for chunk in _chunks(sorted(user_ids)):
-            rows = self.session.execute(
-                select(BudgetAccount.user_id, BudgetAccount.spent)
-                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
-                .where(BudgetAccount.user_id.in_(chunk))
-                .order_by(BudgetAccount.user_id)
-                .with_for_update()
-            )
-            out.update({u: s for u, s in rows})
-        return out
-
-    def _create(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
-        """Insert zero accounts (idempotent). On Postgres in a separate, committed
-        transaction; SQLite serialises writers, so there it joins this one."""
+    def insert_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
+        """Zero accounts for ``user_ids`` (idempotent: existing ones are left alone)."""
+        insert = pg_insert if backend_of(self.session) is Backend.POSTGRES else sqlite_insert
         rows = [
             {"dataset_id": dataset_id, "epoch": epoch, "user_id": u, "spent": Decimal(0)}
             for u in user_ids
         ]
-        bind = self.session.get_bind()
-        if bind.dialect.name != "postgresql":
-            for chunk in _chunks(rows):
-                self.session.execute(
-                    sqlite_insert(BudgetAccount).values(chunk).on_conflict_do_nothing()
-                )
+        for chunk in _chunks(rows):
+            self.session.execute(insert(BudgetAccount).values(chunk).on_conflict_do_nothing())
+
+    def analyze_after_growth(self, added: int) -> None:
+        """Refresh the planner's statistics of ``budget_accounts`` after it grew a lot
+        (Postgres; a no-op on SQLite).
+
+        Without any (a server with autovacuum off or lagging, or a table just filled)
+        Postgres believes the table tiny and, even with sequential scans ruled out for
+        the commit function (migration 0004), checks ``user_id = ANY(...)`` row by row
+        after an index scan on the dataset and epoch instead of probing the primary key:
+        the commit then reads every account of the dataset to charge a grid's users.
+        """
+        if backend_of(self.session) is not Backend.POSTGRES:
             return
-        with Session(bind=bind) as own:
-            for chunk in _chunks(rows):
-                own.execute(pg_insert(BudgetAccount).values(chunk).on_conflict_do_nothing())
-            own.commit()
-            _analyze_after_growth(own, len(rows))
+        known = self.session.execute(
+            text("SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass")
+        ).scalar_one()
+        if needs_analyze(known, added):
+            self.session.execute(text("ANALYZE budget_accounts"))
+
+    def key_quota(self, key_id: int) -> Quota | None:
+        """The key's epsilon quota and spend (None for a key without a quota)."""
+        row = self.session.execute(
+            select(ApiKey.epsilon_quota, ApiKey.epsilon_spent).where(ApiKey.id == key_id)
+        ).first()
+        if row is None or row[0] is None:
+            return None
+        return Quota(limit=row[0], spent=row[1])
 
     def charge(self, dataset_id: int, epoch: int, user_ids: Sequence[int], epsilon: Decimal) -> int:
         """Add ``epsilon`` to each (already locked) account; returns the rows changed."""
@@ -167,7 +152,7 @@ class LedgerRepository:
                 .values(spent=BudgetAccount.spent + epsilon)
                 .execution_options(synchronize_session=False)
             )
-            changed += result.rowcount
+            changed += cast("CursorResult[Any]", result).rowcount
         return changed
 
     def add_entry(self, entry: LedgerEntry) -> LedgerEntry:
@@ -227,12 +212,3 @@ class LedgerRepository:
         )
         self.session.flush()
         return to_epoch
-
-    def resets(self, dataset_id: int) -> list[BudgetReset]:
-        return list(
-            self.session.scalars(
-                select(BudgetReset)
-                .where(BudgetReset.dataset_id == dataset_id)
-                .order_by(BudgetReset.id)
-            )
-        )

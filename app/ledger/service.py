@@ -1,23 +1,27 @@
-"""Budget rules (docs/math.md §10, API.md "Guarantees"): who is charged, who is exhausted.
+"""Budget services (docs/math.md §10, API.md "Guarantees"): who is charged, who is exhausted.
 
 A query at ``eps`` charges ``eps`` to every user with kept records. It is
 answered only if no charged user would pass ``budget_per_user``; with
 ``on_exhausted = exclude`` the exhausted users are left out instead. Which users
-are exhausted depends only on the ledger, never on values.
+are exhausted depends only on the ledger, never on values. The rule itself is
+``app.ledger.rule``; the writes are ``app.ledger.committer``'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from decimal import Decimal
 
 import numpy as np
+import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset
+from app.db.unit import separate_transaction
 from app.errors import BudgetExhausted, NotFound
-from app.ledger.models import LedgerEntry
+from app.ledger import rule
+from app.ledger.committer import apply_charge
 from app.ledger.repository import LedgerRepository
 
 
@@ -35,12 +39,9 @@ class LockedBudget:
     cap: Decimal
     spent: dict[int, Decimal]
 
-    def exhausted(self, user_ids: np.ndarray, epsilon: Decimal) -> np.ndarray:
+    def exhausted(self, user_ids: npt.ArrayLike, epsilon: Decimal) -> npt.NDArray[np.bool_]:
         """Bool per user: would ``epsilon`` more pass the cap? (ledger only, never values)"""
-        cap, spent = self.cap, self.spent
-        return np.fromiter(
-            (spent[int(u)] + epsilon > cap for u in user_ids), dtype=bool, count=len(user_ids)
-        )
+        return rule.exhausted(self.spent, user_ids, epsilon, self.cap)
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
@@ -55,38 +56,57 @@ def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) 
 
 
 def lock_budget(
-    session: Session, dataset: Dataset, epoch: int, user_ids: np.ndarray
+    session: Session, dataset: Dataset, epoch: int, user_ids: npt.ArrayLike
 ) -> LockedBudget:
-    """Lock every account of ``user_ids`` (ascending id order) for this transaction."""
-    spent = LedgerRepository(session).lock_accounts(dataset.id, epoch, [int(u) for u in user_ids])
+    """Lock every account of ``user_ids`` (ascending id order) for this transaction,
+    creating the missing ones first in a transaction of their own (Postgres), so this
+    one never holds an insert lock outside the ascending order — the one way two
+    charges over overlapping users could deadlock."""
+    users = [int(u) for u in np.asarray(user_ids)]
+    ensure_accounts(session, dataset.id, epoch, users)
+    spent = LedgerRepository(session).lock_accounts(dataset.id, epoch, users)
+    if len(spent) != len(set(users)):
+        raise RuntimeError("budget accounts vanished while locking them")
     return LockedBudget(dataset.id, epoch, dataset.budget_per_user, spent)
 
 
 def exhausted_now(
-    session: Session, dataset_id: int, epoch: int, cap: Decimal, user_ids: np.ndarray, epsilon
-) -> np.ndarray:
+    session: Session,
+    dataset_id: int,
+    epoch: int,
+    cap: Decimal,
+    user_ids: npt.ArrayLike,
+    epsilon: Decimal,
+) -> npt.NDArray[np.bool_]:
     """Bool per user: would ``epsilon`` more pass the cap, as the ledger reads now (no
     lock: spend only grows within an epoch, so a user found exhausted stays so, and the
     charge itself re-checks the others under lock)."""
-    spent = LedgerRepository(session).spent(dataset_id, epoch, [int(u) for u in user_ids])
-    return np.fromiter(
-        (spent[int(u)] + epsilon > cap for u in user_ids), dtype=bool, count=len(user_ids)
-    )
+    users = [int(u) for u in np.asarray(user_ids)]
+    spent = LedgerRepository(session).spent(dataset_id, epoch, users)
+    return rule.exhausted(spent, users, epsilon, cap)
 
 
-def ensure_accounts(session: Session, dataset_id: int, epoch: int, user_ids) -> None:
-    """Create the missing budget accounts of ``user_ids`` (committed on their own)."""
-    LedgerRepository(session).create_accounts(dataset_id, epoch, [int(u) for u in user_ids])
+def ensure_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
+    """Create the missing budget accounts of ``user_ids``, committed on their own
+    (Postgres; on SQLite they join ``session``'s transaction)."""
+    users = [int(u) for u in user_ids]
+    missing = LedgerRepository(session).missing_accounts(dataset_id, epoch, users)
+    if not missing:
+        return
+    with separate_transaction(session) as own:
+        repo = LedgerRepository(own)
+        repo.insert_accounts(dataset_id, epoch, missing)
+        repo.analyze_after_growth(len(missing))
 
 
 def charge(
     session: Session,
     budget: LockedBudget,
-    user_ids: Sequence[int],
+    user_ids: Iterable[int],
     epsilon: Decimal,
     *,
     key_id: int,
-    kind: str,
+    kind: rule.ChargeKind,
     reference_id: int,
     grid_id: int | None,
 ) -> None:
@@ -95,31 +115,16 @@ def charge(
     Raises ``BudgetExhausted`` if one of them would pass the cap; the caller has
     already left out exhausted users when the dataset says ``exclude``.
     """
-    users = sorted(int(u) for u in user_ids)
-    if not users:  # a data-independent answer (e.g. worst_case_optimal with T = 0) costs nothing
-        return
-    over = [u for u in users if budget.spent[u] + epsilon > budget.cap]
+    event = rule.Charge.of(
+        budget.dataset_id, budget.epoch, user_ids, epsilon, key_id=key_id, kind=kind,
+        grid_id=grid_id,
+    )  # fmt: skip
+    over = rule.over_cap(event, budget.spent, budget.cap)
     if over:
         raise BudgetExhausted(f"{len(over)} user(s) would pass their privacy budget")
-    repo = LedgerRepository(session)
-    changed = repo.charge(budget.dataset_id, budget.epoch, users, epsilon)
-    if changed != len(users):  # accounts were locked above; anything else is a bug
-        raise RuntimeError(f"charged {changed} accounts, expected {len(users)}")
-    for u in users:
+    apply_charge(session, event, reference_id=reference_id)
+    for u in event.users:
         budget.spent[u] += epsilon
-    repo.add_entry(
-        LedgerEntry(
-            dataset_id=budget.dataset_id,
-            epoch=budget.epoch,
-            key_id=key_id,
-            kind=kind,
-            reference_id=reference_id,
-            grid_id=grid_id,
-            epsilon=epsilon,
-            n_users=len(users),
-            users=users,
-        )
-    )
 
 
 def budget_summary(session: Session, dataset: Dataset) -> dict[str, object]:

@@ -1,12 +1,9 @@
 """All SQL of single-grid queries: find the grid with its stored answer, commit an answer.
 
 On Postgres (:class:`AsyncAnswerRepository`, on the event loop, autocommit) the
-look-up is one read, and the charge is one call of ``dpgate_commit_query``
-(migration 0003), a single atomic statement that locks, checks, charges and
-stores — so row locks live only for that statement. SQLite has no stored
-functions: there (:class:`AnswerRepository`) the same steps run in Python
-(``app.queries.store.commit_here``) inside a ``BEGIN IMMEDIATE`` transaction,
-which serialises writers.
+look-up is one read; the commit is ``app.ledger.committer``'s (one call of
+``dpgate_commit_query`` there, the same steps in Python on SQLite, where
+:class:`AnswerRepository` finds twins and stores answers for it).
 """
 
 from __future__ import annotations
@@ -16,7 +13,6 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-import orjson
 from psycopg import AsyncConnection
 from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
@@ -63,15 +59,6 @@ class AnswerRecord:
 Found = tuple[GridContext, dict[str, Any] | None]
 
 
-@dataclass(frozen=True)
-class Committed:
-    """What ``commit`` did: ``ok``, or why not (``stale``, ``missing``, ``exhausted``,
-    ``quota``), or ``twin`` with the identical answer stored meanwhile."""
-
-    status: str
-    stored: dict[str, Any] | None = None
-
-
 # The stored answer is a correlated scalar subquery, not an outer join: as a join,
 # Postgres without statistics (autovacuum off or lagging) planned it as a scan of the
 # whole ``(grid_id, epoch, grid_version, fingerprint)`` index filtered by epoch and
@@ -106,20 +93,7 @@ _LOOKUP = (
     .where(Grid.public_id == bindparam("public_id"))
 )
 
-_COMMIT_SQL = (
-    "SELECT status, stored FROM dpgate_commit_query("
-    "%(dataset)s, %(epoch)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
-    "CAST(%(users)s AS integer[]), %(epsilon)s, %(cap)s, %(key)s, %(key_has_quota)s, "
-    "%(public_id)s, %(statistic)s, %(mechanism)s, CAST(%(options)s AS json), "
-    "CAST(%(answer)s AS json))"
-)
 _LOOKUP_SQL = str(_LOOKUP.compile(dialect=PGDialect_psycopg()))
-
-
-def int_array_literal(values: list[int]) -> str:
-    """``{1,2,3}``: an ``integer[]`` parameter as text, which the driver passes through
-    (it would otherwise inspect every element to choose the array's type)."""
-    return "{" + ",".join(map(str, values)) + "}"
 
 
 def _found(row: Any) -> Found | None:
@@ -156,40 +130,24 @@ class AnswerRepository:
         self.session.flush()
         return row
 
+    def twin(self, record: AnswerRecord) -> dict[str, Any] | None:
+        """The answer stored for ``record``'s query meanwhile, if any (``AnswerStore``)."""
+        found = self.find(record.grid_id, record.epoch, record.grid_version, record.fingerprint)
+        return None if found is None else found.answer
+
+    def store(self, record: AnswerRecord) -> int:
+        """Store ``record``; its id (``AnswerStore``)."""
+        return self.add(record).id
+
 
 class AsyncAnswerRepository:
-    """Postgres, from the event loop: the look-up and the one-statement commit, each
-    its own (autocommit) transaction on a connection of the query pool."""
+    """Postgres, from the event loop: the look-up, its own (autocommit) transaction on
+    a connection of the query pool (the commit is ``app.ledger.committer``'s)."""
 
-    def __init__(self, conn: AsyncConnection) -> None:
+    def __init__(self, conn: AsyncConnection[Any]) -> None:
         self.conn = conn
 
     async def lookup(self, grid_public_id: str, fingerprint: str) -> Found | None:
         params = {"public_id": grid_public_id, "fingerprint": fingerprint}
         cur = await self.conn.execute(_LOOKUP_SQL, params, prepare=True)
         return _found(await cur.fetchone())
-
-    async def commit(
-        self, record: AnswerRecord, users: list[int], cap: Decimal, key_has_quota: bool
-    ) -> Committed:
-        """Check and charge ``users``, store ``record`` — one atomic statement."""
-        params = {
-            "dataset": record.dataset_id,
-            "epoch": record.epoch,
-            "grid": record.grid_id,
-            "grid_version": record.grid_version,
-            "fingerprint": record.fingerprint,
-            "users": int_array_literal(users),
-            "epsilon": record.epsilon,
-            "cap": cap,
-            "key": record.key_id,
-            "key_has_quota": key_has_quota,
-            "public_id": record.public_id,
-            "statistic": record.statistic,
-            "mechanism": record.mechanism,
-            "options": orjson.dumps(record.options).decode(),
-            "answer": orjson.dumps(record.answer).decode(),
-        }
-        cur = await self.conn.execute(_COMMIT_SQL, params, prepare=True)
-        status, stored = await cur.fetchone()
-        return Committed(status, stored)

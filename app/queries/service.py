@@ -15,12 +15,12 @@ accounts exist: the only thing that failed was their absence, a public fact).
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -33,13 +33,12 @@ from app.datasets.grid_store import GridArrays, GridChanged
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
-from app.ledger import service as ledger
+from app.ledger.rule import Verdict
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
 from app.queries.repository import AnswerRecord, GridContext
 from app.queries.store import QueryStore
 from app.releases.repository import ReleaseRepository
 
-STATISTICS = ("mean", "variance")
 GRID_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # opaque, URL-safe grid ids
 RESERVED_PARAMS = frozenset({"epsilon", "mechanism"})
 #: commits that found the epoch moved on, accounts missing or (``exclude``) a user
@@ -102,6 +101,7 @@ async def answer_statistic(
     epsilon: float,
     raw_options: Mapping[str, str],
 ) -> dict[str, Any]:
+    invalid: InvalidRequest | None
     try:
         eps, options = _parse_query(statistic, mechanism, epsilon, raw_options)
     except InvalidRequest as exc:  # reported after "no such grid", as ever
@@ -125,25 +125,33 @@ async def answer_statistic(
         except GridChanged:  # an upload committed since the look-up: look again
             continue
         caps = await _caps(store, ctx, options, arrays, eps)
-        release = functools.partial(
-            _release_answer, ctx, key, statistic, mechanism, eps, options, fp, arrays, caps
+        step = ReleaseStep(
+            ctx=ctx,
+            key=key,
+            statistic=statistic,
+            mechanism=mechanism,
+            eps=eps,
+            options=options,
+            fingerprint=fp,
+            arrays=arrays,
+            caps=caps,
         )
         # A small grid's release (well under a millisecond) runs right here; a large
         # one's would stall every request of this process, so it goes to a thread.
         small = arrays.values.size <= RELEASE_ON_LOOP_MAX_RECORDS
-        answer, record, users = release() if small else await to_thread.run_sync(release)
+        answer, record, users = step.run() if small else await to_thread.run_sync(step.run)
         outcome = await store.commit(ctx, key, record, users)
-        if outcome.status == "missing":  # a grid's first query: its users' accounts are
-            # created (committed on their own), then the same unseen release is committed
-            await store.run(ledger.ensure_accounts, ctx.dataset_id, ctx.epoch, users)
+        if outcome.verdict is Verdict.MISSING:  # a grid's first query: its users' accounts
+            # are created (committed on their own), then the same unseen release is committed
+            await store.ensure_accounts(ctx, users)
             outcome = await store.commit(ctx, key, record, users)
-        if outcome.status == "ok":
+        if outcome.verdict is Verdict.OK:
             return answer
-        if outcome.status == "twin":
+        if outcome.verdict is Verdict.TWIN:
             return _cached(outcome.stored or {})
-        if outcome.status == "quota":
+        if outcome.verdict is Verdict.QUOTA:
             raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")
-        if outcome.status == "exhausted" and ctx.on_exhausted != "exclude":
+        if outcome.verdict is Verdict.EXHAUSTED and ctx.on_exhausted != "exclude":
             raise BudgetExhausted(_exhausted_message(len(users)))
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the ledger is busy with this grid; retry")
@@ -165,14 +173,7 @@ async def _caps(
     plan_id = options.get("plan")
     caps = None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays)
     if ctx.on_exhausted == "exclude":
-        exhausted = await store.run(
-            ledger.exhausted_now,
-            ctx.dataset_id,
-            ctx.epoch,
-            ctx.budget_per_user,
-            arrays.user_ids,
-            eps.charged,
-        )
+        exhausted = await store.exhausted(ctx, arrays.user_ids, eps.charged)
         if exhausted.any():
             if exhausted.all():
                 raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
@@ -180,39 +181,45 @@ async def _caps(
     return caps
 
 
-def _release_answer(
-    ctx: GridContext,
-    key: KeyIdentity,
-    statistic: str,
-    mechanism: str,
-    eps: EpsilonAmount,
-    options: dict[str, Any],
-    fp: str,
-    arrays: GridArrays,
-    caps: np.ndarray | None,
-) -> tuple[dict[str, Any], AnswerRecord, list[int]]:
-    """The fresh answer, its record to store, and the users to charge (not yet charged).
+@dataclass(frozen=True, kw_only=True)
+class ReleaseStep:
+    """Everything one fresh release of one grid needs (all decided before it runs)."""
 
-    The answer uses, and charges the users of, exactly this snapshot; its version is
-    stored with it (an upload committing meanwhile is harmless)."""
-    engine_options = {k: v for k, v in options.items() if k != "plan"}
-    release = _release(statistic, arrays, ctx, eps, mechanism, engine_options, caps)
-    answer = answer_body(ctx, statistic, mechanism, eps, options, release, ctx.epoch)
-    record = AnswerRecord(
-        public_id=answer["query_id"],
-        dataset_id=ctx.dataset_id,
-        grid_id=ctx.id,
-        epoch=ctx.epoch,
-        grid_version=arrays.version,
-        fingerprint=fp,
-        statistic=statistic,
-        mechanism=release.mechanism,
-        epsilon=eps.charged,
-        options=options,
-        answer=answer,
-        key_id=key.id,
-    )
-    return answer, record, arrays.user_ids[release.kept > 0].tolist()
+    ctx: GridContext
+    key: KeyIdentity
+    statistic: str
+    mechanism: str
+    eps: EpsilonAmount
+    options: dict[str, Any]
+    fingerprint: str
+    arrays: GridArrays
+    caps: np.ndarray | None
+
+    def run(self) -> tuple[dict[str, Any], AnswerRecord, list[int]]:
+        """The fresh answer, its record to store, and the users to charge (not yet
+        charged). The answer uses, and charges the users of, exactly this snapshot; its
+        version is stored with it (an upload committing meanwhile is harmless)."""
+        ctx, eps, options, arrays = self.ctx, self.eps, self.options, self.arrays
+        engine_options = {k: v for k, v in options.items() if k != "plan"}
+        release = _release(
+            self.statistic, arrays, ctx, eps, self.mechanism, engine_options, self.caps
+        )
+        answer = answer_body(ctx, self.statistic, self.mechanism, eps, options, release, ctx.epoch)
+        record = AnswerRecord(
+            public_id=answer["query_id"],
+            dataset_id=ctx.dataset_id,
+            grid_id=ctx.id,
+            epoch=ctx.epoch,
+            grid_version=arrays.version,
+            fingerprint=self.fingerprint,
+            statistic=self.statistic,
+            mechanism=release.mechanism,
+            epsilon=eps.charged,
+            options=options,
+            answer=answer,
+            key_id=self.key.id,
+        )
+        return answer, record, arrays.user_ids[release.kept > 0].tolist()
 
 
 def _plan_caps(

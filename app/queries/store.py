@@ -4,40 +4,52 @@
   sent from the event loop on a connection of the query pool — two statements,
   no thread hop, no ORM.
 * SQLite (:class:`QueryStore`): each step is a unit of work on a database
-  thread (``app.deps.Database``); the commit re-checks everything inside its
-  ``BEGIN IMMEDIATE`` transaction (:func:`commit_here`), as the Postgres function
-  does in its one statement.
+  thread (:class:`app.db.unit.Database`); the commit
+  (:func:`app.ledger.committer.commit_query`) re-checks everything inside its
+  ``BEGIN IMMEDIATE`` transaction, as the Postgres function does in its one statement.
 
 The rarer steps (a snapshot not in the cache, a plan's caps, the ledger read of
 ``exclude`` datasets, creating missing accounts) are units on a database thread
-in both.
+in both. Each method is one unit of work (one transaction).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from decimal import Decimal
 from typing import Any, TypeVar
 
 import numpy as np
+import numpy.typing as npt
 from psycopg import AsyncConnection
 from sqlalchemy.orm import Session
 
 from app.datasets.grid_store import GridArrays, cached_grid_snapshot, read_grid_snapshot
-from app.deps import Database
-from app.errors import BudgetExhausted
-from app.keys.service import KeyIdentity, spend_quota
+from app.db.unit import Database
+from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
+from app.ledger.committer import Committed, PostgresCommitter, commit_query
+from app.ledger.rule import Charge
 from app.queries.repository import (
     AnswerRecord,
     AnswerRepository,
     AsyncAnswerRepository,
-    Committed,
     Found,
     GridContext,
 )
 
 R = TypeVar("R")
+
+
+def query_charge(
+    ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
+) -> Charge:
+    """The charge of a query's answer: its epsilon to each user it kept."""
+    return Charge.of(
+        ctx.dataset_id, ctx.epoch, users, record.epsilon, key_id=key.id, kind="query",
+        grid_id=ctx.id,
+    )  # fmt: skip
 
 
 class QueryStore:
@@ -58,18 +70,31 @@ class QueryStore:
         hit = cached_grid_snapshot(ctx)
         return hit if hit is not None else await self.run(read_grid_snapshot, ctx)
 
+    async def exhausted(
+        self, ctx: GridContext, user_ids: npt.NDArray[np.int64], epsilon: Decimal
+    ) -> npt.NDArray[np.bool_]:
+        """Bool per user: exhausted for ``epsilon`` more, as the ledger reads now."""
+        return await self.run(
+            ledger.exhausted_now, ctx.dataset_id, ctx.epoch, ctx.budget_per_user, user_ids, epsilon
+        )
+
+    async def ensure_accounts(self, ctx: GridContext, users: list[int]) -> None:
+        """Create the users' missing budget accounts (a grid's first query)."""
+        await self.run(ledger.ensure_accounts, ctx.dataset_id, ctx.epoch, users)
+
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
     ) -> Committed:
-        return await self.run(commit_here, ctx, key, record, users)
+        return await self.run(_commit, query_charge(ctx, key, record, users), ctx, key, record)
 
 
 class PostgresQueryStore(QueryStore):
     """The look-up and the commit on the event loop, on one pooled connection."""
 
-    def __init__(self, database: Database, conn: AsyncConnection) -> None:
+    def __init__(self, database: Database, conn: AsyncConnection[Any]) -> None:
         super().__init__(database)
         self.answers = AsyncAnswerRepository(conn)
+        self.committer = PostgresCommitter(conn)
 
     async def lookup(self, grid_public_id: str, fingerprint: str) -> Found | None:
         return await self.answers.lookup(grid_public_id, fingerprint)
@@ -77,7 +102,12 @@ class PostgresQueryStore(QueryStore):
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
     ) -> Committed:
-        return await self.answers.commit(record, users, ctx.budget_per_user, key.has_quota)
+        return await self.committer.commit_query(
+            query_charge(ctx, key, record, users),
+            cap=ctx.budget_per_user,
+            key_has_quota=key.has_quota,
+            row=record,
+        )
 
 
 @asynccontextmanager
@@ -96,35 +126,14 @@ def _lookup(session: Session, grid_public_id: str, fingerprint: str) -> Found | 
     return AnswerRepository(session).lookup(grid_public_id, fingerprint)
 
 
-def commit_here(
-    session: Session, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
+def _commit(
+    session: Session, charge: Charge, ctx: GridContext, key: KeyIdentity, record: AnswerRecord
 ) -> Committed:
-    """``dpgate_commit_query`` in Python, for SQLite (whose transaction is
-    ``BEGIN IMMEDIATE``): the same checks in the same order, then charge and store."""
-    dataset = ledger.lock_dataset(session, ctx.dataset_id)
-    if dataset.epoch != ctx.epoch:
-        return Committed("stale")
-    charged = np.asarray(users, dtype=np.int64)
-    budget = ledger.lock_budget(session, dataset, ctx.epoch, charged)
-    answers = AnswerRepository(session)
-    twin = answers.find(record.grid_id, record.epoch, record.grid_version, record.fingerprint)
-    if twin is not None:
-        return Committed("twin", twin.answer)
-    if budget.exhausted(charged, record.epsilon).any():
-        return Committed("exhausted")
-    try:
-        spend_quota(session, key, record.epsilon)
-    except BudgetExhausted:
-        return Committed("quota")
-    stored = answers.add(record)
-    ledger.charge(
+    return commit_query(
         session,
-        budget,
-        users,
-        record.epsilon,
-        key_id=key.id,
-        kind="query",
-        reference_id=stored.id,
-        grid_id=record.grid_id,
+        charge,
+        cap=ctx.budget_per_user,
+        key_has_quota=key.has_quota,
+        answers=AnswerRepository(session),
+        row=record,
     )
-    return Committed("ok")

@@ -10,7 +10,7 @@ plan has ``K <= k`` is taken (every candidate is checked, never assumed).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import ROUND_FLOOR, Decimal
 
@@ -19,6 +19,7 @@ import numpy as np
 from app.core.clip_user import clip_user, plan_kept
 from app.db.base import EPSILON_QUANTUM
 from app.errors import InvalidRequest
+from app.ledger.rule import would_exceed
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a binary search.
@@ -191,9 +192,17 @@ def largest_affordable(
     return 0.0
 
 
-def over_budget(occ: Occupancy, plan: SlotPlan, remaining: dict[int, Decimal]) -> np.ndarray:
-    """Sorted ids of the users who cannot pay their cost in ``plan``."""
+def over_budget(
+    occ: Occupancy, plan: SlotPlan, spent: Mapping[int, Decimal], cap: Decimal
+) -> np.ndarray:
+    """Sorted ids of the users who cannot pay their cost in ``plan`` (the ledger's rule,
+    :func:`app.ledger.rule.would_exceed`, on each user's total for the slot)."""
     users, grids = plan.user_costs(occ)
     eps = plan.eps.charged
-    over = [int(u) for u, k in zip(users, grids, strict=True) if eps * int(k) > remaining[int(u)]]
+    zero = Decimal(0)
+    over = [
+        int(u)
+        for u, k in zip(users, grids, strict=True)
+        if would_exceed(spent.get(int(u), zero), eps * int(k), cap)
+    ]
     return np.array(sorted(over), dtype=np.int64)

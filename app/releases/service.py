@@ -120,13 +120,15 @@ def _remaining(dataset: Dataset, spent: dict[int, Decimal]) -> dict[int, Decimal
     return {u: dataset.budget_per_user - s for u, s in spent.items()}
 
 
-def _plan_within_budget(inp: SlotInput, body: ReleaseIn, remaining: dict[int, Decimal]) -> SlotPlan:
+def _plan_within_budget(inp: SlotInput, body: ReleaseIn, spent: dict[int, Decimal]) -> SlotPlan:
     """The plan every charged user can pay; with ``on_exhausted=exclude`` users who
     cannot are left out and the plan is made again."""
     excluded = np.empty(0, dtype=np.int64)
+    cap = inp.dataset.budget_per_user
+    remaining = _remaining(inp.dataset, spent)
     for _ in range(MAX_EXCLUSION_ROUNDS):
         plan = _choose(inp, body, excluded)
-        over = over_budget(inp.occ, plan, remaining)
+        over = over_budget(inp.occ, plan, spent, cap)
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
@@ -212,7 +214,7 @@ def release_slot(
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return {**stored.answer, "cached": True}
 
-    plan = _plan_within_budget(inp, body, _remaining(dataset, budget.spent))
+    plan = _plan_within_budget(inp, body, budget.spent)
     if plan.K:
         spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
@@ -331,7 +333,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     return {
         **_plan_fields(inp, body, plan),
         "grids": grids,
-        "users_over_budget": int(over_budget(inp.occ, plan, remaining).size),
+        "users_over_budget": int(over_budget(inp.occ, plan, spent, dataset.budget_per_user).size),
         "largest_epsilon": largest_affordable(
             _maker(inp, body, np.empty(0, dtype=np.int64)),
             inp.occ,

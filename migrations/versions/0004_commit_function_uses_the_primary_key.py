@@ -17,15 +17,14 @@ from collections.abc import Sequence
 
 from alembic import op
 
+from app.ledger.sql import COMMIT_QUERY_SIGNATURE
+
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-SIGNATURE = (
-    "dpgate_commit_query(integer, integer, integer, integer, varchar, integer[], numeric, "
-    "numeric, integer, boolean, varchar, varchar, varchar, json, json)"
-)
+SIGNATURE = COMMIT_QUERY_SIGNATURE
 
 
 def upgrade() -> None:

@@ -115,8 +115,12 @@ def test_answers_lie_in_range_with_an_honest_or_null_interval(
     else:  # a privately chosen projection: no data-independent bias bound, no interval
         assert body["ci95"] is None and body["worst_case_bias"] is None
         assert mechanism in body["ci95_note"]
-    var = client.get(f"/grids/{a}/variance", params={"epsilon": 0.4}).json()
+    var = client.get(f"/grids/{a}/variance", params={"epsilon": 0.4, "mechanism": "clip"}).json()
     assert 0.0 <= var["ci95"][0] <= var["estimate"] <= var["ci95"][1] <= U * U / 4
+    auto = client.get(f"/grids/{a}/variance", params={"epsilon": 0.1}).json()
+    assert 0.0 <= auto["estimate"] <= U * U / 4
+    assert (auto["ci95"] is None) == (auto["worst_case_bias"] is None)
+    assert auto["ci95"] is not None or auto["ci95_note"]
 
 
 def test_answers_stored_before_ci95_note_still_read_back(client: TestClient, grids, app) -> None:
@@ -358,17 +362,17 @@ def test_large_grids_are_released_off_the_event_loop(
     """A release over more records than the limit runs on a worker thread (it would
     stall every request of the process on the loop); a small one runs on the loop."""
     where: list[str] = []
-    real = service._release_answer
+    real = service.ReleaseStep.run
 
-    def spy(*args, **kwargs):
+    def spy(step: service.ReleaseStep):
         try:
             asyncio.get_running_loop()
             where.append("loop")
         except RuntimeError:
             where.append("thread")
-        return real(*args, **kwargs)
+        return real(step)
 
-    monkeypatch.setattr(service, "_release_answer", spy)
+    monkeypatch.setattr(service.ReleaseStep, "run", spy)
     monkeypatch.setattr(service, "RELEASE_ON_LOOP_MAX_RECORDS", limit)
     _, a, _ = grids
     resp = client.get(f"/grids/{a}/mean", params={"epsilon": 0.2, "mechanism": "baseline"})

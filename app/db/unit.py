@@ -1,0 +1,90 @@
+"""Units of work: who opens, commits and rolls back a transaction.
+
+Three ways in, each visible where it is used; no repository commits on its own.
+
+* A request's ``SessionDep`` (``app.deps.get_session``): the endpoint works in the
+  session, the request commits once after it returns, before the response leaves.
+* :meth:`Database.run`: ``fn(session, *args)`` as a whole unit (open, work, commit or
+  roll back, close) in one hop to a database thread.
+* :func:`separate_transaction`: work that must be committed on its own before the
+  caller's transaction goes on (creating budget accounts outside the lock order).
+
+The Postgres query hot path sends two autocommit statements from the event loop
+(``app.db.pg_async``); each statement is its own transaction.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from anyio import CapacityLimiter, to_thread
+from sqlalchemy.orm import Session, sessionmaker
+
+from app.db.dialect import Backend, backend_of
+
+R = TypeVar("R")
+
+
+class Database:
+    """Runs units of work, each in one hop to one of the process's database threads.
+
+    A unit enters the process's database gate first (shared with
+    ``app.deps.get_session``, so the two together never hold more connections than
+    the pool has), then runs ``fn(session, *args)`` on a thread of its own executor,
+    committing if ``fn`` returns and rolling back if it raises, and closes the
+    session — all in that one thread, which never waits for another request.
+    """
+
+    def __init__(self, make_session: sessionmaker[Session], gate: CapacityLimiter) -> None:
+        self.make_session = make_session
+        self.gate = gate
+        self.executor = ThreadPoolExecutor(int(gate.total_tokens), thread_name_prefix="dpgate-db")
+
+    async def run(self, fn: Callable[..., R], *args: Any) -> R:
+        async with self.gate:
+            return await asyncio.get_running_loop().run_in_executor(
+                self.executor, self._unit, fn, args
+            )
+
+    async def run_ungated(self, fn: Callable[..., R], *args: Any) -> R:
+        """A short unit outside the gate (a request already holding a gate token may
+        need one, e.g. the key look-up; it uses the pool's spare connections)."""
+        return await to_thread.run_sync(self._unit, fn, args)
+
+    def _unit(self, fn: Callable[..., R], args: tuple[Any, ...]) -> R:
+        with self.make_session() as session:
+            try:
+                result = fn(session, *args)
+            except BaseException:
+                session.rollback()
+                raise
+            session.commit()
+            return result
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+
+@contextmanager
+def separate_transaction(session: Session) -> Iterator[Session]:
+    """A transaction beside ``session``'s, committed when the block ends.
+
+    On Postgres a second session on the same engine (rolled back if the block
+    raises). SQLite serialises writers (every transaction is ``BEGIN IMMEDIATE``), so
+    a second writer would wait for this one forever: there the work joins
+    ``session``'s transaction and commits with it.
+    """
+    if backend_of(session) is Backend.SQLITE:
+        yield session
+        return
+    with Session(bind=session.get_bind()) as own:
+        try:
+            yield own
+        except BaseException:
+            own.rollback()
+            raise
+        own.commit()

@@ -1,0 +1,176 @@
+"""One committer for every charge, with a Postgres and a session adapter.
+
+* :func:`commit_query` (any session; the SQLite query path, whose transaction is
+  ``BEGIN IMMEDIATE``): lock the dataset row and the users' accounts, read what
+  :func:`app.ledger.rule.query_verdict` needs, and on ``OK`` store the answer,
+  charge and append the ledger entry.
+* :class:`PostgresCommitter` (the Postgres query path, from the event loop): the same
+  decision and the same writes in one call of ``dpgate_commit_query``
+  (``app/ledger/sql/commit_query.sql``), so row locks live for one statement.
+* :func:`apply_charge` (any session, accounts already locked): the writes of a
+  charge; releases charge every grid of a timeslot through it.
+
+Lock order, everywhere: the dataset row, the accounts by ascending user id, the key row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Protocol
+
+import orjson
+from psycopg import AsyncConnection
+from sqlalchemy.orm import Session
+
+from app.errors import NotFound
+from app.keys.repository import KeyRepository
+from app.ledger.models import LedgerEntry
+from app.ledger.repository import LedgerRepository
+from app.ledger.rule import Charge, Quota, Verdict, query_verdict
+
+
+class AnswerRow(Protocol):
+    """A query's answer as stored beside its charge (``app.queries.repository.AnswerRecord``)."""
+
+    @property
+    def public_id(self) -> str: ...
+    @property
+    def grid_version(self) -> int: ...
+    @property
+    def fingerprint(self) -> str: ...
+    @property
+    def statistic(self) -> str: ...
+    @property
+    def mechanism(self) -> str: ...
+    @property
+    def options(self) -> dict[str, Any]: ...
+    @property
+    def answer(self) -> dict[str, Any]: ...
+
+
+class AnswerStore(Protocol):
+    """Where a session commit finds a twin answer and stores a new one."""
+
+    def twin(self, row: Any) -> dict[str, Any] | None: ...
+    def store(self, row: Any) -> int: ...
+
+
+@dataclass(frozen=True)
+class Committed:
+    """What a query commit did; ``stored`` is the twin's answer when ``verdict`` is TWIN."""
+
+    verdict: Verdict
+    stored: dict[str, Any] | None = None
+
+
+def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None:
+    """Add ``charge.epsilon`` to each of its users' (locked) accounts and append the
+    ledger entry. A charge of nobody (a data-independent answer) writes nothing."""
+    if not charge.users:
+        return
+    repo = LedgerRepository(session)
+    changed = repo.charge(charge.dataset_id, charge.epoch, charge.users, charge.epsilon)
+    if changed != len(charge.users):  # accounts were locked by the caller: anything else is a bug
+        raise RuntimeError(f"charged {changed} accounts, expected {len(charge.users)}")
+    repo.add_entry(
+        LedgerEntry(
+            dataset_id=charge.dataset_id,
+            epoch=charge.epoch,
+            key_id=charge.key_id,
+            kind=charge.kind,
+            reference_id=reference_id,
+            grid_id=charge.grid_id,
+            epsilon=charge.epsilon,
+            n_users=len(charge.users),
+            users=list(charge.users),
+        )
+    )
+
+
+def commit_query(
+    session: Session,
+    charge: Charge,
+    *,
+    cap: Decimal,
+    key_has_quota: bool,
+    answers: AnswerStore,
+    row: AnswerRow,
+) -> Committed:
+    """``dpgate_commit_query`` on a session: the same reads, verdict and writes."""
+    repo = LedgerRepository(session)
+    dataset = repo.lock_dataset(charge.dataset_id)
+    if dataset is None:
+        raise NotFound(f"dataset {charge.dataset_id} not found")
+    accounts = (
+        repo.lock_accounts(charge.dataset_id, charge.epoch, charge.users)
+        if dataset.epoch == charge.epoch
+        else {}
+    )
+    twin = answers.twin(row) if dataset.epoch == charge.epoch else None
+    quota: Quota | None = repo.key_quota(charge.key_id) if key_has_quota else None
+    verdict = query_verdict(
+        charge,
+        epoch_now=dataset.epoch,
+        accounts=accounts,
+        cap=cap,
+        twin=twin is not None,
+        quota=quota,
+    )
+    if verdict is Verdict.TWIN:
+        return Committed(verdict, twin)
+    if verdict is not Verdict.OK:
+        return Committed(verdict)
+    if quota is not None and not KeyRepository(session).spend(charge.key_id, charge.epsilon):
+        return Committed(Verdict.QUOTA)  # spent meanwhile (a session without a key lock)
+    apply_charge(session, charge, reference_id=answers.store(row))
+    return Committed(Verdict.OK)
+
+
+_COMMIT_SQL = (
+    "SELECT status, stored FROM dpgate_commit_query("
+    "%(dataset)s, %(epoch)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
+    "CAST(%(users)s AS integer[]), %(epsilon)s, %(cap)s, %(key)s, %(key_has_quota)s, "
+    "%(public_id)s, %(statistic)s, %(mechanism)s, CAST(%(options)s AS json), "
+    "CAST(%(answer)s AS json))"
+)
+
+
+def int_array_literal(values: tuple[int, ...] | list[int]) -> str:
+    """``{1,2,3}``: an ``integer[]`` parameter as text, which the driver passes through
+    (it would otherwise inspect every element to choose the array's type)."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+class PostgresCommitter:
+    """The query commit as one autocommit statement on a connection of the query pool."""
+
+    def __init__(self, conn: AsyncConnection[Any]) -> None:
+        self.conn = conn
+
+    async def commit_query(
+        self, charge: Charge, *, cap: Decimal, key_has_quota: bool, row: AnswerRow
+    ) -> Committed:
+        params = {
+            "dataset": charge.dataset_id,
+            "epoch": charge.epoch,
+            "grid": charge.grid_id,
+            "grid_version": row.grid_version,
+            "fingerprint": row.fingerprint,
+            "users": int_array_literal(charge.users),
+            "epsilon": charge.epsilon,
+            "cap": cap,
+            "key": charge.key_id,
+            "key_has_quota": key_has_quota,
+            "public_id": row.public_id,
+            "statistic": row.statistic,
+            "mechanism": row.mechanism,
+            "options": orjson.dumps(row.options).decode(),
+            "answer": orjson.dumps(row.answer).decode(),
+        }
+        cur = await self.conn.execute(_COMMIT_SQL, params, prepare=True)
+        result = await cur.fetchone()
+        if result is None:  # the function always returns one row
+            raise RuntimeError("dpgate_commit_query returned no row")
+        status, stored = result
+        return Committed(Verdict(status), stored)

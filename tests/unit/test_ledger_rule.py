@@ -1,0 +1,86 @@
+"""The budget rule on its own: exact decimals, the cap reachable but never passed,
+and the order in which a query commit decides (checked against a brute-force reading
+of every combination of its inputs)."""
+
+from __future__ import annotations
+
+import itertools
+from decimal import Decimal
+
+import numpy as np
+import pytest
+
+from app.ledger.rule import Charge, Quota, Verdict, exhausted, over_cap, query_verdict, would_exceed
+
+CAP = Decimal("1.000000000000")
+PICO = Decimal("0.000000000001")
+
+
+def test_the_cap_can_be_reached_but_not_passed_by_one_pico_epsilon() -> None:
+    eps = Decimal("0.3")
+    assert not would_exceed(CAP - eps, eps, CAP)
+    assert would_exceed(CAP - eps + PICO, eps, CAP)
+    # floats would get this wrong: 0.1 + 0.2 > 0.3 in binary
+    assert not would_exceed(Decimal("0.1") + Decimal("0.2"), Decimal(0), Decimal("0.3"))
+
+
+def test_charge_users_are_distinct_and_ascending() -> None:
+    charge = Charge.of(1, 1, np.array([5, 3, 5, 1]), Decimal("0.1"), key_id=1, kind="query")
+    assert charge.users == (1, 3, 5)
+    with pytest.raises(AttributeError):
+        charge.epsilon = Decimal(1)  # type: ignore[misc]
+
+
+def test_exhausted_matches_each_user_checked_alone() -> None:
+    rng = np.random.default_rng(7)
+    spent = {u: Decimal(int(rng.integers(0, 11))) / 10 for u in range(20)}
+    users = np.arange(25)  # 20..24 have no account: nothing spent
+    eps = Decimal("0.3")
+    got = exhausted(spent, users, eps, CAP)
+    want = [spent.get(u, Decimal(0)) + eps > CAP for u in range(25)]
+    assert got.tolist() == want
+    charge = Charge.of(1, 1, users, eps, key_id=1, kind="release")
+    assert over_cap(charge, spent, CAP) == [u for u in range(25) if want[u]]
+
+
+def _brute(stale: bool, missing: bool, twin: bool, over: bool, quota_over: bool | None) -> Verdict:
+    """The documented order, read off literally: the first condition that holds."""
+    for condition, verdict in (
+        (stale, Verdict.STALE),
+        (missing, Verdict.MISSING),
+        (twin, Verdict.TWIN),
+        (over, Verdict.EXHAUSTED),
+        (bool(quota_over), Verdict.QUOTA),
+    ):
+        if condition:
+            return verdict
+    return Verdict.OK
+
+
+@pytest.mark.parametrize(
+    ("stale", "missing", "twin", "over", "quota_over"),
+    list(itertools.product([False, True], [False, True], [False, True], [False, True],
+                           [None, False, True])),
+)  # fmt: skip
+def test_query_verdict_follows_the_documented_order(
+    stale: bool, missing: bool, twin: bool, over: bool, quota_over: bool | None
+) -> None:
+    eps = Decimal("0.25")
+    charge = Charge.of(1, 1, [10, 11], eps, key_id=3, kind="query", grid_id=4)
+    accounts = {10: CAP if over else Decimal(0)}
+    if not missing:
+        accounts[11] = Decimal(0)
+    quota = None
+    if quota_over is not None:
+        quota = Quota(limit=Decimal(1), spent=Decimal(1) if quota_over else Decimal(0))
+    got = query_verdict(
+        charge, epoch_now=2 if stale else 1, accounts=accounts, cap=CAP, twin=twin, quota=quota
+    )
+    assert got is _brute(stale, missing, twin, over, quota_over)
+
+
+def test_a_charge_of_nobody_is_never_missing_nor_exhausted() -> None:
+    charge = Charge.of(1, 1, [], Decimal("0.5"), key_id=1, kind="query")
+    assert query_verdict(charge, epoch_now=1, accounts={}, cap=CAP, twin=False, quota=None) is (
+        Verdict.OK
+    )
