@@ -42,7 +42,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     with live_server(url, workdir, workers=1) as server:
         admin = dpgate.Client(server.url, ADMIN_KEY)
         ds = admin.create_dataset(
-            name="client test", value_bound=10.0, budget_per_user=1.0, timezone="UTC"
+            name="client test", value_bound=10.0, budget_per_user=10.0, timezone="UTC"
         )
         result = admin.upload(ds.id, csv_for({CELL_A: GRID_A, CELL_B: GRID_B}))
         assert result.rejected == 0 and result.accepted == sum(
@@ -88,7 +88,7 @@ def test_mean_variance_quote_budget_and_stored_answers(world: World) -> None:
     quote = c.quote(grid.grid_id, target_error=2.0)
     assert isinstance(quote, dpgate.Quote) and quote.statistic == "mean"
     budget = c.budget(world.dataset_id)
-    assert budget.max_spent == pytest.approx(0.25) and budget.budget_per_user == 1.0
+    assert budget.max_spent == pytest.approx(0.25) and budget.budget_per_user == 10.0
     stored = c.queries()
     assert [s.query_id for s in stored] == [var.query_id, levy.query_id, mean.query_id]
     assert stored[-1].answer.estimate == mean.estimate and stored[-1].answer.cached is True
@@ -113,12 +113,12 @@ def test_errors_are_typed(world: World) -> None:
         pytest.raises(dpgate.Unauthenticated),
     ):
         stranger.datasets()
-    with pytest.raises(dpgate.BudgetExhausted) as exhausted:  # budget per user is 1.0
-        c.mean(grid.grid_id, 0.99, mechanism="baseline")
+    with pytest.raises(dpgate.BudgetExhausted) as exhausted:  # budget per user is 10
+        c.mean(grid.grid_id, 9.99, mechanism="baseline")
     assert exhausted.value.status == 403
     # API.md: the refusal says what is left (servers before that field answer None)
     left = exhausted.value.largest_epsilon
-    assert left is None or 0 <= left < 0.99
+    assert left is None or 0 <= left < 9.99
     assert isinstance(exhausted.value, dpgate.DpgateError)
 
 
@@ -308,3 +308,21 @@ def test_a_non_json_error_still_maps_by_status(scripted: Scripted) -> None:
     scripted.replies = [(404, {}, "plain")]
     with dpgate.Client(scripted.url, "k") as c, pytest.raises(dpgate.NotFound):
         c.datasets()
+
+
+def test_the_readme_example_runs(world: World, capsys: pytest.CaptureFixture[str]) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    code = readme.split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) == 5
+    assert world.dataset_id == 1  # the README's dataset: the first one of a fresh server
+    code = code.replace("http://127.0.0.1:8000", world.server.url)
+    code = code.replace("dpg_...analyst key...", world.analyst_key)
+    exec(compile(code, "README.md", "exec"), {})
+    printed = capsys.readouterr().out.split()
+    assert len(printed) >= 4 and printed[-2] in {m for m in _mechanisms()}
+
+
+def _mechanisms() -> set[str]:
+    from app.core import MEAN_MECHANISMS
+
+    return set(MEAN_MECHANISMS)
