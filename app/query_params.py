@@ -5,7 +5,8 @@ request's query parameter names with those its route declares: the endpoint's ow
 ``Query`` parameters (also those of its dependencies and of pydantic query models) and
 the ``in: query`` parameters of its ``openapi_extra`` (the mechanism options of
 ``/grids/{grid_id}/mean`` and ``/variance``, generated from the registry). So a name
-that ``/openapi.json`` does not document is never silently ignored.
+that ``/openapi.json`` does not document is never silently ignored. As everywhere, the
+key is checked first: a caller without a valid key (or role) gets 401 (403), not 400.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from fastapi.dependencies.models import Dependant
 from fastapi.routing import APIRoute
 from pydantic import BaseModel
 
+from app.deps import KeyAuth
 from app.errors import InvalidRequest
 
 __all__ = ["declared_query_params", "refuse_unknown_query_params"]
@@ -45,6 +47,12 @@ def declared_query_params(route: APIRoute) -> frozenset[str]:
     return frozenset(names)
 
 
+async def _authenticate(route: APIRoute, request: Request) -> None:
+    for sub in route.dependant.dependencies:
+        if isinstance(sub.call, KeyAuth):
+            await sub.call(request)
+
+
 async def refuse_unknown_query_params(request: Request) -> None:
     """400 ``invalid_request`` naming every query parameter the route does not declare."""
     if not request.scope.get("query_string"):
@@ -58,6 +66,7 @@ async def refuse_unknown_query_params(request: Request) -> None:
         setattr(route, _ATTRIBUTE, allowed)
     unknown = sorted(set(request.query_params) - allowed)
     if unknown:
+        await _authenticate(route, request)  # 401/403 first: validation tells strangers nothing
         accepted = ", ".join(sorted(allowed)) or "none"
         raise InvalidRequest(
             f"unknown query parameter(s) {', '.join(map(repr, unknown))}; "

@@ -18,7 +18,7 @@ from app.errors import (
 from app.keys.service import KeyIdentity
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
-from app.queries.schemas import QuoteOut, StatisticAnswer, StoredAnswer, StoredAnswerList
+from app.queries.schemas import QuoteOut, StatisticAnswer, StoredAnswerList
 from app.queries.store import open_store
 
 router = APIRouter(tags=["queries"])
@@ -171,15 +171,3 @@ def list_queries(
     return listing.list_stored_answers(
         session, key.id, grid_id=grid_id, limit=limit, offset=offset
     )
-
-
-@router.get(
-    "/queries/{query_id}",
-    response_model=StoredAnswer,
-    responses=responses(Unauthenticated, Forbidden, NotFound),
-    summary="One of your stored answers (free)",
-)
-def get_query(query_id: str, session: SessionDep, key: AnalystKey) -> StoredAnswer:
-    if not service.GRID_ID.fullmatch(query_id):
-        raise NotFound(f"no stored answer {query_id!r} of this key")
-    return listing.get_stored_answer(session, key.id, query_id)

@@ -16,7 +16,6 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
-from app.errors import NotFound
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.queries.models import QueryAnswer
 from app.queries.schemas import StoredAnswer, StoredAnswerList
@@ -60,12 +59,6 @@ class StoredAnswerRepository:
         ).all()
         return [StoredRow(*row) for row in rows], int(total)
 
-    def one(self, key_id: int, public_id: str) -> StoredRow | None:
-        row = self.session.execute(
-            self._select().where(QueryAnswer.key_id == key_id, QueryAnswer.public_id == public_id)
-        ).first()
-        return None if row is None else StoredRow(*row)
-
 
 def _local(moment: datetime, timezone: str) -> str:
     return format_local(datetime_to_us(moment), get_zone(timezone))
@@ -103,15 +96,7 @@ def list_stored_answers(
     )
 
 
-def get_stored_answer(session: Session, key_id: int, query_id: str) -> StoredAnswer:
-    row = StoredAnswerRepository(session).one(key_id, query_id)
-    if row is None:
-        raise NotFound(f"no stored answer {query_id!r} of this key")
-    return stored_answer(row)
-
-
 __all__: Sequence[str] = [
     "StoredAnswerRepository",
-    "get_stored_answer",
     "list_stored_answers",
 ]

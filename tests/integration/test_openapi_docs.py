@@ -192,6 +192,18 @@ def test_every_route_refuses_an_unknown_query_parameter(client: TestClient) -> N
     assert still.status_code == 200, still.text
 
 
+def test_the_key_is_checked_before_the_parameters(client: TestClient) -> None:
+    ds = make_dataset(client)
+    no_key = client.get(
+        f"/datasets/{ds}/grids", params={"sortx": "1"}, headers={"Authorization": ""}
+    )
+    assert no_key.status_code == 401
+    analyst_key = analyst(client)
+    wrong_role = client.get(f"/datasets/{ds}/ledger", params={"zz": "1"}, headers=analyst_key)
+    assert wrong_role.status_code == 403
+    assert client.get("/healthz", params={"zz": "1"}).status_code == 400  # no key needed there
+
+
 def test_declared_parameters_still_pass(client: TestClient) -> None:
     ds = make_dataset(client)
     grid = load(client, ds, {CELL_A: {"u1": [1.0], "u2": [2.0, 3.0], "u3": [4.0]}})[CELL_A]

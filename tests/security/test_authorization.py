@@ -46,6 +46,7 @@ ROLES = {
     ("POST", "/datasets/{dataset_id}/budget/reset"): "admin",
     ("POST", "/plans/preview"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases"): "analyst",
+    ("GET", "/queries"): "analyst",
 }
 
 
