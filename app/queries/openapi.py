@@ -70,7 +70,13 @@ def cite(text: str) -> str:
 
 
 def _table(statistic: str) -> Mapping[str, MechanismSpec]:
-    return core.MEAN_MECHANISMS if statistic == "mean" else core.VARIANCE_MECHANISMS
+    """The registry of ``mean``, ``variance`` or ``joint`` (read at call time)."""
+    tables = {
+        "mean": core.MEAN_MECHANISMS,
+        "variance": core.VARIANCE_MECHANISMS,
+        "joint": core.JOINT_MECHANISMS,
+    }
+    return tables[statistic]
 
 
 def mechanism_schema(statistic: str) -> dict[str, Any]:
@@ -139,9 +145,10 @@ def _option_parameter(name: str, users: list[tuple[str, OptionSpec]]) -> dict[st
 
 
 def option_parameters(statistic: str) -> list[dict[str, Any]]:
-    """One OpenAPI query parameter per option of the statistic's mechanisms, plus ``plan``."""
-    users = _option_users(statistic)
-    return [*(_option_parameter(n, u) for n, u in users.items()), PLAN_PARAMETER]
+    """One OpenAPI query parameter per option of the statistic's mechanisms (and ``plan``
+    for the single-statistic endpoints)."""
+    declared = [_option_parameter(n, u) for n, u in _option_users(statistic).items()]
+    return [*declared, PLAN_PARAMETER] if statistic in ("mean", "variance") else declared
 
 
 # ---- examples: real answers of a tiny fixed synthetic grid ------------------------------

@@ -227,3 +227,34 @@ def test_declared_parameters_still_pass(client: TestClient) -> None:
     assert refused.status_code == 400
     budget = client.get(f"/datasets/{ds}/budget").json()
     assert budget["max_spent"] == pytest.approx(0.1)
+
+
+def test_a_new_registry_entry_is_documented_without_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the auto work adds to ``app.core.options`` appears in the documentation."""
+    from types import MappingProxyType
+
+    from app.core.options import MechanismSpec, OptionSpec
+    from app.queries import openapi
+
+    extra = OptionSpec("zz_share", "float", 0.5, "a share (SPEC §4, 004 eq. 11)", 0.0, 1.0, True)
+    spec = MechanismSpec("zz_new", "a new one (003 Thm III.1)", False, {"zz_share": extra})
+    table = MappingProxyType({**core.MEAN_MECHANISMS, "zz_new": spec})
+    monkeypatch.setattr(core, "MEAN_MECHANISMS", table)
+    assert openapi.mechanism_schema("mean")["enum"][-1] == "zz_new"
+    described = openapi.mechanism_description("mean")
+    assert "`zz_new`: a new one (“Bounding User Contributions" in described
+    param = next(p for p in openapi.option_parameters("mean") if p["name"] == "zz_share")
+    assert param["x-mechanisms"] == ["zz_new"]
+    assert param["schema"] == {
+        "type": "number", "exclusiveMinimum": 0.0, "exclusiveMaximum": 1.0, "default": 0.5
+    }  # fmt: skip
+    assert "docs/math.md, worst-case error of a release" in param["description"]
+    assert "SPEC" not in param["description"] and "004 eq" not in param["description"]
+
+
+def test_joint_mechanisms_have_a_schema_too() -> None:
+    from app.queries import openapi
+
+    assert openapi.mechanism_schema("joint") == {"enum": list(core.JOINT_MECHANISMS)}
+    names = {p["name"] for p in openapi.option_parameters("joint")}
+    assert {"split", "m"} <= names
