@@ -68,7 +68,8 @@ async def refuse_unknown_query_params(request: Request) -> None:
     if unknown:
         await _authenticate(route, request)  # 401/403 first: validation tells strangers nothing
         accepted = ", ".join(sorted(allowed)) or "none"
+        named = ", ".join(repr(name[:40]) for name in unknown[:10])
+        more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
         raise InvalidRequest(
-            f"unknown query parameter(s) {', '.join(map(repr, unknown))}; "
-            f"this endpoint accepts: {accepted}"
+            f"unknown query parameter(s) {named}{more}; this endpoint accepts: {accepted}"
         )

@@ -202,6 +202,9 @@ def test_the_key_is_checked_before_the_parameters(client: TestClient) -> None:
     wrong_role = client.get(f"/datasets/{ds}/ledger", params={"zz": "1"}, headers=analyst_key)
     assert wrong_role.status_code == 403
     assert client.get("/healthz", params={"zz": "1"}).status_code == 400  # no key needed there
+    many = client.get("/healthz", params={f"p{i}" + "x" * 100: "1" for i in range(30)})
+    assert many.status_code == 400 and len(many.json()["error"]["message"]) < 1000
+    assert "and 20 more" in many.json()["error"]["message"]
 
 
 def test_declared_parameters_still_pass(client: TestClient) -> None:
