@@ -99,10 +99,35 @@ class Client:
         idempotent_key: bool = False,
     ) -> Any:
         """Send one logical request (retried on 503); its JSON answer or a typed error."""
+        response = self._send(
+            method,
+            path,
+            params=params,
+            json=json,
+            content=content,
+            headers=headers,
+            idempotent_key=idempotent_key,
+        )
+        return self._answer(response)
+
+    def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json: Any = None,
+        content: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        idempotent_key: bool = False,
+    ) -> httpx.Response:
+        """The final response of one logical request: 503s are retried (bounded), with the
+        same ``Idempotency-Key`` (one per logical request) on every attempt."""
         sent_headers = dict(headers or {})
         if idempotent_key:
             sent_headers["Idempotency-Key"] = uuid.uuid4().hex
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
             response = self._http.request(
                 method,
                 path,
@@ -111,11 +136,10 @@ class Client:
                 content=content,
                 headers=sent_headers,
             )
-            if response.status_code in _RETRY_STATUSES and attempt < self.max_retries:
-                time.sleep(self._retry_wait(response, attempt))
-                continue
-            return self._answer(response)
-        raise AssertionError("unreachable")  # pragma: no cover
+            if response.status_code not in _RETRY_STATUSES or attempt >= self.max_retries:
+                return response
+            time.sleep(self._retry_wait(response, attempt))
+            attempt += 1
 
     @staticmethod
     def _answer(response: httpx.Response) -> Any:
@@ -197,6 +221,17 @@ class Client:
         body = {"slot_start": slot_start, **{k: v for k, v in fields.items() if v is not None}}
         answer = self.request("POST", f"/datasets/{dataset_id}/releases/preview", json=body)
         return ReleasePreview.model_validate(answer)
+
+    def get_release(self, release_id: str) -> Release:
+        """A stored release (JSON). For the map formats see :meth:`release_file`."""
+        return self._get(Release, f"/releases/{release_id}")
+
+    def release_file(self, release_id: str, format: str = "geojson") -> str:
+        """A stored release as GeoJSON or CSV text."""
+        response = self._send("GET", f"/releases/{release_id}", params={"format": format})
+        if response.status_code >= 400:
+            self._answer(response)  # raises the typed error
+        return response.text
 
     def budget(self, dataset_id: int | str) -> Budget:
         return self._get(Budget, f"/datasets/{dataset_id}/budget")

@@ -287,12 +287,20 @@ def test_requests_the_client_sends(scripted: Scripted) -> None:
                "grids": [{"grid_id": "g", "h3_cell": "c", "slot_start": "s", "n_users": 10,
                           "expected_error": 1.5}]}  # fmt: skip
     page1 = {"queries": [], "total": 0, "limit": 1, "offset": 0, "next": None}
-    scripted.replies = [(200, {}, me), (200, {}, preview), (200, {}, page1)]
+    geojson = {"type": "FeatureCollection", "features": []}
+    scripted.replies = [
+        (200, {}, me), (200, {}, preview), (200, {}, page1), (200, {}, RELEASE),
+        (200, {}, geojson), (404, {}, {"error": {"code": "not_found", "message": "no"}}),
+    ]  # fmt: skip
     with dpgate.Client(scripted.url + "/", "k") as c:
         assert c.me().epsilon_remaining == 1.5
         plan = c.release_preview(5, "2024-03-05T10:00:00+00:00", max_user_cost=0.5, min_users=10)
         assert plan.grids[0].expected_error == 1.5 and plan.users_over_budget == 0
         assert c.queries(grid_id="g") == []
+        assert c.get_release("r1").release_id == "r1"
+        assert json.loads(c.release_file("r1")) == geojson
+        with pytest.raises(dpgate.NotFound):
+            c.release_file("r2", format="csv")
     sent = scripted.seen
     assert sent[1]["method"] == "POST" and sent[1]["path"] == "/datasets/5/releases/preview"
     assert json.loads(sent[1]["body"]) == {
@@ -302,6 +310,9 @@ def test_requests_the_client_sends(scripted: Scripted) -> None:
     }
     assert "Idempotency-Key" not in sent[1]["headers"]  # a preview charges nothing
     assert sent[2]["path"] == "/queries?grid_id=g&offset=0"
+    assert [r["path"] for r in sent[3:]] == [
+        "/releases/r1", "/releases/r1?format=geojson", "/releases/r2?format=csv"
+    ]  # fmt: skip
 
 
 def test_a_non_json_error_still_maps_by_status(scripted: Scripted) -> None:
