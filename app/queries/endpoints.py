@@ -4,7 +4,7 @@ import math
 from typing import Annotated, Literal
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.deps import AnalystKey, SessionDep
 from app.errors import (
@@ -31,6 +31,10 @@ EPSILON = Annotated[
         "uses: a finite number with 0 < epsilon <= the dataset's `max_epsilon_per_query`. "
         "Smaller is more private and noisier."
     ),
+]
+GRID_ID = Annotated[
+    str,
+    Path(description="A grid's `grid_id`, from `GET /datasets/{dataset_id}/grids`."),
 ]
 MEAN_MECHANISM = Annotated[
     str,
@@ -95,7 +99,7 @@ async def _answer(
     openapi_extra={"parameters": option_parameters("mean")},
 )
 async def mean(
-    grid_id: str,
+    grid_id: GRID_ID,
     request: Request,
     key: AnalystKey,
     epsilon: EPSILON,
@@ -114,7 +118,7 @@ async def mean(
     openapi_extra={"parameters": option_parameters("variance")},
 )
 async def variance(
-    grid_id: str,
+    grid_id: GRID_ID,
     request: Request,
     key: AnalystKey,
     epsilon: EPSILON,
@@ -130,7 +134,7 @@ async def variance(
     summary="Smallest epsilon reaching a worst-case error (public counts only; free)",
 )
 def quote(
-    grid_id: str,
+    grid_id: GRID_ID,
     session: SessionDep,
     _: AnalystKey,
     target_error: Annotated[
@@ -165,8 +169,10 @@ def list_queries(
     grid_id: Annotated[
         str | None, Query(max_length=32, description="Only the answers about this grid.")
     ] = None,
-    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
-    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Answers per page.")] = 100,
+    offset: Annotated[
+        int, Query(ge=0, le=2**31 - 1, description="Skip this many (`next` of a page).")
+    ] = 0,
 ) -> StoredAnswerList:
     return listing.list_stored_answers(
         session, key.id, grid_id=grid_id, limit=limit, offset=offset
