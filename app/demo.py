@@ -22,6 +22,8 @@ On the database of :func:`app.config.get_settings` (by default the SQLite file
 from __future__ import annotations
 
 import shlex
+import socket
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +38,7 @@ if TYPE_CHECKING:
     from app.datasets.schemas import DatasetCreate
     from app.datasets.upload import UploadOptions
 
-__all__ = ["DemoSetup", "demo_commands", "prepare_demo", "run_demo"]
+__all__ = ["DemoSetup", "demo_commands", "port_problem", "prepare_demo", "run_demo"]
 
 SYNTH_NAME = "demo: synthetic ITMS-like city (seed 0)"
 SYNTH_SEED = 0
@@ -220,10 +222,39 @@ def _banner(setup: DemoSetup, base_url: str) -> str:
     return "\n".join(lines)
 
 
+def port_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (None when it can): the address is
+    bound once, as uvicorn will bind it (``SO_REUSEADDR``), and released."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        return f"cannot resolve host {host!r}: {exc}"
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
 def run_demo(*, host: str, port: int, data: str | None) -> int:
-    """``dpgate demo``: prepare, print keys and curl commands, then serve (blocks)."""
+    """``dpgate demo``: prepare, print keys and curl commands, then serve (blocks).
+
+    The port is checked first: when it is taken, nothing is created or printed but the
+    reason, and the exit status is 2 (the keys and curl lines would otherwise point at
+    whatever holds the port)."""
     import uvicorn
 
+    problem = port_problem(host, port)
+    if problem is not None:
+        print(
+            f"dpgate demo: {problem}. Is another server running there? "
+            "Choose another port with --port.",
+            file=sys.stderr,
+        )
+        return 2
     settings = get_settings()
     setup = prepare_demo(settings, data)
     shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104

@@ -4,7 +4,7 @@ import math
 from typing import Annotated, Literal
 
 import orjson
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.deps import AnalystKey, SessionDep
 from app.errors import (
@@ -16,14 +16,47 @@ from app.errors import (
     responses,
 )
 from app.keys.service import KeyIdentity
-from app.queries import service
-from app.queries.schemas import QuoteOut, StatisticAnswer
+from app.queries import listing, service
+from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
+from app.queries.schemas import QuoteOut, StatisticAnswer, StoredAnswerList
 from app.queries.store import open_store
 
 router = APIRouter(tags=["queries"])
 
 ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound)
-EPSILON = Annotated[float, Query(description="Privacy budget of this query (0 < eps <= max).")]
+EPSILON = Annotated[
+    float,
+    Query(
+        description="Privacy loss of this query, charged to every user whose records it "
+        "uses: a finite number with 0 < epsilon <= the dataset's `max_epsilon_per_query`. "
+        "Smaller is more private and noisier."
+    ),
+]
+GRID_ID = Annotated[
+    str,
+    Path(description="A grid's `grid_id`, from `GET /datasets/{dataset_id}/grids`."),
+]
+MEAN_MECHANISM = Annotated[
+    str,
+    Query(
+        description="The mechanism; `auto` chooses one and the answer says which ran.",
+        json_schema_extra=mechanism_schema("mean"),
+    ),
+]
+VARIANCE_MECHANISM = Annotated[
+    str,
+    Query(
+        description="The mechanism; `auto` chooses one and the answer says which ran.",
+        json_schema_extra=mechanism_schema("variance"),
+    ),
+]
+_OPTIONS_NOTE = (
+    "\n\nMechanism options are further query parameters (each says which mechanisms read "
+    "it); an option the chosen mechanism does not read, or any undeclared parameter, is "
+    "refused with 400. The same query (grid, statistic, mechanism, epsilon, options) asked "
+    "again in the same budget epoch returns the stored answer with `cached: true` and "
+    "charges nothing."
+)
 
 
 def _options(request: Request) -> dict[str, str]:
@@ -60,16 +93,17 @@ async def _answer(
     response_model=StatisticAnswer,
     responses=ERRORS,
     summary="DP mean of one grid",
-    description="Mechanisms: baseline, array_avg_wrap, array_avg_bestfit, levy, quantile_fixed, "
-    "quantile_optimized, opt_array, opt_array_convex, clip, worst_case_optimal, auto "
-    "(docs/math.md §5). Mechanism options are further query parameters; unknown ones are refused.",
+    description="The user-level ε-DP mean of the grid's values. Mechanisms:\n\n"
+    + mechanism_description("mean")
+    + _OPTIONS_NOTE,
+    openapi_extra={"parameters": option_parameters("mean")},
 )
 async def mean(
-    grid_id: str,
+    grid_id: GRID_ID,
     request: Request,
     key: AnalystKey,
     epsilon: EPSILON,
-    mechanism: str = "auto",
+    mechanism: MEAN_MECHANISM = "auto",
 ) -> Response:
     return await _answer(key, grid_id, "mean", mechanism, epsilon, request)
 
@@ -79,14 +113,16 @@ async def mean(
     response_model=StatisticAnswer,
     responses=ERRORS,
     summary="DP population variance of one grid",
-    description="Mechanisms: baseline, clip, auto (004 Prop III.1, Lemma III.3).",
+    description="The user-level ε-DP population variance of the grid's values. "
+    "Mechanisms:\n\n" + mechanism_description("variance") + _OPTIONS_NOTE,
+    openapi_extra={"parameters": option_parameters("variance")},
 )
 async def variance(
-    grid_id: str,
+    grid_id: GRID_ID,
     request: Request,
     key: AnalystKey,
     epsilon: EPSILON,
-    mechanism: str = "auto",
+    mechanism: VARIANCE_MECHANISM = "auto",
 ) -> Response:
     return await _answer(key, grid_id, "variance", mechanism, epsilon, request)
 
@@ -98,12 +134,46 @@ async def variance(
     summary="Smallest epsilon reaching a worst-case error (public counts only; free)",
 )
 def quote(
-    grid_id: str,
+    grid_id: GRID_ID,
     session: SessionDep,
     _: AnalystKey,
-    target_error: Annotated[float, Query(gt=0)],
-    statistic: Literal["mean", "variance"] = "mean",
+    target_error: Annotated[
+        float,
+        Query(
+            gt=0,
+            description="The worst-case error wanted (`worst_case_error` of the answer), in "
+            "the values' unit for a mean and their unit squared for a variance.",
+        ),
+    ],
+    statistic: Annotated[
+        Literal["mean", "variance"], Query(description="The statistic to quote.")
+    ] = "mean",
 ) -> dict:
     if not math.isfinite(target_error):
         raise InvalidRequest("target_error must be a finite number > 0")
     return service.quote(session, grid_id, statistic, target_error)
+
+
+@router.get(
+    "/queries",
+    response_model=StoredAnswerList,
+    responses=responses(Unauthenticated, Forbidden),
+    summary="Your stored answers, newest first (re-reading them is free)",
+    description="The answers this key obtained from `/grids/{grid_id}/mean` and `/variance`, "
+    "each with the stored answer itself. `reusable` says whether the same query asked "
+    "again now would return it for free.",
+)
+def list_queries(
+    session: SessionDep,
+    key: AnalystKey,
+    grid_id: Annotated[
+        str | None, Query(max_length=32, description="Only the answers about this grid.")
+    ] = None,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Answers per page.")] = 100,
+    offset: Annotated[
+        int, Query(ge=0, le=2**31 - 1, description="Skip this many (`next` of a page).")
+    ] = 0,
+) -> StoredAnswerList:
+    return listing.list_stored_answers(
+        session, key.id, grid_id=grid_id, limit=limit, offset=offset
+    )

@@ -4,7 +4,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
@@ -14,7 +14,11 @@ class QueryAnswer(Base):
     """A released answer; the same query in the same epoch is served from here."""
 
     __tablename__ = "query_answers"
-    __table_args__ = (UniqueConstraint("grid_id", "epoch", "grid_version", "fingerprint"),)
+    __table_args__ = (
+        UniqueConstraint("grid_id", "epoch", "grid_version", "fingerprint"),
+        # GET /queries: a key's answers, newest first (migration 0007)
+        Index("ix_query_answers_key_id_id", "key_id", "id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     public_id: Mapped[str] = mapped_column(String(32), unique=True)

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query
 
-from app.datasets.endpoints import refuse_unknown_params
 from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.releases import service
@@ -29,9 +28,8 @@ router = APIRouter(tags=["releases"])
     "the stored release with `cached: true`.",
 )
 def create_release(
-    dataset_id: str, body: ReleaseIn, request: Request, session: SessionDep, key: AnalystKey
+    dataset_id: str, body: ReleaseIn, session: SessionDep, key: AnalystKey
 ) -> dict:
-    refuse_unknown_params(request, frozenset())
     return service.release_slot(session, key, dataset_id, body)
 
 
@@ -42,9 +40,8 @@ def create_release(
     summary="The plan of a release, without values and without any charge",
 )
 def preview_release(
-    dataset_id: str, body: ReleaseIn, request: Request, session: SessionDep, _: AnalystKey
+    dataset_id: str, body: ReleaseIn, session: SessionDep, _: AnalystKey
 ) -> dict:
-    refuse_unknown_params(request, frozenset())
     return service.preview_slot(session, dataset_id, body)
 
 
@@ -56,7 +53,6 @@ def preview_release(
 )
 def get_release(
     release_id: str,
-    request: Request,
     session: SessionDep,
     _: AnalystKey,
     format: Annotated[
@@ -64,7 +60,6 @@ def get_release(
         Query(description="`json` (default), `geojson` (one H3 hexagon per grid) or `csv`."),
     ] = ReleaseFormat.json,
 ) -> Any:
-    refuse_unknown_params(request, frozenset({"format"}))
     release = service.release_json(session, release_id)
     if format is ReleaseFormat.json:
         return release

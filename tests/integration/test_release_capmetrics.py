@@ -120,11 +120,15 @@ def _figures(client: TestClient, truths: dict, mechanism: str) -> tuple[float, f
                 assert g["slot_start"].startswith(f"{day}T08:00:00-0")
                 mean = g["mean"]
                 errors.append(abs(mean["estimate"] - t["mean"]))
-                covered.append(mean["ci95"][0] <= t["mean"] <= mean["ci95"][1])
-    median, coverage = statistics.median(errors), sum(covered) / len(covered)
+                if mean["ci95"] is None:  # no honest interval: the answer says why
+                    assert mean["ci95_note"], mean
+                else:
+                    covered.append(mean["ci95"][0] <= t["mean"] <= mean["ci95"][1])
+    median = statistics.median(errors)
+    coverage = sum(covered) / len(covered) if covered else None
     print(
         f"\n{mechanism:>18}: {len(errors)} (grid, release) pairs, median |mean error| "
-        f"{median:.3f} m/s, ci95 coverage {coverage:.1%}; (day, K, eps, released, skipped): "
+        f"{median:.3f} m/s, ci95 coverage {coverage}; (day, K, eps, released, skipped): "
         f"{sorted(plans)}"
     )
     return median, coverage, len(errors)
@@ -136,9 +140,13 @@ def test_capmetrics_0800_released_at_res7_within_cost(
 ) -> None:
     median, coverage, pairs = _figures(client, truths, mechanism)
     assert pairs >= 3 * EPOCHS * 5
-    # The published interval is honest whatever the mechanism: nominally >= 95%; with
-    # about 150 pairs, 85% is about five standard deviations below it.
-    assert coverage >= 0.85, f"{mechanism}: ci95 held the true mean in only {coverage:.0%}"
+    # A published interval is honest whatever the mechanism: nominally >= 95%; with
+    # about 150 pairs, 85% is about five standard deviations below it. auto's mean
+    # (user_window) publishes none: its clipping level is private (docs/math.md §11).
+    if mechanism == "auto":
+        assert coverage is None
+    else:
+        assert coverage is not None and coverage >= 0.85, f"{mechanism}: ci95 held {coverage}"
     # The target (median <= 1.5 m/s) depends on the mean mechanism and is
     # measured and printed; this bound only catches a release gone wrong.
     assert median <= 3.0, f"median |mean error| {median:.2f} m/s"

@@ -48,6 +48,7 @@ ROLES = {
     ("POST", "/datasets/{dataset_id}/releases"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases/preview"): "analyst",
     ("GET", "/releases/{release_id}"): "analyst",
+    ("GET", "/queries"): "analyst",
 }
 
 

@@ -1,0 +1,220 @@
+"""What ``/openapi.json`` says about the query endpoints, generated from the registry.
+
+Everything here is derived from ``app.core.options`` (``MEAN_MECHANISMS``,
+``VARIANCE_MECHANISMS``): the ``mechanism`` enum of each statistic, one declared
+query parameter per mechanism option (type, range, default, the mechanisms that read
+it, its meaning), and the endpoints' descriptions — so a mechanism or option added
+to the registry appears in the documentation, and is accepted by the unknown
+parameter check (``app.query_params``), without touching this module. The examples
+are real answers: a tiny fixed synthetic grid released with dpgate's own sampler
+once, when this module is imported.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from app import core
+from app.core.options import MechanismSpec, OptionSpec
+
+__all__ = [
+    "PAPERS",
+    "cite",
+    "example_answer",
+    "example_quote",
+    "mechanism_description",
+    "mechanism_schema",
+    "option_parameters",
+]
+
+#: The seed papers, by the short numbers the registry's descriptions use.
+PAPERS: Mapping[str, str] = {
+    "002": "Mean Estimation with User-Level Privacy for Spatio-Temporal IoT Datasets",
+    "003": "Bounding User Contributions for User-Level Differentially Private Mean Estimation",
+    "004": "On Improving the Composition Privacy Loss in Differential Privacy for Fixed "
+    "Estimation Error",
+}
+_MATH_SECTIONS: Mapping[str, str] = {
+    "2": "exact user-level sensitivities",
+    "3": "worst-case bias of clipping",
+    "4": "worst-case error of a release",
+    "5": "mechanisms for the mean",
+    "6": "composition across grids and Clip-User",
+}
+_PAPER = re.compile(r"\b(00[0-4])\b")
+_SPEC = re.compile(r"SPEC §(\d+)")
+
+#: Options every statistic endpoint reads besides the registry's (``service._parse_query``).
+PLAN_PARAMETER: dict[str, Any] = {
+    "name": "plan",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "maxLength": 64},
+    "description": "The `release_id` of a slot release of this grid's dataset: its "
+    "Clip-User plan caps each user's records, so users it suppressed are not charged "
+    "again. Read by every mechanism.",
+}
+
+
+def cite(text: str) -> str:
+    """``text`` with the registry's short citations spelled out for a reader:
+    ``002 §III-C`` becomes the paper's title, ``SPEC §4`` a ``docs/math.md`` section."""
+    text = _SPEC.sub(
+        lambda m: f"docs/math.md, {_MATH_SECTIONS.get(m.group(1), 'the math')}", text
+    )
+    return _PAPER.sub(lambda m: f"“{PAPERS[m.group(1)]}”", text)
+
+
+def _table(statistic: str) -> Mapping[str, MechanismSpec]:
+    """The registry of ``mean``, ``variance`` or ``joint`` (read at call time)."""
+    tables = {
+        "mean": core.MEAN_MECHANISMS,
+        "variance": core.VARIANCE_MECHANISMS,
+        "joint": core.JOINT_MECHANISMS,
+    }
+    return tables[statistic]
+
+
+def mechanism_schema(statistic: str) -> dict[str, Any]:
+    """The ``mechanism`` parameter's JSON schema: an enum of the registry's names."""
+    return {"enum": list(_table(statistic))}
+
+
+def mechanism_description(statistic: str) -> str:
+    """One markdown line per mechanism: its name, meaning, options and whether it is bounded."""
+    lines = []
+    for name, spec in _table(statistic).items():
+        options = ", ".join(f"`{o}`" for o in spec.options) or "none"
+        bound = "worst-case error bound reported" if spec.bounded else "no worst-case bound"
+        lines.append(f"- `{name}`: {cite(spec.description)} (options: {options}; {bound})")
+    return "\n".join(lines)
+
+
+def _json(value: object) -> str:
+    return json.dumps(value)
+
+
+def _option_schema(opt: OptionSpec) -> dict[str, Any]:
+    kind = {"int": "integer", "float": "number", "bool": "boolean"}.get(opt.type)
+    schema: dict[str, Any] = {"type": kind} if kind else {"type": "string"}
+    if opt.type == "choice":
+        schema["enum"] = list(opt.choices)
+    if opt.minimum is not None:
+        schema["exclusiveMinimum" if opt.exclusive else "minimum"] = opt.minimum
+    if opt.maximum is not None:
+        schema["exclusiveMaximum" if opt.exclusive else "maximum"] = opt.maximum
+    return schema
+
+
+def _option_users(statistic: str) -> dict[str, list[tuple[str, OptionSpec]]]:
+    users: dict[str, list[tuple[str, OptionSpec]]] = {}
+    for name, spec in _table(statistic).items():
+        for opt in spec.options.values():
+            users.setdefault(opt.name, []).append((name, opt))
+    return users
+
+
+def _option_parameter(name: str, users: list[tuple[str, OptionSpec]]) -> dict[str, Any]:
+    schemas = [_option_schema(opt) for _, opt in users]
+    unique = [s for i, s in enumerate(schemas) if s not in schemas[:i]]
+    schema: dict[str, Any] = unique[0] if len(unique) == 1 else {"anyOf": unique}
+    defaults = {repr(opt.default) for _, opt in users}
+    if len(defaults) == 1 and users[0][1].default is not None:
+        schema = {**schema, "default": users[0][1].default}
+    meanings: dict[str, list[str]] = {}
+    for mechanism, opt in users:
+        default = "" if opt.default is None else f" (default `{_json(opt.default)}`)"
+        meanings.setdefault(cite(opt.description) + default, []).append(f"`{mechanism}`")
+    if len(meanings) == 1:
+        text = next(iter(meanings)) + "."
+    else:
+        text = "; ".join(f"with {', '.join(ms)}: {meaning}" for meaning, ms in meanings.items())
+    return {
+        "name": name,
+        "in": "query",
+        "required": False,
+        "schema": schema,
+        "description": f"{text} Read by `mechanism` = "
+        f"{', '.join(m for m, _ in users)}; refused with any other.",
+        "x-mechanisms": [m for m, _ in users],
+    }
+
+
+def option_parameters(statistic: str) -> list[dict[str, Any]]:
+    """One OpenAPI query parameter per option of the statistic's mechanisms (and ``plan``
+    for the single-statistic endpoints)."""
+    declared = [_option_parameter(n, u) for n, u in _option_users(statistic).items()]
+    return [*declared, PLAN_PARAMETER] if statistic in ("mean", "variance") else declared
+
+
+# ---- examples: real answers of a tiny fixed synthetic grid ------------------------------
+
+_EXAMPLE_U = 65.0
+_EXAMPLE_EPSILON = 1.0
+#: 40 buses, 1 to 8 speed records each, speeds in [0, 65) km/h, fixed (not random).
+_EXAMPLE_USERS = [
+    [float((7 * u + 11 * r) % 60 + 3) for r in range(1 + u % 8)] for u in range(40)
+]
+
+
+def _example_context() -> Any:
+    from app.queries.repository import GridContext
+
+    return GridContext(
+        id=0,
+        public_id="g_example",
+        version=1,
+        dataset_id=1,
+        epoch=1,
+        value_bound=_EXAMPLE_U,
+        budget_per_user=Decimal(10),
+        max_epsilon_per_query=Decimal(10),
+        on_exhausted="refuse",
+    )
+
+
+def _release_example(statistic: str) -> dict[str, Any]:
+    from app.queries.epsilon import parse_epsilon
+    from app.queries.service import answer_body
+
+    grid = core.GridData.from_user_values(_EXAMPLE_USERS)
+    fn = core.release_mean if statistic == "mean" else core.release_variance
+    release = fn(grid, _EXAMPLE_U, _EXAMPLE_EPSILON, "auto")
+    eps = parse_epsilon(_EXAMPLE_EPSILON)
+    options = core.validate_options(statistic, "auto", {})
+    return answer_body(_example_context(), statistic, "auto", eps, options, release, 1)
+
+
+def _quote_example() -> dict[str, Any]:
+    counts = [len(u) for u in _EXAMPLE_USERS]
+    found = core.quote_epsilon(counts, _EXAMPLE_U, 5.0, "mean", max_epsilon=10.0)
+    return {
+        "grid_id": "g_example",
+        "statistic": "mean",
+        "target_error": 5.0,
+        "achievable": found is not None,
+        "epsilon": None if found is None else float(found[0]),
+        "mechanism": None if found is None else found[1],
+        "max_epsilon_per_query": 10.0,
+    }
+
+
+_EXAMPLES: dict[str, dict[str, Any]] = {}
+
+
+def example_answer(statistic: str) -> dict[str, Any]:
+    """A real ``auto`` answer (ε = 1) of the example grid, made once per process."""
+    if statistic not in _EXAMPLES:
+        _EXAMPLES[statistic] = _release_example(statistic)
+    return _EXAMPLES[statistic]
+
+
+def example_quote() -> dict[str, Any]:
+    """A real quote (target error 5 km/h) for the example grid."""
+    if "quote" not in _EXAMPLES:
+        _EXAMPLES["quote"] = _quote_example()
+    return _EXAMPLES["quote"]
