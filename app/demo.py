@@ -103,6 +103,7 @@ def _dataset_spec(
         timezone=CAPMETRICS_ZONE,
         budget_per_user=10.0,
         max_epsilon_per_query=10.0,
+        value_filters_public=True,  # zero speeds are dropped (SECURITY.md: value filters)
     )
     options = UploadOptions(
         columns=ColumnMap("vehicle_id", "timestamp", "latitude", "longitude", "speed"),
@@ -138,6 +139,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
     from app.datasets.upload import upload_records
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
+    from app.instance.service import resolve_hashing_secret
     from app.keys.service import create_key
 
     path = None if data is None else Path(data)
@@ -147,6 +149,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
     spec, options, chunks = _dataset_spec(path)
     engine = make_engine(settings.database_url)
     try:
+        secret = resolve_hashing_secret(settings, engine)
         sessions = make_sessionmaker(engine)
         upload: dict[str, object] | None = None
         with sessions.begin() as session:
@@ -161,7 +164,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
                     dataset.id,
                     chunks(),
                     options,
-                    hash_secret=settings.hashing_secret(),
+                    hash_secret=secret,
                 )
             dataset_id, name = dataset.id, dataset.name
         with sessions.begin() as session:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Query, Request, Response
 from app.deps import AnalystKey, SessionDep
 from app.errors import (
     BudgetExhausted,
+    Conflict,
     Forbidden,
     InvalidRequest,
     NotFound,
@@ -22,7 +23,7 @@ from app.queries.store import open_store
 
 router = APIRouter(tags=["queries"])
 
-ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound)
+ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
 EPSILON = Annotated[float, Query(description="Privacy budget of this query (0 < eps <= max).")]
 
 

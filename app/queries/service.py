@@ -35,6 +35,7 @@ from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unav
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
+from app.queries.refusal import budget_refusal
 from app.queries.repository import AnswerRecord, GridContext
 from app.queries.store import QueryStore
 from app.releases.repository import ReleaseRepository
@@ -124,7 +125,10 @@ async def answer_statistic(
             arrays = await store.snapshot(ctx)
         except GridChanged:  # an upload committed since the look-up: look again
             continue
-        caps = await _caps(store, ctx, options, arrays, eps)
+        try:
+            caps = await _caps(store, ctx, options, arrays, eps)
+        except BudgetExhausted as refused:  # every user exhausted (exclude)
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, refused.message) from None
         release = functools.partial(
             _release_answer, ctx, key, statistic, mechanism, eps, options, fp, arrays, caps
         )
@@ -142,9 +146,11 @@ async def answer_statistic(
         if outcome.status == "twin":
             return _cached(outcome.stored or {})
         if outcome.status == "quota":
-            raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")
+            message = f"key '{key.name}' would exceed its epsilon quota"
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
         if outcome.status == "exhausted" and ctx.on_exhausted != "exclude":
-            raise BudgetExhausted(_exhausted_message(len(users)))
+            message = _exhausted_message(len(users))
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the ledger is busy with this grid; retry")
 

@@ -226,7 +226,11 @@ def _valid_request(
     world: World, method: str, path: str
 ) -> tuple[dict[str, str], dict[str, str], Any]:
     """Valid path values, query and body for an operation (to vary one field at a time)."""
-    path_values = {"dataset_id": str(world.dataset_id), "grid_id": world.grid_ids[0]}
+    path_values = {
+        "dataset_id": str(world.dataset_id),
+        "grid_id": world.grid_ids[0],
+        "key_id": "999999",  # no such key: revoking it answers 404 and changes nothing
+    }
     query: dict[str, str] = {}
     body: Any = None
     if path.endswith(("/mean", "/variance")):
