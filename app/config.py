@@ -20,7 +20,9 @@ MIN_ADMIN_KEY_LENGTH = 24
 class Settings(BaseSettings):
     """Runtime configuration, read from ``DPGATE_*`` variables (and a ``.env`` file)."""
 
-    model_config = SettingsConfigDict(env_prefix="DPGATE_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="DPGATE_", env_file=".env", extra="ignore", env_ignore_empty=True
+    )
 
     database_url: str = Field(
         default="sqlite:///./dpgate.db",

@@ -197,14 +197,19 @@ def _database_error(orig: BaseException | None, *, unavailable: bool, data: bool
     return error_response(500, "internal", "internal error")
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
 def _allowed_methods(request: Request) -> str:
-    """The methods of every route matching the request's path (for ``Allow``)."""
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "\x00"})
-        if match != Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return ", ".join(sorted(methods))
+    """The methods some route answers on the request's path (for ``Allow``), found by
+    asking the router, as included routers keep their routes to themselves."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+    return ", ".join(allowed)
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -259,7 +264,7 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ClientDisconnect)
     async def _disconnect(request: Request, _: ClientDisconnect):
         # Nobody reads this answer; the request's transaction was rolled back.
-        log.info("client disconnected before its request body ended: %s", request.url.path)
+        log.warning("client disconnected before its request body ended: %s", request.url.path)
         return error_response(400, InvalidRequest.code, "the client disconnected mid-request")
 
     @app.exception_handler(Exception)

@@ -60,7 +60,7 @@ class KeyRepository:
         """What a key without a quota spent, counted as a quota would count it: each
         charged query's epsilon, and each release's largest charge to one user."""
         queries = self.session.scalar(
-            select(func.coalesce(func.sum(LedgerEntry.epsilon), 0)).where(
+            select(func.sum(LedgerEntry.epsilon)).where(
                 LedgerEntry.key_id == key_id, LedgerEntry.kind == "query"
             )
         )

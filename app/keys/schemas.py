@@ -37,7 +37,8 @@ class KeyOut(BaseModel):
     prefix: str = Field(description="The key's first characters, to recognise it.")
     epsilon_quota: float | None
     epsilon_spent: float = Field(
-        description="Epsilon spent: against the quota, or (no quota) as a quota would count it."
+        description="Epsilon spent: against the quota; without one, counted from the ledger "
+        "as a quota would count it (answers that charged no user excepted)."
     )
     revoked: bool
     created_at: datetime
