@@ -197,9 +197,7 @@ def test_a_demoted_or_revoked_admin_loses_access_within_a_second(
     time.sleep(1.0)
     assert_error(client.get(ledger, headers=second), 403, "forbidden")
     with app.state.sessionmaker.begin() as session:
-        session.execute(
-            update(ApiKey).where(ApiKey.id == made["id"]).values(revoked_at=func.now())
-        )
+        session.execute(update(ApiKey).where(ApiKey.id == made["id"]).values(revoked_at=func.now()))
     time.sleep(1.0)
     assert_error(client.get("/datasets", headers=second), 401, "unauthenticated")
 
