@@ -150,7 +150,8 @@ def responses(*errors: type[DPGateError]) -> dict[int | str, dict[str, Any]]:
         422: {"model": ErrorBody, "description": "Validation error (invalid_request)"}
     }
     always = (InvalidRequest, RequestTimeout, PayloadTooLarge, RateLimited, Unavailable)
-    for err in dict.fromkeys((*errors, *always)):
+    ordered: list[type[DPGateError]] = list(dict.fromkeys((*errors, *always)))
+    for err in ordered:
         entry = out.setdefault(err.status_code, {"model": ErrorBody, "description": ""})
         entry["description"] = " / ".join(filter(None, [entry["description"], err.description]))
     return out

@@ -6,8 +6,10 @@ from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
 from sqlalchemy import func, or_, select, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from app.keys.models import ApiKey
@@ -42,7 +44,7 @@ class KeyRepository:
 
     def spend(self, key_id: int, epsilon: Decimal) -> bool:
         """Atomically add ``epsilon`` to the key's spend unless that passes its quota."""
-        result = self.session.execute(
+        result: CursorResult[Any] = self.session.execute(  # type: ignore[assignment]
             update(ApiKey)
             .where(ApiKey.id == key_id)
             .where(
