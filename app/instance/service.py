@@ -102,12 +102,12 @@ def _configured_secret(settings: Settings, row: InstanceSettings | None) -> byte
 
 def _mismatch(settings: Settings) -> SecretMismatch:
     where = (
-        SECRET_VARIABLE
+        f"the {SECRET_VARIABLE} given differs"
         if settings.secret_key is not None
         else f"{SECRET_VARIABLE} is unset and the default secret differs"
     )
     return SecretMismatch(
-        f"{SECRET_VARIABLE}: this database was first used with a different hashing secret "
+        f"{SECRET_VARIABLE}: this database was first used with another hashing secret "
         f"({where}). With this one every data subject would get a second identity and a "
         f"second privacy budget, so dpgate refuses to start. Set {SECRET_VARIABLE} to the "
         "secret the database was first used with (or restore its secret file)."

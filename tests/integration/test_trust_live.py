@@ -143,3 +143,20 @@ def test_a_client_hanging_up_mid_upload_is_logged_as_such(tmp_path: Path) -> Non
             assert c.get(f"/datasets/{world.dataset_id}").json()["n_records"] == 16
         log = s.log.read_text()
     assert "unhandled error" not in log and "Traceback" not in log, log[-3000:]
+
+
+def test_start_up_refuses_a_placeholder_or_short_admin_key(tmp_path: Path) -> None:
+    db_url = f"sqlite:///{tmp_path / 'dpgate.db'}"
+    for bad in ("change-me-admin-key", "too-short-admin-key"):
+        env = {**os.environ, "DPGATE_DATABASE_URL": db_url, "DPGATE_ADMIN_KEY": bad}
+        refused = subprocess.run(
+            [sys.executable, "-m", "app.cli", "migrate"],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert refused.returncode == 2, refused
+        assert "DPGATE_ADMIN_KEY" in refused.stderr and "Traceback" not in refused.stderr
