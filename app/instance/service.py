@@ -142,9 +142,13 @@ def resolve_in_session(session: Session, settings: Settings) -> bytes:
 
 
 def resolve_hashing_secret(settings: Settings, engine: Engine) -> bytes:
-    """:func:`resolve_in_session` in a transaction of its own on ``engine``."""
-    with Session(engine) as session, session.begin():
-        return resolve_in_session(session, settings)
+    """:func:`resolve_in_session` in a transaction of its own on ``engine`` (whose pool
+    is emptied afterwards: a construction-time connection is never handed to a request)."""
+    try:
+        with Session(engine) as session, session.begin():
+            return resolve_in_session(session, settings)
+    finally:
+        engine.dispose()
 
 
 def check_hashing_secret(settings: Settings) -> None:
