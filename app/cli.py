@@ -7,15 +7,39 @@ import os
 import sys
 from collections.abc import Sequence
 
-from app.config import get_settings
+from app.config import Settings, get_settings
+
+
+class StartupRefused(Exception):
+    """A setting or the database forbids starting; the message says which variable."""
+
+
+def _prepared_settings() -> Settings:
+    """Valid settings, the database migrated, and its hashing secret the pinned one."""
+    from pydantic import ValidationError
+
+    from app.db.migrate import upgrade
+    from app.instance.service import SecretMismatch, check_hashing_secret
+
+    try:
+        settings = get_settings()
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"DPGATE_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
+        )
+        raise StartupRefused(f"invalid settings: {problems}") from None
+    upgrade(settings.database_url)
+    try:
+        check_hashing_secret(settings)
+    except SecretMismatch as exc:
+        raise StartupRefused(str(exc)) from None
+    return settings
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from app.db.migrate import upgrade
-
-    upgrade(get_settings().database_url)
+    _prepared_settings()
     uvicorn.run(
         "app.main:create_server_app",
         factory=True,
@@ -29,9 +53,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _migrate(_: argparse.Namespace) -> int:
-    from app.db.migrate import upgrade
-
-    upgrade(get_settings().database_url)
+    _prepared_settings()
     print("database is at the newest revision")
     return 0
 
@@ -138,7 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except StartupRefused as exc:
+        print(f"dpgate: refusing to start: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

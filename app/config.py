@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
-import secrets
 from functools import lru_cache
 from pathlib import Path
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-DEFAULT_SECRET_FILE = "dpgate-secret.key"  # noqa: S105 - a file name
+#: Where the default secret lived before it moved beside the database (still adopted).
+LEGACY_SECRET_FILE = "dpgate-secret.key"  # noqa: S105 - a file name
+#: Placeholders from old examples and docker-compose files: never accepted as secrets.
+PLACEHOLDER_SECRETS = frozenset(
+    {"change-me-admin-key", "change-me-secret", "change-me", "changeme", "secret", "admin"}
+)
+MIN_ADMIN_KEY_LENGTH = 24
 
 
 class Settings(BaseSettings):
     """Runtime configuration, read from ``DPGATE_*`` variables (and a ``.env`` file)."""
 
-    model_config = SettingsConfigDict(env_prefix="DPGATE_", env_file=".env", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="DPGATE_", env_file=".env", extra="ignore", env_ignore_empty=True
+    )
 
     database_url: str = Field(
         default="sqlite:///./dpgate.db",
@@ -27,17 +34,27 @@ class Settings(BaseSettings):
     secret_key: SecretStr | None = Field(
         default=None,
         description=(
-            "Secret for the keyed hashing (HMAC-SHA256) of user identifiers. When unset, a "
-            "random secret is created once in `secret_file` and reused."
+            "Secret for the keyed hashing (HMAC-SHA256) of user identifiers; it can never "
+            "change for a database's lifetime (start-up refuses another one). When unset: "
+            "`secret_file`, else a random secret created once beside an SQLite database file "
+            "(`<name>-secret.key`, mode 0600) or kept in a Postgres database."
         ),
     )
-    secret_file: Path = Field(default=Path(DEFAULT_SECRET_FILE))
+    secret_file: Path | None = Field(
+        default=None, description="A file holding the hashing secret (created if missing)."
+    )
     max_body_bytes: int = Field(default=512 * 1024 * 1024, gt=0)
     max_json_body_bytes: int = Field(default=8 * 1024 * 1024, gt=0)
     body_timeout_seconds: float = Field(
         default=30.0,
         gt=0,
         description="Longest wait for the next part of a request body before answering 408.",
+    )
+    body_deadline_seconds: float = Field(
+        default=900.0,
+        gt=0,
+        description="Longest time to receive a whole request body (an upload holds its "
+        "dataset's lock meanwhile) before answering 408.",
     )
     rate_limit_per_minute: int = Field(
         default=0, ge=0, description="Requests per minute per key; 0 switches it off."
@@ -55,20 +72,35 @@ class Settings(BaseSettings):
         description="Postgres: connections per server process for the query hot path "
         "(look-up and commit, sent from the event loop).",
     )
+    db_connect_timeout_seconds: float = Field(
+        default=5.0, gt=0, description="Postgres: longest wait to open a connection (then 503)."
+    )
+    db_statement_timeout_seconds: float = Field(
+        default=60.0,
+        ge=0,
+        description="Postgres: longest run of one statement, lock waits included, before it "
+        "is cancelled and the request answers 503 (0: no limit).",
+    )
+
+    @field_validator("admin_key", "secret_key")
+    @classmethod
+    def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and value.get_secret_value().strip().lower() in PLACEHOLDER_SECRETS:
+            raise ValueError("is a known placeholder; generate a random value")
+        return value
+
+    @field_validator("admin_key")
+    @classmethod
+    def _long_admin_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is not None and len(value.get_secret_value()) < MIN_ADMIN_KEY_LENGTH:
+            raise ValueError(
+                f"must be at least {MIN_ADMIN_KEY_LENGTH} characters (e.g. openssl rand -hex 32)"
+            )
+        return value
 
     @property
     def is_sqlite(self) -> bool:
         return self.database_url.startswith("sqlite")
-
-    def hashing_secret(self) -> bytes:
-        """The HMAC key for user identifiers (created once in ``secret_file`` if unset)."""
-        if self.secret_key is not None:
-            return self.secret_key.get_secret_value().encode()
-        path = self.secret_file
-        if not path.exists():
-            path.write_text(secrets.token_hex(32))
-            path.chmod(0o600)
-        return path.read_text().strip().encode()
 
 
 @lru_cache

@@ -105,6 +105,7 @@ def _dataset_spec(
         timezone=CAPMETRICS_ZONE,
         budget_per_user=10.0,
         max_epsilon_per_query=10.0,
+        value_filters_public=True,  # zero speeds are dropped (SECURITY.md: value filters)
     )
     options = UploadOptions(
         columns=ColumnMap("vehicle_id", "timestamp", "latitude", "longitude", "speed"),
@@ -140,6 +141,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
     from app.datasets.upload import upload_records
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
+    from app.instance.service import resolve_hashing_secret
     from app.keys.service import create_key
 
     path = None if data is None else Path(data)
@@ -149,6 +151,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
     spec, options, chunks = _dataset_spec(path)
     engine = make_engine(settings.database_url)
     try:
+        secret = resolve_hashing_secret(settings, engine)
         sessions = make_sessionmaker(engine)
         upload: dict[str, object] | None = None
         with sessions.begin() as session:
@@ -163,7 +166,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
                     dataset.id,
                     chunks(),
                     options,
-                    hash_secret=settings.hashing_secret(),
+                    hash_secret=secret,
                 )
             dataset_id, name = dataset.id, dataset.name
         with sessions.begin() as session:
@@ -222,45 +225,59 @@ def _banner(setup: DemoSetup, base_url: str) -> str:
     return "\n".join(lines)
 
 
-def port_problem(host: str, port: int) -> str | None:
-    """Why the server could not listen on ``host:port`` (None when it can): the address is
-    bound once, as uvicorn will bind it (``SO_REUSEADDR``), and released."""
+def bind_listener(host: str, port: int) -> socket.socket | str:
+    """A socket listening on ``host:port`` as uvicorn would open it (``SO_REUSEADDR``), or
+    why it cannot be had. The demo holds it from the first check until it serves on it,
+    so nothing can take the port while the data loads."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OverflowError) as exc:
         return f"cannot resolve host {host!r}: {exc}"
     family, kind, proto, _, address = infos[0]
-    with socket.socket(family, kind, proto) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return sock
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (None when it can)."""
+    listener = bind_listener(host, port)
+    if isinstance(listener, str):
+        return listener
+    listener.close()
     return None
 
 
 def run_demo(*, host: str, port: int, data: str | None) -> int:
     """``dpgate demo``: prepare, print keys and curl commands, then serve (blocks).
 
-    The port is checked first: when it is taken, nothing is created or printed but the
+    The port is taken first: when it cannot be, nothing is created or printed but the
     reason, and the exit status is 2 (the keys and curl lines would otherwise point at
     whatever holds the port)."""
     import uvicorn
 
-    problem = port_problem(host, port)
-    if problem is not None:
+    listener = bind_listener(host, port)
+    if isinstance(listener, str):
         print(
-            f"dpgate demo: {problem}. Is another server running there? "
+            f"dpgate demo: {listener}. Is another server running there? "
             "Choose another port with --port.",
             file=sys.stderr,
         )
         return 2
-    settings = get_settings()
-    setup = prepare_demo(settings, data)
-    shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
-    base = f"http://{shown}:{port}"
-    print(_banner(setup, base), flush=True)
-    uvicorn.run(
-        "app.main:create_server_app", factory=True, host=host, port=port, log_level="warning"
-    )
+    with listener:
+        settings = get_settings()
+        setup = prepare_demo(settings, data)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+        base = f"http://{shown}:{port}"
+        print(_banner(setup, base), flush=True)
+        config = uvicorn.Config(
+            "app.main:create_server_app", factory=True, host=host, port=port, log_level="warning"
+        )
+        uvicorn.Server(config).run(sockets=[listener])
     return 0

@@ -13,10 +13,12 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 from sqlalchemy.exc import DataError, DBAPIError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 log = logging.getLogger("dpgate.errors")
 
@@ -31,6 +33,10 @@ class DPGateError(Exception):
     def __init__(self, message: str | None = None) -> None:
         self.message = message or self.description
         super().__init__(self.message)
+
+    def extra(self) -> dict[str, Any]:
+        """Fields added to the error body beside ``code`` and ``message``."""
+        return {}
 
 
 class InvalidRequest(DPGateError):
@@ -52,13 +58,19 @@ class Forbidden(DPGateError):
 
 
 class BudgetExhausted(DPGateError):
+    """A refusal for budget or quota; ``largest_epsilon`` is the largest epsilon the
+    same request could be answered with now (0 when none; ``None``: not computed)."""
+
     status_code = 403
     code = "budget_exhausted"
     description = "The privacy budget (per user, or the key's quota) would be exceeded"
 
     def __init__(self, message: str | None = None, *, largest_epsilon: float | None = None):
         super().__init__(message)
-        self.largest_epsilon = largest_epsilon  # the largest epsilon that would still fit
+        self.largest_epsilon = largest_epsilon
+
+    def extra(self) -> dict[str, Any]:
+        return {} if self.largest_epsilon is None else {"largest_epsilon": self.largest_epsilon}
 
 
 class NotFound(DPGateError):
@@ -71,6 +83,12 @@ class Conflict(DPGateError):
     status_code = 409
     code = "conflict"
     description = "The request conflicts with the current state"
+
+
+class IdempotencyConflict(DPGateError):
+    status_code = 422
+    code = "idempotency_conflict"
+    description = "The Idempotency-Key was already used with a different request"
 
 
 class RequestTimeout(DPGateError):
@@ -100,16 +118,27 @@ class Unavailable(DPGateError):
 class ErrorDetail(BaseModel):
     code: str
     message: str
+    largest_epsilon: float | None = Field(
+        default=None,
+        description="budget_exhausted only: the largest epsilon the same request could be "
+        "answered with now (0 when none).",
+    )
 
 
 class ErrorBody(BaseModel):
     error: ErrorDetail
 
 
-def error_response(status: int, code: str, message: str, headers: dict[str, str] | None = None):
+def error_response(
+    status: int,
+    code: str,
+    message: str,
+    headers: dict[str, str] | None = None,
+    extra: dict[str, Any] | None = None,
+):
     return JSONResponse(
         status_code=status,
-        content={"error": {"code": code, "message": message}},
+        content={"error": {"code": code, "message": message, **(extra or {})}},
         headers=headers,
     )
 
@@ -117,12 +146,14 @@ def error_response(status: int, code: str, message: str, headers: dict[str, str]
 def responses(*errors: type[DPGateError]) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for a route that may raise ``errors`` (plus 422, and what any
     keyed route may answer: a body over the limit or stalled, the rate limit, no database)."""
-    out: dict[int | str, dict[str, Any]] = {}
+    out: dict[int | str, dict[str, Any]] = {
+        422: {"model": ErrorBody, "description": "Validation error (invalid_request)"}
+    }
     always = (InvalidRequest, RequestTimeout, PayloadTooLarge, RateLimited, Unavailable)
-    for err in dict.fromkeys((*errors, *always)):
+    ordered: list[type[DPGateError]] = list(dict.fromkeys((*errors, *always)))
+    for err in ordered:
         entry = out.setdefault(err.status_code, {"model": ErrorBody, "description": ""})
         entry["description"] = " / ".join(filter(None, [entry["description"], err.description]))
-    out[422] = {"model": ErrorBody, "description": "Validation error (invalid_request)"}
     return out
 
 
@@ -166,6 +197,21 @@ def _database_error(orig: BaseException | None, *, unavailable: bool, data: bool
     return error_response(500, "internal", "internal error")
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
+
+
+def _allowed_methods(request: Request) -> str:
+    """The methods some route answers on the request's path (for ``Allow``), found by
+    asking the router, as included routers keep their routes to themselves."""
+    routes = request.app.router.routes
+    allowed = [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+    return ", ".join(allowed)
+
+
 def install_error_handlers(app: FastAPI) -> None:
     """Register the handlers that give every error the documented shape."""
 
@@ -174,23 +220,24 @@ def install_error_handlers(app: FastAPI) -> None:
         headers = {"Retry-After": "1"} if exc.status_code in (429, 503) else None
         if exc.status_code in (408, 413):  # the body was not read to its end: do not
             headers = {"Connection": "close"}  # let the server drain it for keep-alive
-        response = error_response(exc.status_code, exc.code, exc.message, headers)
-        largest = getattr(exc, "largest_epsilon", None)
-        if largest is not None:  # a refusal says what is left (API.md conventions)
-            body = {"code": exc.code, "message": exc.message, "largest_epsilon": largest}
-            response = JSONResponse(status_code=exc.status_code, content={"error": body})
-        return response
+        return error_response(exc.status_code, exc.code, exc.message, headers, exc.extra())
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError):
         return error_response(422, "invalid_request", _validation_message(exc))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException):
+    async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
             return error_response(404, "not_found", "no such route")
         if exc.status_code == 405:
-            return error_response(405, "invalid_request", "method not allowed on this route")
+            allow = _allowed_methods(request)
+            return error_response(
+                405,
+                "invalid_request",
+                f"method not allowed on this route; use {allow}",
+                {"Allow": allow},
+            )
         code = {401: "unauthenticated", 403: "forbidden", 413: "payload_too_large"}.get(
             exc.status_code, "invalid_request" if exc.status_code < 500 else "internal"
         )
@@ -213,6 +260,12 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _pool(_: Request, exc: PoolTimeout):
         log.warning("no database connection free: %s", exc)
         return error_response(503, Unavailable.code, "server busy; retry", {"Retry-After": "1"})
+
+    @app.exception_handler(ClientDisconnect)
+    async def _disconnect(request: Request, _: ClientDisconnect):
+        # Nobody reads this answer; the request's transaction was rolled back.
+        log.warning("client disconnected before its request body ended: %s", request.url.path)
+        return error_response(400, InvalidRequest.code, "the client disconnected mid-request")
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):

@@ -24,8 +24,10 @@ class BodyLimitMiddleware:
     read; a chunked body is counted as it streams and cut off at the limit (the
     endpoint's transaction then rolls back, so nothing is written). While a body is
     incomplete, each wait for its next part is limited to ``read_timeout`` seconds
-    (``None``: no limit), so a client that stops sending cannot hold a database
-    connection or the dataset's upload lock for ever.
+    (``None``: no limit), and the whole body to ``deadline`` seconds from the request's
+    start, so a client that stops sending, or sends a byte now and then, cannot hold a
+    database connection or the dataset's upload lock (and so block budget resets)
+    for long.
     """
 
     def __init__(
@@ -34,10 +36,12 @@ class BodyLimitMiddleware:
         *,
         limit_for: Callable[[str], int],
         read_timeout: float | None = None,
+        deadline: float | None = None,
     ) -> None:
         self.app = app
         self.limit_for = limit_for
         self.read_timeout = read_timeout
+        self.deadline = deadline
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -55,20 +59,22 @@ class BodyLimitMiddleware:
                 return
         seen = 0
         complete = False  # after the last part, receive() only waits for a disconnect
-        timeout = self.read_timeout
+        read_timeout, deadline = self.read_timeout, self.deadline
+        ends_at = None if deadline is None else time.monotonic() + deadline
 
         async def counted_receive() -> Message:
             nonlocal seen, complete
-            if complete or timeout is None:
+            if complete or (read_timeout is None and deadline is None):
                 message = await receive()
             else:
+                now = time.monotonic()
+                waits = [read_timeout, None if ends_at is None else max(0.0, ends_at - now)]
+                wait = min(w for w in waits if w is not None)
                 try:
-                    with anyio.fail_after(timeout):
+                    with anyio.fail_after(wait):
                         message = await receive()
                 except TimeoutError:
-                    raise RequestTimeout(
-                        f"the request body stalled for more than {timeout:g} s"
-                    ) from None
+                    raise RequestTimeout(_timeout_message(read_timeout, deadline)) from None
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:
@@ -79,6 +85,15 @@ class BodyLimitMiddleware:
             return message
 
         await self.app(scope, counted_receive, send)
+
+
+def _timeout_message(read_timeout: float | None, deadline: float | None) -> str:
+    limits = []
+    if read_timeout is not None:
+        limits.append(f"stalled for more than {read_timeout:g} s")
+    if deadline is not None:
+        limits.append(f"took more than {deadline:g} s in all")
+    return f"the request body {' or '.join(limits)}"
 
 
 async def _send_413(send: Send, limit: int) -> None:

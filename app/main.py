@@ -18,10 +18,12 @@ from app.db.pg_async import make_async_pool
 from app.db.unit import Database
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
+from app.instance.service import resolve_hashing_secret
 from app.keys.endpoints import router as keys_router
 from app.keys.service import ensure_key
 from app.ledger.endpoints import router as ledger_router
 from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
+from app.openapi_constraints import install_openapi_constraints
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
 from app.query_params import refuse_unknown_query_params
@@ -44,7 +46,12 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     """The application. ``freeze_gc`` (for a serving process, see :func:`create_server_app`)
     moves everything alive after start-up out of the garbage collector's sight."""
     settings = settings or get_settings()
-    engine = make_engine(settings.database_url, pool_size=settings.db_pool_size)
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.db_pool_size,
+        connect_timeout=settings.db_connect_timeout_seconds,
+        statement_timeout=settings.db_statement_timeout_seconds,
+    )
     sessionmaker = make_sessionmaker(engine)
 
     @asynccontextmanager
@@ -58,7 +65,12 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         app.state.query_pool = (
             None
             if settings.is_sqlite
-            else make_async_pool(settings.database_url, size=settings.query_pool_size)
+            else make_async_pool(
+                settings.database_url,
+                size=settings.query_pool_size,
+                connect_timeout=settings.db_connect_timeout_seconds,
+                statement_timeout=settings.db_statement_timeout_seconds,
+            )
         )
         if app.state.query_pool is not None:
             await app.state.query_pool.open()
@@ -93,7 +105,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = sessionmaker
-    app.state.hash_secret = settings.hashing_secret()
+    app.state.hash_secret = resolve_hashing_secret(settings, engine)
     configure_grid_cache(settings.grid_cache_bytes)
     app.state.rate_limiter = (
         RateLimiter(settings.rate_limit_per_minute) if settings.rate_limit_per_minute else None
@@ -104,8 +116,10 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             settings.max_body_bytes if UPLOAD_PATH.match(path) else settings.max_json_body_bytes
         ),
         read_timeout=settings.body_timeout_seconds,
+        deadline=settings.body_deadline_seconds,
     )
     install_error_handlers(app)
+    install_openapi_constraints(app)
     for router in (
         health_router,
         keys_router,

@@ -3,7 +3,7 @@
 Nothing in this package imports a web framework or a database driver.
 """
 
-from app.core.auto import expected_error
+from app.core.auto import auto_epsilon, expected_error
 from app.core.engine import (
     plan_joint,
     plan_mean,
@@ -38,6 +38,7 @@ __all__ = [
     "Plan",
     "Release",
     "VectorRelease",
+    "auto_epsilon",
     "calibrate_scale",
     "default_noise",
     "expected_error",

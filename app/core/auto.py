@@ -1,6 +1,6 @@
 """``auto``: the path chosen from public counts and ``ε`` only, and its expected error.
 
-The rule (``docs/math/auto.md``, measured by ``benchmarks/accuracy.py``):
+The rule (docs/math.md §11, measured by ``benchmarks/accuracy.py``):
 
 * **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
   enough users for its private centre), else ``user_window``;
@@ -17,6 +17,7 @@ the CapMetrics days and the ITMS-like grid, median over grids).
 
 from __future__ import annotations
 
+import numpy as np
 import numpy.typing as npt
 
 from app.core.bounds import check_bound, check_epsilon, variance_sensitivity
@@ -24,7 +25,7 @@ from app.core.counts import CountsInfo, prepare_counts
 from app.core.mean_centered import adaptive_gate
 from app.core.variance_centred import centred_gate
 
-__all__ = ["auto_mechanism", "expected_error"]
+__all__ = ["auto_epsilon", "auto_mechanism", "expected_error"]
 
 CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
 VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
@@ -67,3 +68,47 @@ def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) 
     U, eps = check_bound(U), check_epsilon(eps)
     path = auto_mechanism(statistic, info, eps)
     return _RATIO[path] * _peer_scale(statistic, info, U, eps)
+
+
+def _expected(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
+    return _RATIO[auto_mechanism(statistic, info, eps)] * _peer_scale(statistic, info, U, eps)
+
+
+def auto_epsilon(
+    statistic: str,
+    counts: npt.ArrayLike,
+    U: float,
+    target_error: float,
+    *,
+    max_epsilon: float,
+    min_epsilon: float,
+) -> float | None:
+    """The smallest ``ε`` in ``[min_epsilon, max_epsilon]`` whose :func:`expected_error`
+    reaches ``target_error`` (to a relative 1e-6), or ``None`` when even ``max_epsilon``
+    does not. Public counts only.
+
+    For a fixed path the prediction falls as ``1/ε``; the path changes only where a
+    public gate opens, so a scan of 256 points equally spaced in ``log ε`` finds the
+    first one that reaches the target, and a bisection below it finds the crossing.
+    """
+    info = prepare_counts(counts)
+    U = check_bound(U)
+    hi_eps, lo_eps = check_epsilon(max_epsilon), check_epsilon(min_epsilon)
+    target = float(target_error)
+    if not np.isfinite(target) or target <= 0:
+        raise ValueError(f"target error must be finite and > 0, got {target_error!r}")
+    grid = np.geomspace(lo_eps, hi_eps, 256)
+    ok = [_expected(statistic, info, U, float(e)) <= target for e in grid]
+    if not any(ok):
+        return None
+    i = ok.index(True)
+    if i == 0:
+        return float(grid[0])
+    lo, hi = float(grid[i - 1]), float(grid[i])
+    while hi - lo > 1e-6 * hi:
+        mid = (lo * hi) ** 0.5
+        if _expected(statistic, info, U, mid) <= target:
+            hi = mid
+        else:
+            lo = mid
+    return hi

@@ -141,7 +141,8 @@ def sum_exceeds(a: npt.ArrayLike, b: npt.ArrayLike, total: float) -> np.ndarray:
     s = x + y
     bb = s - x
     err = (x - (s - bb)) + (y - bb)
-    return (s > total) | ((s == total) & (err > 0))
+    out: np.ndarray = (s > total) | ((s == total) & (err > 0))
+    return out
 
 
 def optimal_split(a: float, b: float, eps: float) -> tuple[float, float]:

@@ -74,6 +74,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
@@ -85,19 +86,23 @@ _SPLITS = ("half", "optimal")
 # Largest number of candidate ``m`` values evaluated at once in the pseudo-user step.
 _CHUNK = 1 << 20
 
+_K = TypeVar("_K")
+_V = TypeVar("_V")
 
-class FrozenMap(Mapping):
+
+class FrozenMap(Mapping[_K, _V]):
     """A read-only, picklable mapping (plans may be cached or sent between processes)."""
 
     __slots__ = ("_data",)
+    _data: dict[_K, _V]  # set once in __init__ (the slot is declared above)
 
-    def __init__(self, data: Mapping) -> None:
+    def __init__(self, data: Mapping[_K, _V]) -> None:
         object.__setattr__(self, "_data", dict(data))
 
-    def __getitem__(self, key: object) -> object:
+    def __getitem__(self, key: _K) -> _V:
         return self._data[key]
 
-    def __iter__(self) -> Iterator:
+    def __iter__(self) -> Iterator[_K]:
         return iter(self._data)
 
     def __len__(self) -> int:
@@ -109,7 +114,7 @@ class FrozenMap(Mapping):
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError("FrozenMap is read-only")
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[type[FrozenMap[_K, _V]], tuple[dict[_K, _V]]]:
         return (FrozenMap, (self._data,))
 
 
@@ -248,15 +253,16 @@ def grid_joint_errors(
     ra, rb = np.sqrt(d_mu), np.sqrt(d_var)
     both_zero = (d_mu == 0) & (d_var == 0)
     with np.errstate(invalid="ignore", divide="ignore"):
-        eps1 = np.where(both_zero, eps / 2.0, eps * ra / (ra + rb))
-        eps2 = np.where(both_zero, eps / 2.0, eps - eps1)
-        over = (eps2 > 0.0) & sum_exceeds(eps1, eps2, eps)
+        e1 = np.where(both_zero, eps / 2.0, eps * ra / (ra + rb))
+        e2 = np.where(both_zero, eps / 2.0, eps - e1)
+        over = (e2 > 0.0) & sum_exceeds(e1, e2, eps)
         while over.any():  # as bounds.optimal_split: never above eps
-            eps2 = np.where(over, np.nextafter(eps2, 0.0), eps2)
-            over = (eps2 > 0.0) & sum_exceeds(eps1, eps2, eps)
+            e2 = np.where(over, np.nextafter(e2, 0.0), e2)
+            over = (e2 > 0.0) & sum_exceeds(e1, e2, eps)
         # bounds.py: a statistic with zero sensitivity gets no noise (not 0/0).
-        noise = np.where(d_mu > 0, d_mu / eps1, 0.0) + np.where(d_var > 0, d_var / eps2, 0.0)
-    return bias + noise
+        noise = np.where(d_mu > 0, d_mu / e1, 0.0) + np.where(d_var > 0, d_var / e2, 0.0)
+    out: np.ndarray = bias + noise
+    return out
 
 
 # ----------------------------------------------------------------------- validation
@@ -279,7 +285,9 @@ def _as_int_array(name: str, a: object) -> np.ndarray:
     raise ValueError(f"{name} must hold integers")
 
 
-def _validate_pairs(grids: object, users: object, counts: object):
+def _validate_pairs(
+    grids: object, users: object, counts: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Check the occupancy; return counts, ids, inverse indices, per-grid totals and
     the row order sorted by (user, grid)."""
     g = _as_int_array("grids", grids)
@@ -661,7 +669,7 @@ def plan_kept(plan: ClipUserPlan, grids: object, users: object, counts: object) 
     idx_c = np.minimum(idx, plan_grids.size - 1)
     if np.any(plan_grids[idx_c] != g):
         raise ValueError("a listed grid is not part of the plan")
-    kept = np.minimum(c, plan_m[idx_c])
+    kept: np.ndarray = np.minimum(c, plan_m[idx_c])
     if plan.removed:
         rem = np.asarray(plan.removed, dtype=np.int64).reshape(-1, 2)
         # Dense indices over the ids seen in rows and removals, then one int64 key.

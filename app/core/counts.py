@@ -80,7 +80,8 @@ class CountsInfo:
         """``Σ_l min(eff_l, m)`` for every ``m`` given (vectorised with prefix sums)."""
         ms = np.asarray(m, dtype=np.int64)
         below = np.searchsorted(self.ascending, ms, side="right")
-        return self.asc_cumsum[below] + ms * (self.n_active - below)
+        out: np.ndarray = self.asc_cumsum[below] + ms * (self.n_active - below)
+        return out
 
     def median(self) -> int:
         """``med(m_l)``: the ``ceil(L/2)``-th largest count (002 §II-A definition)."""

@@ -3,7 +3,7 @@
 ``plan_*`` look at public counts only (who is kept and charged, sensitivity,
 noise scale, worst-case bias and error); ``release_*`` add the values and the
 noise. ``auto`` is chosen from the counts alone (:mod:`app.core.auto`): the
-adaptive mechanisms most accurate on real data (``docs/math/auto.md``). ``caps`` bounds how many
+adaptive mechanisms most accurate on real data (docs/math.md §11). ``caps`` bounds how many
 of each user's earliest records may be used (0 drops the user).
 """
 

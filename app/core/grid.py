@@ -134,7 +134,8 @@ class GridData:
         """Per user, the sum of its earliest ``kept[l]`` values (0 where kept is 0)."""
         p1, _ = self._prefix
         start, stop = self._heads(np.asarray(kept))
-        return p1[stop] - p1[start] + np.asarray(kept, dtype=np.float64) * self._center
+        out: np.ndarray = p1[stop] - p1[start] + np.asarray(kept, dtype=np.float64) * self._center
+        return out
 
     def head_moments(self, kept: npt.ArrayLike) -> tuple[float, float, float]:
         """``(s, mean, population variance)`` of the union of every user's earliest records."""

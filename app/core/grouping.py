@@ -81,12 +81,12 @@ def bestfit_assign(sizes: npt.ArrayLike, m_ub: int) -> tuple[np.ndarray, np.ndar
         fills[a] = new
         assign[pos] = a
         if new < m_ub:
-            heap = heaps.get(new)
-            if heap is None:
+            bucket = heaps.get(new)
+            if bucket is None:
                 heaps[new] = [a]
                 insort(levels, new)
             else:
-                heappush(heap, a)
+                heappush(bucket, a)
     return assign, np.asarray(fills, dtype=np.int64)
 
 
@@ -190,7 +190,8 @@ def _convex_surrogate(info: CountsInfo, ms: np.ndarray) -> np.ndarray:
     """``Ē(m) = 1 - ΣΓ/n + max(m, m̄)/m*`` of 002 eq. 19 (on the capped counts)."""
     n_eff = info.n_eff
     s = info.clipped_total(ms).astype(np.float64)
-    return 1.0 - s / n_eff + np.maximum(ms, n_eff / info.n_active) / info.m_max
+    out: np.ndarray = 1.0 - s / n_eff + np.maximum(ms, n_eff / info.n_active) / info.m_max
+    return out
 
 
 def opt_array_convex_m(info: CountsInfo, rule: str = "exact") -> int:

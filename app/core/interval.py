@@ -3,7 +3,7 @@
 Both act on the array means ``Ā_1..Ā_K̄`` of BESTFIT pseudo-users; one user moves
 at most one array mean, so every integer score below moves by at most 1 between
 neighbouring datasets. Each choice is :meth:`NoiseSource.noisy_max` at the budget
-it is given (docs/math.md, "The exact sampler"): exactly that budget is spent, and
+it is given (docs/math.md §9.4.1): exactly that budget is spent, and
 the privacy holds in floating point because OpenDP's sampler is exact and the
 scores are integers computed from the data by counting.
 """

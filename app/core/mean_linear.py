@@ -122,7 +122,8 @@ def plan_opt_array_convex(
 
 def clip_kept(info: CountsInfo, m: int) -> np.ndarray:
     """``Γ_l = min(m_l, m, caps_l)``: each user's earliest records up to ``m``."""
-    return np.minimum(info.eff, m)
+    out: np.ndarray = np.minimum(info.eff, m)
+    return out
 
 
 def clip_candidates(info: CountsInfo) -> np.ndarray:

@@ -43,7 +43,8 @@ def array_means(grid: GridData, info: CountsInfo, bf: BestFit, fill: bool) -> np
     else:
         contrib = isolated_head_sums(grid, bf.slots)
     sums = np.bincount(bf.array_of[used], weights=contrib[used], minlength=bf.k_bar)
-    return sums / bf.fills
+    out: np.ndarray = sums / bf.fills
+    return out
 
 
 def _arrays_kept(info: CountsInfo, bf: BestFit, fill: bool) -> np.ndarray:

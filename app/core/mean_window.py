@@ -2,7 +2,7 @@
 
 A data-adaptive, pure ``ε``-DP (user level, replace-one-user's-values neighbours)
 mean for grids of any size, built for real bus data where many user means sit near 0
-and few near ``U`` (proofs: ``docs/math/auto.md``). Public first, from the counts:
+and few near ``U`` (proofs: docs/math.md §11). Public first, from the counts:
 
 * ``k`` = the median count, ``Γ_l = min(m_l, k)``, weights ``w_l = Γ_l / ΣΓ`` (per-user
   weights as in Cummings, Feldman, McMillan and Talwar, "Mean Estimation with
@@ -74,7 +74,8 @@ def window_weights(info: CountsInfo) -> np.ndarray:
     """``w_l = min(m_l, k)/Σ min(m_l, k)`` over active users, ``k`` the median count."""
     k = info.median()
     gam = np.minimum(info.eff[info.active], k).astype(np.float64)
-    return gam / gam.sum()
+    out: np.ndarray = gam / gam.sum()
+    return out
 
 
 def window_penalties(
@@ -89,7 +90,8 @@ def window_scores(user_means: np.ndarray, bounds: np.ndarray, penalties: np.ndar
     """``q_j = -#{v_l > b_j} - penalty_j`` (integers; one user moves each by at most 1)."""
     v = np.sort(np.asarray(user_means, dtype=np.float64))
     above = v.size - np.searchsorted(v, bounds, side="right")
-    return (-above.astype(np.int64) - penalties).astype(np.int64)
+    out: np.ndarray = (-above.astype(np.int64) - penalties).astype(np.int64)
+    return out
 
 
 def monotone_noisy_max(noise: NoiseSource, scores: np.ndarray, eps: float) -> int:

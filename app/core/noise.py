@@ -4,7 +4,7 @@ Every mechanism draws its randomness through a :class:`NoiseSource`, so that
 experiments can pass a seeded source (``research.noise.SeededNoise``) while
 the service always uses :class:`OpenDPNoise`. The release path has exactly two
 kinds of draw, both OpenDP measurements whose privacy holds exactly in floating
-point (docs/math.md, "The exact sampler"):
+point (docs/math.md §9.4.1):
 
 * Laplace noise comes from OpenDP's ``make_laplace`` (a CSPRNG and a discrete
   output grid, safe against floating-point attacks). Its scale is chosen by
@@ -96,6 +96,12 @@ _METRIC = dp.absolute_distance(T=float)
 _SCORE_SPACE = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
 
 
+def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
+    """``meas.map(d_in)``: the epsilon OpenDP's privacy map charges for ``d_in``."""
+    d_out: float = meas.map(d_in)  # type: ignore[no-untyped-call]  # OpenDP leaves map unannotated
+    return d_out
+
+
 def _make_laplace(scale: float) -> dp.Measurement:
     return dp.m.make_laplace(_DOMAIN, _METRIC, scale)
 
@@ -105,7 +111,7 @@ def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
     ``map(sensitivity) <= epsilon`` (fails closed; checked once per cached key)."""
     scale, sensitivity, epsilon = key
     meas = dp.m.make_noisy_max(*_SCORE_SPACE, dp.max_divergence(), scale=scale)
-    if not meas.map(sensitivity) <= epsilon:
+    if not _privacy_map(meas, sensitivity) <= epsilon:
         raise RuntimeError("OpenDP's noisy-max privacy map charges more than epsilon")
     return meas
 
@@ -201,8 +207,8 @@ def _check_against_opendp() -> None:
         scale = calibrate_scale(sensitivity, epsilon)
         below = math.nextafter(scale, 0.0)
         if not (
-            _make_laplace(scale).map(sensitivity) <= epsilon
-            and _make_laplace(below).map(sensitivity) > epsilon
+            _privacy_map(_make_laplace(scale), sensitivity) <= epsilon
+            and _privacy_map(_make_laplace(below), sensitivity) > epsilon
         ):
             raise RuntimeError(
                 "OpenDP's Laplace privacy map changed; calibrate_scale must be revisited"

@@ -98,17 +98,27 @@ def _to_bool(name: str, raw: object) -> bool:
     raise ValueError(f"option {name!r} must be a boolean (true/false); got {raw!r}")
 
 
+_INT64 = (-(2**63), 2**63 - 1)  # what the engine's numpy arrays hold
+
+
 def _to_int(name: str, raw: object) -> int:
     if isinstance(raw, bool):
         raise ValueError(f"option {name!r} must be an integer; got {raw!r}")
-    if isinstance(raw, int):
-        return raw
     if isinstance(raw, float) and raw.is_integer():
-        return int(raw)
-    try:
-        return int(str(raw).strip())
-    except ValueError:
-        raise ValueError(f"option {name!r} must be an integer; got {raw!r}") from None
+        raw = int(raw)
+    if isinstance(raw, int):
+        value = raw
+    else:
+        text = str(raw).strip()
+        try:
+            if not text.isascii():
+                raise ValueError(text)
+            value = int(text)
+        except ValueError:
+            raise ValueError(f"option {name!r} must be an integer; got {raw!r}") from None
+    if not _INT64[0] <= value <= _INT64[1]:
+        raise ValueError(f"option {name!r} must be a 64-bit integer; got {value}")
+    return value
 
 
 def _to_float(name: str, raw: object) -> float:

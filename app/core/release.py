@@ -1,7 +1,7 @@
 """Result types: a public :class:`Plan` and a noisy :class:`Release`.
 
 A :class:`Release` given its ``value_bound`` ``U`` is finished here, in one place
-for every mechanism (docs/math.md, "Answers in range, honest intervals"):
+for every mechanism (docs/math.md §9.4.6):
 
 * the estimate is projected onto the statistic's range, ``[0, U]`` for a mean and
   ``[0, U²/4]`` for a population variance (free post-processing);

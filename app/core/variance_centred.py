@@ -1,6 +1,6 @@
 """``centred`` variance: per-user second moments about a private centre, clipped privately.
 
-Pure ``ε``-DP at the user level (proofs: ``docs/math/auto.md``). Public, from counts:
+Pure ``ε``-DP at the user level (proofs: docs/math.md §11). Public, from counts:
 ``k`` = the median count, weights ``w_l = min(m_l, k)/Σ min(m_l, k)`` (capped per-user
 weights, Cummings, Feldman, McMillan and Talwar, NeurIPS 2022), ``w* = max w_l``,
 ``L`` users; ``ε_c = centre_share·ε``, ``ε_q = moment_share·ε``, ``ε_n`` the rest.

@@ -1,6 +1,6 @@
 """``window`` variance: a weighted mixture variance of records clipped to a private ``[0, b]``.
 
-Pure ``ε``-DP at the user level (proofs: ``docs/math/auto.md``). Public, from counts:
+Pure ``ε``-DP at the user level (proofs: docs/math.md §11). Public, from counts:
 ``k`` = the median count, weights ``w_l = min(m_l, k)/Σ min(m_l, k)`` (capped per-user
 weights, Cummings, Feldman, McMillan and Talwar, NeurIPS 2022), candidates
 ``b_j = U·{1/4, 1/3, 1/2, 2/3, 1}``, ``ε_w = window_share·ε`` and ``ε_n = ε - ε_w``.

@@ -19,6 +19,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 import numpy as np
 from sqlalchemy import func, select, update
@@ -126,6 +127,10 @@ class CoarseGridRepository:
             return self._records_postgres(ids)
         return self._records_sqlite(ids)
 
+    def _driver_connection(self) -> Any:
+        """The session's DB-API connection (psycopg or sqlite3; untyped, never None here)."""
+        return self.session.connection().connection.driver_connection
+
     def _records_postgres(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
         sql = (
@@ -134,7 +139,7 @@ class CoarseGridRepository:
             "ORDER BY user_id, ts, id) TO STDOUT (FORMAT BINARY)"
         )
         buf = bytearray()
-        driver = self.session.connection().connection.driver_connection
+        driver = self._driver_connection()
         with driver.cursor() as cur, cur.copy(sql) as copy:
             for block in copy:
                 buf += block
@@ -148,7 +153,7 @@ class CoarseGridRepository:
 
     def _records_sqlite(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         row = np.dtype([("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
-        cur = self.session.connection().connection.driver_connection.cursor()
+        cur = self._driver_connection().cursor()
         parts = []
         try:
             marks = ",".join("?" * len(ids))
@@ -164,7 +169,7 @@ class CoarseGridRepository:
         arr = np.concatenate(parts) if parts else np.empty(0, dtype=row)
         return arr["g"].copy(), arr["u"].copy(), arr["v"].copy()
 
-    def _insert(self):  # type: ignore[no-untyped-def]
+    def _insert(self):
         return pg_insert if self.postgres else sqlite_insert
 
     def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:

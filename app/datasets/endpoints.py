@@ -22,12 +22,15 @@ from app.datasets.upload import UploadOptions, upload_records
 from app.deps import AdminKey, AnalystKey, SessionDep
 from app.errors import (
     Forbidden,
+    IdempotencyConflict,
     InvalidRequest,
     NotFound,
     PayloadTooLarge,
     Unauthenticated,
     responses,
 )
+from app.idempotency.service import RequestIdentity
+from app.ids import DatasetId
 from app.ingest.csv_records import ColumnMap
 
 router = APIRouter(tags=["datasets"])
@@ -62,7 +65,7 @@ def list_datasets(session: SessionDep, _: AnalystKey) -> DatasetList:
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="One dataset, with its user, grid and record counts",
 )
-def get_dataset(dataset_id: str, session: SessionDep, _: AnalystKey) -> DatasetDetail:
+def get_dataset(dataset_id: DatasetId, session: SessionDep, _: AnalystKey) -> DatasetDetail:
     return service.dataset_detail(session, service.get_dataset(session, dataset_id))
 
 
@@ -76,7 +79,7 @@ def get_dataset(dataset_id: str, session: SessionDep, _: AnalystKey) -> DatasetD
     "`/grids/{grid_id}/…` endpoint). Unknown query parameters are refused with 400.",
 )
 def list_grids(
-    dataset_id: str,
+    dataset_id: DatasetId,
     session: SessionDep,
     _: AnalystKey,
     slot_start: Annotated[
@@ -134,7 +137,7 @@ _CSV_BODY = {
 @router.post(
     "/datasets/{dataset_id}/records",
     response_model=UploadResult,
-    responses=responses(Unauthenticated, Forbidden, NotFound, PayloadTooLarge),
+    responses=responses(Unauthenticated, Forbidden, NotFound, PayloadTooLarge, IdempotencyConflict),
     openapi_extra=_CSV_BODY,
     summary="Upload raw records as CSV (admin); all or nothing",
     description=(
@@ -142,12 +145,15 @@ _CSV_BODY = {
         "listed, all are counted), a duplicate of a stored (user, timestamp), or dropped "
         "(`drop_zero`). Timestamps: ISO 8601 with or without offset (naive = the dataset's "
         "time zone) or epoch seconds. A file that cannot be read as a whole is refused "
-        "with 400 and nothing is written. With `Idempotency-Key`, a retry returns the first "
-        "answer and writes nothing."
+        "with 400 and nothing is written. With `Idempotency-Key`, a retry of the same request "
+        "(method, path, query, body) returns the first answer and writes nothing; the key "
+        "reused with a different request is refused (422 `idempotency_conflict`). "
+        "`drop_zero=true` and `out_of_range=reject` need a dataset created with "
+        "`value_filters_public: true` (else 400)."
     ),
 )
 async def upload(
-    dataset_id: str,
+    dataset_id: DatasetId,
     request: Request,
     response: Response,
     session: SessionDep,
@@ -180,6 +186,7 @@ async def upload(
             options,
             hash_secret=request.app.state.hash_secret,
             idempotency_key=idempotency_key,
+            request=RequestIdentity.of(request),
         )
     )
     if replayed:

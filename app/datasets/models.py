@@ -7,6 +7,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Float,
     ForeignKey,
     Index,
@@ -14,6 +15,7 @@ from sqlalchemy import (
     LargeBinary,
     String,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -32,6 +34,10 @@ class Dataset(Base):
     budget_per_user: Mapped[Decimal] = mapped_column(Epsilon)
     max_epsilon_per_query: Mapped[Decimal] = mapped_column(Epsilon)
     on_exhausted: Mapped[str] = mapped_column(String(16))
+    # value-based upload filters (drop_zero, out_of_range=reject) allowed: SECURITY.md
+    value_filters_public: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false()
+    )
     epoch: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -130,5 +136,7 @@ class Upload(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # what the first request was (app.idempotency.service.request_hash); null before 0005
+    request_hash: Mapped[str | None] = mapped_column(String(64), nullable=True)
     response: Mapped[dict[str, Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -28,6 +28,13 @@ class DatasetCreate(BaseModel):
     budget_per_user: float = Field(gt=0, le=1e6, allow_inf_nan=False)
     max_epsilon_per_query: float = Field(default=10.0, gt=0, le=1e6, allow_inf_nan=False)
     on_exhausted: Literal["refuse", "exclude"] = "refuse"
+    value_filters_public: bool = Field(
+        default=False,
+        description="Allow the upload options that decide from a record's value whether it "
+        "exists (`drop_zero`, `out_of_range=reject`). The grid listing and every count-based "
+        "choice then depend on values, without noise: declare it only when which values "
+        "are zero or out of range is public (SECURITY.md).",
+    )
 
     @field_validator("timeslot_minutes")
     @classmethod
@@ -54,6 +61,7 @@ class DatasetOut(BaseModel):
     budget_per_user: float
     max_epsilon_per_query: float
     on_exhausted: str
+    value_filters_public: bool
     epoch: int
     created_at: datetime
 

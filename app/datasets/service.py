@@ -27,6 +27,7 @@ from app.datasets.repository import DatasetRepository, GridRepository
 from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
 from app.db.base import to_epsilon
 from app.errors import InvalidRequest, NotFound
+from app.ids import parse_path_id
 from app.ingest.timeslots import (
     MAX_US,
     MIN_US,
@@ -53,7 +54,6 @@ __all__ = [
     "parse_slot_start",
 ]
 
-_MAX_ID = 2**31 - 1
 _PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
@@ -69,6 +69,7 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             budget_per_user=to_epsilon(spec.budget_per_user),
             max_epsilon_per_query=to_epsilon(spec.max_epsilon_per_query),
             on_exhausted=spec.on_exhausted,
+            value_filters_public=spec.value_filters_public,
             epoch=1,
         )
     )
@@ -79,14 +80,9 @@ def list_datasets(session: Session) -> Sequence[Dataset]:
 
 
 def parse_dataset_id(dataset_id: int | str) -> int:
-    """A dataset id from a path, or ``NotFound`` (never a database error) if malformed."""
-    try:
-        value = int(dataset_id)
-    except (TypeError, ValueError):
-        raise NotFound(f"no dataset {str(dataset_id)[:40]!r}") from None
-    if not 1 <= value <= _MAX_ID:
-        raise NotFound(f"no dataset {value}")
-    return value
+    """A dataset id from a path, or ``NotFound`` (never a database error) if malformed
+    (``app.ids``: the one spelling of an id)."""
+    return parse_path_id(dataset_id, "dataset")
 
 
 def get_dataset(session: Session, dataset_id: int | str) -> Dataset:
@@ -133,6 +129,7 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         budget_per_user=float(dataset.budget_per_user),
         max_epsilon_per_query=float(dataset.max_epsilon_per_query),
         on_exhausted=dataset.on_exhausted,
+        value_filters_public=dataset.value_filters_public,
         epoch=dataset.epoch,
         created_at=dataset.created_at,
     )

@@ -35,6 +35,7 @@ from app.datasets.models import Dataset, Upload
 from app.datasets.repository import DatasetRepository, GridRepository, IngestRepository
 from app.datasets.schemas import RowError, UploadResult
 from app.errors import InvalidRequest, NotFound
+from app.idempotency.service import BodyHasher, RequestIdentity, check_same_request
 from app.ingest.csv_records import (
     MAX_REPORTED_ERRORS,
     Batch,
@@ -238,8 +239,10 @@ class _Ingestor:
             self.slot_grids[s] = {}
         if slots:
             rows = self.grid_repo.in_slots(self.dataset.id, [us_to_datetime(s) for s in slots])
-            for gid, cell, slot, version, n_records in rows:
-                self.slot_grids[datetime_to_us(slot)][cell] = _Grid(gid, version, n_records)
+            for gid, cell_str, slot_start, version, n_records in rows:
+                self.slot_grids[datetime_to_us(slot_start)][cell_str] = _Grid(
+                    gid, version, n_records
+                )
         grids: list[_Grid | None] = [
             self.slot_grids[slot].get(h3.int_to_str(cell)) for cell, slot in keys
         ]
@@ -382,23 +385,28 @@ def upload_records(
     *,
     hash_secret: bytes,
     idempotency_key: str | None = None,
+    request: RequestIdentity | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Ingest a CSV byte stream into a dataset inside the caller's transaction.
 
     Locks the dataset (uploads to one dataset are serialised). With an
-    ``idempotency_key`` already used for this dataset, reads nothing and returns
-    the stored first answer. Returns ``(answer, replayed)``; the answer is an
-    :class:`UploadResult` as a dict. Raises ``NotFound``, ``InvalidRequest`` (the
-    file as a whole is unreadable); exceptions from ``chunks`` propagate.
+    ``idempotency_key`` already used for this dataset, writes nothing and returns
+    the stored first answer if the body and ``request`` (method, path, query) are
+    the same, else raises ``IdempotencyConflict``. Returns ``(answer, replayed)``;
+    the answer is an :class:`UploadResult` as a dict. Raises ``NotFound``,
+    ``InvalidRequest`` (the file as a whole is unreadable, or a value filter the
+    dataset does not allow); exceptions from ``chunks`` propagate.
     """
     datasets = DatasetRepository(session)
     dataset = datasets.lock(dataset_id)
     if dataset is None:
         raise NotFound(f"no dataset {dataset_id}")
+    check_value_filters(dataset, options)
     if idempotency_key is not None:
         previous = datasets.upload_by_key(dataset.id, idempotency_key)
         if previous is not None:
-            return dict(previous.response), True
+            return replay_upload(previous, chunks, request), True
+    body = BodyHasher(chunks)
 
     parse = ParseOptions(
         value_bound=dataset.value_bound,
@@ -416,7 +424,7 @@ def upload_records(
     try:
         writer = _Writer(ingestor.write)
         try:
-            reader = RecordReader(chunks, parse)
+            reader = RecordReader(body, parse)
             for batch in reader.batches(BATCH_ROWS):
                 rows += batch.rows
                 rejected += batch.rejected
@@ -426,6 +434,7 @@ def upload_records(
                 writer.submit(batch)
         finally:
             writer.close()  # the session is ours again only after this
+            body.drain()
         changed = ingestor.finish()
         refresh_after_upload(session, dataset, ingestor.slot_grids if changed else ())
     except CsvFormatError as exc:
@@ -443,7 +452,41 @@ def upload_records(
         grids_updated=changed,
         errors=[RowError(line=line, reason=reason) for line, reason in errors],
     ).model_dump(mode="json")
+    request_hash = None if request is None else request.digest(body.hexdigest())
     datasets.add_upload(
-        Upload(dataset_id=dataset.id, idempotency_key=idempotency_key, response=answer)
+        Upload(
+            dataset_id=dataset.id,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+            response=answer,
+        )
     )
     return answer, False
+
+
+def check_value_filters(dataset: Dataset, options: UploadOptions) -> None:
+    """Refuse the filters that decide from a value whether a record exists, unless the
+    dataset declared them public (they would make the public occupancy depend on values)."""
+    used = [
+        name
+        for name, on in (
+            ("drop_zero=true", options.drop_zero),
+            ("out_of_range=reject", options.out_of_range == "reject"),
+        )
+        if on
+    ]
+    if used and not dataset.value_filters_public:
+        raise InvalidRequest(
+            f"{' and '.join(used)} decide(s) from values which records exist, so the public "
+            "occupancy (grid listing, who is charged) would depend on values; allowed only "
+            "for a dataset created with value_filters_public: true"
+        )
+
+
+def replay_upload(previous: Upload, chunks: Iterable[bytes], request: RequestIdentity | None):
+    """The first answer for a retried upload, after checking the body is the same one."""
+    if request is not None and previous.request_hash is not None:
+        body = BodyHasher(chunks)
+        body.drain()
+        check_same_request(previous.request_hash, request.digest(body.hexdigest()))
+    return dict(previous.response)

@@ -5,15 +5,27 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.db.liveness import closed_while_idle, session_parameters
 
-def make_engine(url: str, *, pool_size: int = 10) -> Engine:
+
+def make_engine(
+    url: str,
+    *,
+    pool_size: int = 10,
+    connect_timeout: float | None = None,
+    statement_timeout: float | None = None,
+) -> Engine:
     """Create an engine; on SQLite every transaction is ``BEGIN IMMEDIATE``.
 
     Immediate transactions take SQLite's write lock up front, so two processes
     that both read a budget and then charge it are serialised rather than both
-    succeeding on a stale read.
+    succeeding on a stale read. On Postgres, ``connect_timeout`` and
+    ``statement_timeout`` (seconds) bound a connection attempt and each statement,
+    and a pooled connection the server closed is replaced at checkout
+    (:mod:`app.db.liveness`).
     """
     if url.startswith("sqlite"):
         engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
@@ -33,14 +45,24 @@ def make_engine(url: str, *, pool_size: int = 10) -> Engine:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
 
         return engine
-    return create_engine(
+    engine = create_engine(
         url,
         pool_size=pool_size,
         max_overflow=pool_size,
-        pool_pre_ping=False,
+        pool_pre_ping=False,  # a round trip per checkout; closed_while_idle costs none
         pool_recycle=1800,
         pool_timeout=120,
+        connect_args=session_parameters(
+            url, connect_timeout=connect_timeout, statement_timeout=statement_timeout
+        ),
     )
+
+    @event.listens_for(engine, "checkout")
+    def _replace_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
+        if closed_while_idle(dbapi_conn):
+            raise DisconnectionError("the server closed this pooled connection")
+
+    return engine
 
 
 def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:

@@ -2,6 +2,8 @@
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Record, Upload
 from app.db.base import Base
+from app.idempotency.models import IdempotentRequest
+from app.instance.models import InstanceSettings
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 from app.queries.models import QueryAnswer
@@ -16,6 +18,8 @@ __all__ = [
     "DatasetUser",
     "Grid",
     "GridSnapshot",
+    "IdempotentRequest",
+    "InstanceSettings",
     "LedgerEntry",
     "QueryAnswer",
     "Record",

@@ -1,11 +1,12 @@
 from __future__ import annotations
 
-from fastapi import APIRouter, status
+from fastapi import APIRouter, Response, status
 
-from app.deps import AdminKey, SessionDep
-from app.errors import Forbidden, Unauthenticated, responses
+from app.deps import AdminKey, AnalystKey, SessionDep
+from app.errors import Forbidden, NotFound, Unauthenticated, responses
+from app.ids import KeyId
 from app.keys import service
-from app.keys.schemas import KeyCreate, KeyCreated
+from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyMe
 
 router = APIRouter(tags=["keys"])
 
@@ -24,3 +25,35 @@ def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
     return KeyCreated(
         id=key.id, key=secret, role=key.role, name=key.name, epsilon_quota=body.epsilon_quota
     )
+
+
+@router.get(
+    "/keys",
+    response_model=KeyList,
+    responses=responses(Unauthenticated, Forbidden),
+    summary="Every key with its quota, spend and whether it is revoked (admin)",
+)
+def list_keys(session: SessionDep, _: AdminKey) -> KeyList:
+    return KeyList(keys=service.list_keys(session))
+
+
+@router.get(
+    "/keys/me",
+    response_model=KeyMe,
+    responses=responses(Unauthenticated, Forbidden),
+    summary="The calling key: quota, spend and what is left",
+)
+def key_me(session: SessionDep, key: AnalystKey) -> KeyMe:
+    return service.key_me(session, key)
+
+
+@router.delete(
+    "/keys/{key_id}",
+    status_code=status.HTTP_204_NO_CONTENT,
+    response_class=Response,
+    responses=responses(Unauthenticated, Forbidden, NotFound),
+    summary="Revoke a key (admin): it answers 401 on every server process within 1 s",
+)
+def revoke_key(key_id: KeyId, session: SessionDep, _: AdminKey) -> Response:
+    service.revoke_key(session, key_id)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -25,3 +25,4 @@ class ApiKey(Base):
     # spend counted against ``epsilon_quota`` (keys without a quota: see the ledger entries)
     epsilon_spent: Mapped[Decimal] = mapped_column(Epsilon, default=Decimal(0))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

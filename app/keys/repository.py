@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
 from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import func, or_, select, update
+from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from app.keys.models import ApiKey
+from app.ledger.models import LedgerEntry
 
 
 class KeyRepository:
@@ -17,14 +23,28 @@ class KeyRepository:
     def by_hash(self, key_hash: str) -> ApiKey | None:
         return self.session.scalars(select(ApiKey).where(ApiKey.key_hash == key_hash)).first()
 
+    def get(self, key_id: int) -> ApiKey | None:
+        return self.session.get(ApiKey, key_id)
+
+    def list_all(self) -> Sequence[ApiKey]:
+        return self.session.scalars(select(ApiKey).order_by(ApiKey.id)).all()
+
     def add(self, key: ApiKey) -> ApiKey:
         self.session.add(key)
         self.session.flush()
         return key
 
+    def revoke(self, key_id: int, when: datetime) -> None:
+        self.session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+            .values(revoked_at=when)
+            .execution_options(synchronize_session=False)
+        )
+
     def spend(self, key_id: int, epsilon: Decimal) -> bool:
         """Atomically add ``epsilon`` to the key's spend unless that passes its quota."""
-        result = self.session.execute(
+        result: CursorResult[Any] = self.session.execute(  # type: ignore[assignment]
             update(ApiKey)
             .where(ApiKey.id == key_id)
             .where(
@@ -37,3 +57,25 @@ class KeyRepository:
             .execution_options(synchronize_session=False)
         )
         return result.rowcount == 1
+
+    def spent_from_ledger(self, key_id: int) -> Decimal:
+        """What a key without a quota spent, counted as a quota would count it: each
+        charged query's epsilon, and each release's largest charge to one user."""
+        queries = self.session.scalar(
+            select(func.sum(LedgerEntry.epsilon)).where(
+                LedgerEntry.key_id == key_id, LedgerEntry.kind == "query"
+            )
+        )
+        per_user: defaultdict[tuple[int, int], Decimal] = defaultdict(Decimal)
+        rows = self.session.execute(
+            select(LedgerEntry.reference_id, LedgerEntry.epsilon, LedgerEntry.users).where(
+                LedgerEntry.key_id == key_id, LedgerEntry.kind == "release"
+            )
+        )
+        for release, epsilon, users in rows:
+            for user in users:
+                per_user[(release, user)] += epsilon
+        largest: defaultdict[int, Decimal] = defaultdict(Decimal)
+        for (release, _), cost in per_user.items():
+            largest[release] = max(largest[release], cost)
+        return Decimal(queries or 0) + sum(largest.values(), Decimal(0))

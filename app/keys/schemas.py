@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,3 +26,35 @@ class KeyCreated(BaseModel):
     role: str
     name: str
     epsilon_quota: float | None
+
+
+class KeyOut(BaseModel):
+    """A key as admins see it (never its secret)."""
+
+    id: int
+    name: str
+    role: str
+    prefix: str = Field(description="The key's first characters, to recognise it.")
+    epsilon_quota: float | None
+    epsilon_spent: float = Field(
+        description="Epsilon spent: against the quota; without one, counted from the ledger "
+        "as a quota would count it (answers that charged no user excepted)."
+    )
+    revoked: bool
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class KeyList(BaseModel):
+    keys: list[KeyOut]
+
+
+class KeyMe(BaseModel):
+    """The calling key."""
+
+    id: int
+    name: str
+    role: str
+    epsilon_quota: float | None
+    epsilon_spent: float
+    epsilon_remaining: float | None = Field(description="Left of the quota; null without one.")

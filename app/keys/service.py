@@ -4,17 +4,22 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import secrets
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.base import to_epsilon
-from app.errors import BudgetExhausted, Forbidden, Unauthenticated
+from app.db.base import to_epsilon, utcnow
+from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
 from app.keys.repository import KeyRepository
+from app.keys.schemas import KeyMe, KeyOut
+
+log = logging.getLogger("dpgate.keys")
 
 KEY_PREFIX = "dpg_"
 
@@ -50,9 +55,15 @@ def create_key(
 
 
 def ensure_key(session: Session, *, secret: str, role: str, name: str) -> ApiKey:
-    """Make sure a key with exactly this secret exists (``DPGATE_ADMIN_KEY`` bootstrap)."""
+    """Make sure an active key with exactly this secret and role exists
+    (``DPGATE_ADMIN_KEY`` bootstrap: the operator's variable wins over a revocation or
+    a demotion made through the API)."""
     repo = KeyRepository(session)
     if (existing := repo.by_hash(hash_key(secret))) is not None:
+        if existing.revoked_at is not None or existing.role != role:
+            log.warning("key %s (%s) made an active %s again at start-up", existing.id, name, role)
+            existing.revoked_at, existing.role = None, role
+            session.flush()
         return existing
     try:
         with session.begin_nested():
@@ -73,7 +84,10 @@ class KeyIdentity:
     has_quota: bool = False
 
 
-_AUTH_TTL_S = 30.0
+#: How long a process trusts a key it looked up: a revocation or role change reaches
+#: every process within this (plus one look-up). One look-up per key, process and
+#: half second costs the query path nothing measurable (README, "API benchmark").
+_AUTH_TTL_S = 0.5
 _AUTH_CACHE_MAX = 10_000
 _auth_cache: dict[str, tuple[float, KeyIdentity]] = {}
 
@@ -89,7 +103,7 @@ def bearer_digest(authorization: str | None) -> str:
 
 
 def cached_identity(digest: str) -> KeyIdentity | None:
-    """A key seen in the last few seconds by this process (keys never change)."""
+    """A key this process looked up in the last :data:`_AUTH_TTL_S` seconds."""
     hit = _auth_cache.get(digest)
     if hit is not None and time.monotonic() - hit[0] < _AUTH_TTL_S:
         return hit[1]
@@ -102,11 +116,20 @@ def lookup_identity(session: Session, digest: str) -> KeyIdentity:
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
     if key is None or not hmac.compare_digest(key.key_hash, digest):
         raise Unauthenticated("unknown API key")
+    if key.revoked_at is not None:
+        raise Unauthenticated("this API key was revoked")
     identity = KeyIdentity(key.id, key.name, key.role, key.epsilon_quota is not None)
     if len(_auth_cache) >= _AUTH_CACHE_MAX:
         _auth_cache.clear()
     _auth_cache[digest] = (time.monotonic(), identity)
     return identity
+
+
+def forget_key(key_id: int) -> None:
+    """Drop a key from this process's cache at once (revoked here)."""
+    for digest, (_, identity) in list(_auth_cache.items()):
+        if identity.id == key_id:
+            _auth_cache.pop(digest, None)
 
 
 def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
@@ -129,4 +152,64 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon) -> None:
     if not key.has_quota:
         return
     if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
-        raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")
+        raise BudgetExhausted(
+            f"key '{key.name}' would exceed its epsilon quota",
+            largest_epsilon=float(quota_remaining(session, key.id) or 0),
+        )
+
+
+def quota_remaining(session: Session, key_id: int) -> Decimal | None:
+    """What is left of the key's quota (``None``: no quota)."""
+    key = KeyRepository(session).get(key_id)
+    if key is None or key.epsilon_quota is None:
+        return None
+    return max(Decimal(0), key.epsilon_quota - key.epsilon_spent)
+
+
+def _spent(session: Session, key: ApiKey) -> Decimal:
+    if key.epsilon_quota is not None:
+        return key.epsilon_spent
+    return KeyRepository(session).spent_from_ledger(key.id)
+
+
+def key_out(session: Session, key: ApiKey) -> KeyOut:
+    return KeyOut(
+        id=key.id,
+        name=key.name,
+        role=key.role,
+        prefix=key.prefix,
+        epsilon_quota=None if key.epsilon_quota is None else float(key.epsilon_quota),
+        epsilon_spent=float(_spent(session, key)),
+        revoked=key.revoked_at is not None,
+        created_at=key.created_at,
+        revoked_at=key.revoked_at,
+    )
+
+
+def list_keys(session: Session) -> list[KeyOut]:
+    return [key_out(session, k) for k in KeyRepository(session).list_all()]
+
+
+def key_me(session: Session, identity: KeyIdentity) -> KeyMe:
+    key = KeyRepository(session).get(identity.id)
+    if key is None or key.revoked_at is not None:
+        raise Unauthenticated("this API key was revoked")
+    spent = _spent(session, key)
+    quota = key.epsilon_quota
+    return KeyMe(
+        id=key.id,
+        name=key.name,
+        role=key.role,
+        epsilon_quota=None if quota is None else float(quota),
+        epsilon_spent=float(spent),
+        epsilon_remaining=None if quota is None else float(max(Decimal(0), quota - spent)),
+    )
+
+
+def revoke_key(session: Session, key_id: int) -> None:
+    """Revoke a key: from then on it answers 401 (this process at once, every other
+    within :data:`_AUTH_TTL_S`). Revoking a revoked key changes nothing."""
+    if KeyRepository(session).get(key_id) is None:
+        raise NotFound(f"no key {key_id}")
+    KeyRepository(session).revoke(key_id, utcnow())
+    forget_key(key_id)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 
@@ -11,12 +12,13 @@ from app.errors import InvalidRequest
 from app.plans.schemas import Id, PreviewIn
 
 
-def _index(ids: Sequence[Id]) -> tuple[np.ndarray, list[Id]]:
+def _index(ids: Sequence[Id]) -> tuple[np.ndarray, list[str]]:
     """Integer codes that keep the ids' order (numeric if all ints, else as strings)."""
     if all(isinstance(i, int) for i in ids):
-        if min(ids) < 0:
+        int_ids = cast("Sequence[int]", ids)  # checked just above
+        if min(int_ids) < 0:
             raise InvalidRequest("grid and user ids must be non-negative")
-        return np.asarray(ids, dtype=np.int64), []
+        return np.asarray(int_ids, dtype=np.int64), []
     labels = sorted({str(i) for i in ids})
     code = {label: k for k, label in enumerate(labels)}
     return np.fromiter((code[str(i)] for i in ids), dtype=np.int64, count=len(ids)), labels

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 from app.deps import AnalystKey, SessionDep
 from app.errors import (
     BudgetExhausted,
+    Conflict,
     Forbidden,
     InvalidRequest,
     NotFound,
@@ -23,7 +24,7 @@ from app.queries.store import open_store
 
 router = APIRouter(tags=["queries"])
 
-ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound)
+ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
 EPSILON = Annotated[
     float,
     Query(

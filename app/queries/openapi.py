@@ -190,8 +190,13 @@ def _release_example(statistic: str) -> dict[str, Any]:
 
 
 def _quote_example() -> dict[str, Any]:
+    from app.queries.epsilon import MIN_EPSILON
+
     counts = [len(u) for u in _EXAMPLE_USERS]
     found = core.quote_epsilon(counts, _EXAMPLE_U, 5.0, "mean", max_epsilon=10.0)
+    auto_eps = core.auto_epsilon(
+        "mean", counts, _EXAMPLE_U, 5.0, max_epsilon=10.0, min_epsilon=float(MIN_EPSILON)
+    )
     return {
         "grid_id": "g_example",
         "statistic": "mean",
@@ -199,6 +204,7 @@ def _quote_example() -> dict[str, Any]:
         "achievable": found is not None,
         "epsilon": None if found is None else float(found[0]),
         "mechanism": None if found is None else found[1],
+        "auto_epsilon": auto_eps,
         "max_epsilon_per_query": 10.0,
     }
 

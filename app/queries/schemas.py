@@ -111,6 +111,13 @@ class QuoteOut(BaseModel):
     mechanism: str | None = Field(
         description="The bounded mechanism that reaches it at that epsilon, if any."
     )
+    auto_epsilon: float | None = Field(
+        default=None,
+        description="Smallest epsilon at which `auto` is predicted to reach the target as "
+        "its *expected* absolute error (not a worst case): a model from public counts, "
+        "calibrated on real grids by benchmarks/accuracy.py (docs/math.md §11). Null when "
+        "even `max_epsilon_per_query` is not predicted to reach it.",
+    )
     max_epsilon_per_query: float = Field(description="The dataset's largest epsilon per query.")
 
 

@@ -29,12 +29,13 @@ from anyio import to_thread
 from sqlalchemy.orm import Session
 
 from app import core
-from app.datasets.grid_store import GridArrays, GridChanged
+from app.datasets.grid_store import GridArrays, GridChanged, GridVersion
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
 from app.ledger.rule import Verdict
 from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
+from app.queries.refusal import budget_refusal
 from app.queries.repository import AnswerRecord, GridContext
 from app.queries.store import QueryStore
 from app.releases.repository import ReleaseRepository
@@ -124,7 +125,10 @@ async def answer_statistic(
             arrays = await store.snapshot(ctx)
         except GridChanged:  # an upload committed since the look-up: look again
             continue
-        caps = await _caps(store, ctx, options, arrays, eps)
+        try:
+            caps = await _caps(store, ctx, options, arrays, eps)
+        except BudgetExhausted as refused:  # every user exhausted (exclude)
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, refused.message) from None
         step = ReleaseStep(
             ctx=ctx,
             key=key,
@@ -150,9 +154,11 @@ async def answer_statistic(
         if outcome.verdict is Verdict.TWIN:
             return _cached(outcome.stored or {})
         if outcome.verdict is Verdict.QUOTA:
-            raise BudgetExhausted(f"key '{key.name}' would exceed its epsilon quota")
+            message = f"key '{key.name}' would exceed its epsilon quota"
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
         if outcome.verdict is Verdict.EXHAUSTED and ctx.on_exhausted != "exclude":
-            raise BudgetExhausted(_exhausted_message(len(users)))
+            message = _exhausted_message(len(users))
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the ledger is busy with this grid; retry")
 
@@ -257,7 +263,7 @@ def _release(
 
 
 def answer_body(
-    grid: GridContext,
+    grid: GridVersion,
     statistic: str,
     requested: str,
     eps: EpsilonAmount,
@@ -312,6 +318,14 @@ def quote(session: Session, grid_public_id: str, statistic: str, target_error: f
             max_epsilon=max_eps,
             min_epsilon=float(MIN_EPSILON),
         )
+        auto_eps = core.auto_epsilon(
+            statistic,
+            arrays.counts,
+            dataset.value_bound,
+            target_error,
+            max_epsilon=max_eps,
+            min_epsilon=float(MIN_EPSILON),
+        )
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
     return {
@@ -321,5 +335,6 @@ def quote(session: Session, grid_public_id: str, statistic: str, target_error: f
         "achievable": found is not None,
         "epsilon": None if found is None else float(found[0]),
         "mechanism": None if found is None else found[1],
+        "auto_epsilon": auto_eps,
         "max_epsilon_per_query": max_eps,
     }

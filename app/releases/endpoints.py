@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
+from app.ids import DatasetId
 from app.releases import service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
 from app.releases.schemas import PreviewOut, ReleaseBody, ReleaseIn, ReleaseOut
@@ -28,7 +29,7 @@ router = APIRouter(tags=["releases"])
     "the stored release with `cached: true`.",
 )
 def create_release(
-    dataset_id: str, body: ReleaseIn, session: SessionDep, key: AnalystKey
+    dataset_id: DatasetId, body: ReleaseIn, session: SessionDep, key: AnalystKey
 ) -> dict:
     return service.release_slot(session, key, dataset_id, body)
 

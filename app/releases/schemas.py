@@ -9,6 +9,10 @@ from app.queries.schemas import StatisticAnswer
 Statistic = Literal["mean", "variance"]
 
 
+def _both_statistics() -> list[Statistic]:
+    return ["mean", "variance"]
+
+
 class ReleaseIn(BaseModel):
     """A whole timeslot to release; exactly one of ``epsilon`` and ``max_user_cost``."""
 
@@ -45,7 +49,7 @@ class ReleaseIn(BaseModel):
         description="Grids with fewer users are skipped: not released, nobody charged.",
     )
     statistics: list[Statistic] = Field(
-        default_factory=lambda: ["mean", "variance"],
+        default_factory=_both_statistics,
         min_length=1,
         max_length=2,
         description="Statistics to release per grid; with both, each gets half the epsilon.",

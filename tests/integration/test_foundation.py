@@ -117,7 +117,7 @@ def test_serving_app_freezes_startup_objects_out_of_the_collector(
 
 
 def test_openapi_declares_the_bearer_key_scheme(client: TestClient) -> None:
-    """``/docs`` offers *Authorize*: every operation but the health check needs the key."""
+    """``/docs`` offers *Authorize*: every operation but the health checks needs the key."""
     spec = client.get("/openapi.json").json()
     assert spec["components"]["securitySchemes"]["APIKey"] == {
         "type": "http",
@@ -126,7 +126,7 @@ def test_openapi_declares_the_bearer_key_scheme(client: TestClient) -> None:
     }
     for path, operations in spec["paths"].items():
         for method, op in operations.items():
-            expected = None if path == "/healthz" else [{"APIKey": []}]
+            expected = None if path in ("/healthz", "/readyz") else [{"APIKey": []}]
             assert op.get("security") == expected, (method, path)
             names = {p["name"].lower() for p in op.get("parameters", [])}
             assert "authorization" not in names, (method, path)  # a scheme, not a parameter

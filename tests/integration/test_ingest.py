@@ -225,7 +225,7 @@ def test_one_of_each_fault_is_counted_exactly(client: TestClient) -> None:
 
 
 def test_reject_mode_drop_zero_and_many_errors(client: TestClient) -> None:
-    ds = create_dataset(client, value_bound=50)
+    ds = create_dataset(client, value_bound=50, value_filters_public=True)
     good = [("a", f"2016-11-25T10:{i:02d}:00Z", 1.0, 1.0, v) for i, v in enumerate([0, 51, 7, 0])]
     answer = upload_csv(client, ds["id"], make_csv(good), drop_zero=True, out_of_range="reject")
     assert (answer["accepted"], answer["rejected"], answer["dropped_zero"], answer["clamped"]) == (
@@ -453,10 +453,14 @@ def test_retry_with_the_same_idempotency_key_is_a_no_op(client: TestClient, app:
     first = post_csv(client, ds["id"], rows_csv(30), headers=key)
     assert first.status_code == 200 and "Idempotent-Replayed" not in first.headers
     before = counts(app)
-    again = post_csv(client, ds["id"], rows_csv(45), headers=key)  # even another body
+    again = post_csv(client, ds["id"], rows_csv(30), headers=key)
     assert again.status_code == 200
     assert again.json() == first.json()
     assert again.headers["Idempotent-Replayed"] == "true"
+    assert counts(app) == before
+    other_body = post_csv(client, ds["id"], rows_csv(45), headers=key)  # another body
+    assert other_body.status_code == 422
+    assert other_body.json()["error"]["code"] == "idempotency_conflict"
     assert counts(app) == before
     other = upload_csv(client, ds["id"], rows_csv(30), headers={"Idempotency-Key": "other"})
     assert (other["accepted"], other["duplicates"]) == (0, 30)

@@ -28,12 +28,15 @@ STAT_PATHS = {"mean": "/grids/{grid_id}/mean", "variance": "/grids/{grid_id}/var
 
 
 @pytest.fixture(scope="module")
-def doc() -> dict[str, Any]:
+def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The document of an app on a throwaway SQLite file (generation needs no data)."""
     from app.config import Settings
+    from app.db.migrate import upgrade
     from app.main import create_app
 
-    app = create_app(Settings(database_url="sqlite://", secret_key="s"))
+    url = f"sqlite:///{tmp_path_factory.mktemp('openapi') / 'doc.db'}"
+    upgrade(url)
+    app = create_app(Settings(database_url=url, secret_key="s"))
     return app.openapi()
 
 

@@ -24,6 +24,7 @@ ERROR_CODES = {
     "budget_exhausted",
     "not_found",
     "conflict",
+    "idempotency_conflict",
     "payload_too_large",
     "request_timeout",
     "rate_limited",
@@ -54,7 +55,11 @@ def assert_error(resp: httpx.Response, status: int | None = None, code: str | No
     assert resp.headers.get("content-type", "").startswith("application/json"), resp.headers
     body = resp.json()
     assert isinstance(body, dict) and set(body) == {"error"}, body
-    assert isinstance(body["error"], dict) and set(body["error"]) == {"code", "message"}, body
+    fields = {"code", "message"}
+    if body["error"].get("code") == "budget_exhausted":  # says what is left (API.md)
+        fields.add("largest_epsilon")
+        assert body["error"]["largest_epsilon"] >= 0, body
+    assert isinstance(body["error"], dict) and set(body["error"]) == fields, body
     assert body["error"]["code"] in ERROR_CODES, body
     if code is not None:
         assert body["error"]["code"] == code, body

@@ -32,7 +32,11 @@ APP_DIR = Path(__file__).resolve().parents[2] / "app"
 # Every operation and the least role it needs ("anyone", "analyst" or "admin").
 ROLES = {
     ("GET", "/healthz"): "anyone",
+    ("GET", "/readyz"): "anyone",
     ("POST", "/keys"): "admin",
+    ("GET", "/keys"): "admin",
+    ("GET", "/keys/me"): "analyst",
+    ("DELETE", "/keys/{key_id}"): "admin",
     ("GET", "/datasets"): "analyst",
     ("POST", "/datasets"): "admin",
     ("GET", "/datasets/{dataset_id}"): "analyst",
@@ -62,6 +66,14 @@ def _operations(client: TestClient) -> list[tuple[str, str]]:
     return sorted((m.upper(), p) for p, ops in doc["paths"].items() for m in ops)
 
 
+def _victim_key(client: TestClient) -> int:
+    """A fresh analyst key to revoke (so revoking it leaves the test's keys working)."""
+    from app.keys.service import create_key
+
+    with client.app.state.sessionmaker.begin() as session:  # type: ignore[attr-defined]
+        return create_key(session, name="to revoke", role="analyst")[0].id
+
+
 def _request(client: TestClient, world: World, method: str, path: str, headers: dict) -> Any:
     """A *valid* request to the operation (so only the key decides the outcome)."""
     release_id = ""
@@ -71,7 +83,13 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
             json={"slot_start": world.slot_start, "epsilon": 0.01},
             headers=ADMIN,
         ).json()["release_id"]
-    url = path.format(dataset_id=world.dataset_id, grid_id=world.grid_ids[0], release_id=release_id)
+    key_id = _victim_key(client) if "{key_id}" in path else 0
+    url = path.format(
+        dataset_id=world.dataset_id,
+        grid_id=world.grid_ids[0],
+        release_id=release_id,
+        key_id=key_id,
+    )
     params: dict[str, Any] = {}
     body: Any = None
     content: bytes | None = None

@@ -138,8 +138,12 @@ def test_postgres_restart_under_load(tmp_path: Path) -> None:
         assert not failed, failed[:3]
         codes = Counter(r.status_code for _, r, _ in results)
         assert set(codes) <= {200, 503}, codes
+        # The outage shows as 503s, or only as waiting: a pooled connection closed by the
+        # restart is replaced at checkout, and a request may wait for a new one until the
+        # server is back (app/db/liveness.py). Either way no 5xx but 503, no lost charge.
         unavailable = [r for _, r, _ in results if r.status_code == 503]
-        assert unavailable, f"the outage was not seen: {codes}"
+        during = [t for t, _, _ in results if t_stop + 0.5 < t < t_stop + 2.0]  # down
+        assert unavailable or not during, f"answers while the server was down? {codes}"
         for r in unavailable:
             assert_error(r, 503, "unavailable")
             assert r.headers.get("retry-after") == "1"

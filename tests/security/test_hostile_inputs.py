@@ -230,6 +230,7 @@ def _valid_request(
         "dataset_id": str(world.dataset_id),
         "grid_id": world.grid_ids[0],
         "release_id": "0" * 32,  # no such release: 404, the fields around it are what vary
+        "key_id": "999999",  # no such key: revoking it answers 404 and changes nothing
     }
     query: dict[str, str] = {}
     body: Any = None

@@ -32,8 +32,38 @@ def test_dockerfile_is_slim_non_root_and_installs_package() -> None:
     text = (ROOT / "docker" / "Dockerfile").read_text()
     assert re.search(r"^FROM python:3\.\d+-slim", text, re.M)
     assert re.search(r"^USER (?!root)\S+", text, re.M)
-    assert "pip install ." in text
+    assert re.search(r"^RUN pip install [^\n]*--no-deps[^\n]* \.", text, re.M)
     assert "dpgate" in text.split("CMD", 1)[1]
+
+
+def test_image_dependencies_are_pinned() -> None:
+    """The image installs exactly docker/constraints.txt: every runtime dependency (and
+    the build tools) pinned with ``==``, so two builds install the same thing."""
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    assert "pip install --requirement constraints.txt" in text
+    lines = (ROOT / "docker" / "constraints.txt").read_text().splitlines()
+    pins = {}
+    for line in lines:
+        if line.strip() and not line.startswith("#"):
+            name, _, version = line.partition("==")
+            assert version, f"not pinned: {line}"
+            pins[name.lower().replace("_", "-")] = version
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for dep in meta["dependencies"]:
+        name = re.split(r"[\[>=<]", dep, maxsplit=1)[0].lower()
+        assert name in pins, f"{name} is not pinned in docker/constraints.txt"
+    assert {"setuptools", "wheel", "psycopg-binary", "psycopg-pool"} <= set(pins)
+
+
+def test_compose_requires_the_secrets_and_the_image_leaves_out_local_files() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    env = compose["services"]["api"]["environment"]
+    for name in ("DPGATE_ADMIN_KEY", "DPGATE_SECRET_KEY"):
+        assert env[name].startswith(f"${{{name}:?"), f"{name} must be required, not defaulted"
+        assert "change-me" not in env[name]
+    ignored = (ROOT / ".dockerignore").read_text().splitlines()
+    for pattern in (".git", ".venv", ".env", "*.db", "*-secret.key", "tests"):
+        assert pattern in ignored, pattern
 
 
 def test_pyproject_pins_lower_bounds_and_script() -> None:

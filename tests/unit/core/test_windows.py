@@ -249,3 +249,25 @@ def test_joint_auto_spends_half_on_each_and_charges_the_same_users() -> None:
     assert plan_m.mechanism == mean.mechanism and np.array_equal(plan_m.kept, mean.kept)
     with pytest.raises(ValueError, match="split"):
         plan_joint(grid.counts, U, 1.5, "auto", split="optimal")
+
+
+def test_auto_epsilon_is_the_smallest_epsilon_whose_prediction_reaches_the_target() -> None:
+    """Brute force on a fine grid of epsilons: the returned epsilon reaches the target and
+    no epsilon below it (by more than the tolerance) does."""
+    from app.core import auto_epsilon, expected_error
+
+    rng = np.random.default_rng(7)
+    for _ in range(20):
+        counts = rng.integers(1, 60, size=int(rng.integers(5, 400)))
+        U, target = 30.0, float(rng.uniform(0.05, 3.0))
+        eps = auto_epsilon("mean", counts, U, target, max_epsilon=10.0, min_epsilon=1e-3)
+        grid = np.geomspace(1e-3, 10.0, 4000)
+        reach = [e for e in grid if expected_error("mean", counts, U, float(e)) <= target]
+        if not reach:
+            assert eps is None
+            continue
+        assert eps is not None and expected_error("mean", counts, U, eps) <= target
+        assert eps <= reach[0] * (1 + 1e-5)
+        below = eps * (1 - 1e-4)
+        assert below < 1e-3 or expected_error("mean", counts, U, below) > target
+    assert auto_epsilon("variance", [1, 2], 30.0, 1e-9, max_epsilon=1.0, min_epsilon=0.1) is None

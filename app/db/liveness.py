@@ -1,0 +1,48 @@
+"""Postgres connections: time limits, and spotting the ones a server restart closed.
+
+A pooled connection that sat idle while Postgres restarted is dead, but nothing
+says so until a statement fails on it (a 503 per stale connection). Postgres tells
+its clients when it shuts down (a ``FATAL`` message, then the socket closes), so an
+idle connection whose socket has anything to read was closed under it: checking for
+that is one ``select()`` call at checkout, no round trip to the server.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+from typing import Any
+
+from sqlalchemy.engine import make_url
+
+
+def closed_while_idle(conn: Any) -> bool:
+    """Whether an idle psycopg connection was closed by the server (or is unusable).
+
+    An idle connection expects nothing from the server, so a readable socket means a
+    termination notice or end of file (an unsolicited notice, e.g. ``NOTIFY``, also
+    makes it readable: a needless reconnect, as dpgate listens to none)."""
+    if conn.closed or conn.broken:
+        return True
+    try:
+        readable, _, _ = select.select([conn.pgconn.socket], [], [], 0)
+    except (OSError, ValueError):
+        return True
+    return bool(readable)
+
+
+def session_parameters(
+    url: str, *, connect_timeout: float | None, statement_timeout: float | None
+) -> dict[str, Any]:
+    """libpq connection parameters adding the time limits to those of ``url``
+    (``options`` is merged with the URL's own, e.g. a ``search_path``)."""
+    params: dict[str, Any] = {}
+    if connect_timeout is not None:  # libpq takes whole seconds, at least 2
+        params["connect_timeout"] = max(2, math.ceil(connect_timeout))
+    if statement_timeout:
+        own = make_url(url).query.get("options") or ""
+        if isinstance(own, tuple):
+            own = " ".join(own)
+        ms = max(1, round(statement_timeout * 1000))
+        params["options"] = f"{own} -c statement_timeout={ms}".strip()
+    return params

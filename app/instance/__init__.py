@@ -1,0 +1,1 @@
+"""This database's identity: the fingerprint of the secret that hashes user identifiers."""

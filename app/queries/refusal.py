@@ -1,0 +1,74 @@
+"""What a refused query could still have: ``largest_epsilon`` of a ``budget_exhausted``.
+
+Computed only on the refusal path, after the refusal, from the ledger and the key's
+quota (never from values): the largest epsilon the same request could be answered
+with now is the smallest of
+
+* the users' limit: with ``on_exhausted = refuse``, the least budget left to any user
+  of the grid (every one of them may be charged); with ``exclude``, the most left to
+  any of them (exhausted users are dropped, so the request is answered while at least
+  one user can pay; at that epsilon, only the users who can pay are in the estimate);
+* what is left of the key's quota (if it has one);
+* the dataset's ``max_epsilon_per_query``;
+
+rounded down to the ledger's 12 decimals, and 0 below the smallest epsilon accepted.
+"""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_FLOOR, Decimal
+
+import numpy as np
+from sqlalchemy.orm import Session
+
+from app.db.base import EPSILON_QUANTUM
+from app.errors import BudgetExhausted
+from app.keys.service import KeyIdentity, quota_remaining
+from app.ledger.repository import LedgerRepository
+from app.queries.epsilon import MIN_EPSILON
+from app.queries.repository import GridContext
+from app.queries.store import QueryStore
+
+
+def users_limit(ctx: GridContext, remaining: list[Decimal]) -> Decimal:
+    """The largest epsilon the grid's users allow (see the module docstring)."""
+    if not remaining:
+        return ctx.budget_per_user
+    return max(remaining) if ctx.on_exhausted == "exclude" else min(remaining)
+
+
+def largest_epsilon(
+    session: Session, ctx: GridContext, key_id: int, user_ids: np.ndarray
+) -> Decimal:
+    spent = LedgerRepository(session).spent(ctx.dataset_id, ctx.epoch, user_ids.tolist())
+    limit = min(
+        users_limit(ctx, [ctx.budget_per_user - s for s in spent.values()]),
+        ctx.max_epsilon_per_query,
+    )
+    quota = quota_remaining(session, key_id)
+    if quota is not None:
+        limit = min(limit, quota)
+    limit = limit.quantize(EPSILON_QUANTUM, rounding=ROUND_FLOOR)
+    return limit if limit >= MIN_EPSILON else Decimal(0)
+
+
+def as_float_at_most(amount: Decimal) -> float:
+    """``amount`` as the largest double not above it (so sending it back never asks for
+    more than is left)."""
+    value = float(amount)
+    while value > 0 and Decimal(value) > amount:
+        value = math.nextafter(value, 0.0)
+    return value
+
+
+async def budget_refusal(
+    store: QueryStore,
+    ctx: GridContext,
+    key: KeyIdentity,
+    user_ids: np.ndarray,
+    message: str,
+) -> BudgetExhausted:
+    """The ``BudgetExhausted`` to raise for a refused query, with ``largest_epsilon``."""
+    largest = await store.run(largest_epsilon, ctx, key.id, user_ids)
+    return BudgetExhausted(message, largest_epsilon=as_float_at_most(largest))
