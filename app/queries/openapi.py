@@ -38,15 +38,7 @@ PAPERS: Mapping[str, str] = {
     "004": "On Improving the Composition Privacy Loss in Differential Privacy for Fixed "
     "Estimation Error",
 }
-_MATH_SECTIONS: Mapping[str, str] = {
-    "2": "exact user-level sensitivities",
-    "3": "worst-case bias of clipping",
-    "4": "worst-case error of a release",
-    "5": "mechanisms for the mean",
-    "6": "composition across grids and Clip-User",
-}
 _PAPER = re.compile(r"\b(00[0-4])\b")
-_SPEC = re.compile(r"SPEC §(\d+)")
 
 #: Options every statistic endpoint reads besides the registry's (``service._parse_query``).
 PLAN_PARAMETER: dict[str, Any] = {
@@ -61,11 +53,8 @@ PLAN_PARAMETER: dict[str, Any] = {
 
 
 def cite(text: str) -> str:
-    """``text`` with the registry's short citations spelled out for a reader:
-    ``002 §III-C`` becomes the paper's title, ``SPEC §4`` a ``docs/math.md`` section."""
-    text = _SPEC.sub(
-        lambda m: f"docs/math.md, {_MATH_SECTIONS.get(m.group(1), 'the math')}", text
-    )
+    """``text`` with the registry's short paper citations spelled out for a reader:
+    ``002 §III-C`` becomes the paper's title."""
     return _PAPER.sub(lambda m: f"“{PAPERS[m.group(1)]}”", text)
 
 

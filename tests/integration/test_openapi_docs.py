@@ -251,7 +251,7 @@ def test_a_new_registry_entry_is_documented_without_code(monkeypatch: pytest.Mon
     from app.core.options import MechanismSpec, OptionSpec
     from app.queries import openapi
 
-    extra = OptionSpec("zz_share", "float", 0.5, "a share (SPEC §4, 004 eq. 11)", 0.0, 1.0, True)
+    extra = OptionSpec("zz_share", "float", 0.5, "share (math.md §4, 004 eq. 11)", 0.0, 1.0, True)
     spec = MechanismSpec("zz_new", "a new one (003 Thm III.1)", False, {"zz_share": extra})
     table = MappingProxyType({**core.MEAN_MECHANISMS, "zz_new": spec})
     monkeypatch.setattr(core, "MEAN_MECHANISMS", table)
@@ -263,8 +263,7 @@ def test_a_new_registry_entry_is_documented_without_code(monkeypatch: pytest.Mon
     assert param["schema"] == {
         "type": "number", "exclusiveMinimum": 0.0, "exclusiveMaximum": 1.0, "default": 0.5
     }  # fmt: skip
-    assert "docs/math.md, worst-case error of a release" in param["description"]
-    assert "SPEC" not in param["description"] and "004 eq" not in param["description"]
+    assert "math.md §4" in param["description"] and "004 eq" not in param["description"]
 
 
 def test_joint_mechanisms_have_a_schema_too() -> None:
