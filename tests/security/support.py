@@ -123,3 +123,19 @@ def with_options(url: str, *options: str) -> str:
     return u.update_query_dict({"options": f"{current} {extra}".strip()}).render_as_string(
         hide_password=False
     )
+
+
+def csv_upload_scope(path: str, *extra_headers: tuple[bytes, bytes]) -> dict[str, Any]:
+    """The ASGI scope of an admin's ``POST`` of a CSV body to ``path`` (for tests that
+    drive the application directly, to control how the body arrives)."""
+    return {
+        "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
+        "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
+        "query_string": b"", "root_path": "", "client": ("t", 1), "server": ("t", 80),
+        "headers": [
+            (b"authorization", f"Bearer {ADMIN_KEY}".encode()),
+            (b"content-type", b"text/csv"),
+            *extra_headers,
+        ],
+        "state": {},
+    }  # fmt: skip

@@ -28,7 +28,14 @@ from app.main import create_app
 from tests.conftest import ADMIN_KEY
 from tests.live_server import LiveServer, live_server
 from tests.security.private_pg import private_postgres
-from tests.security.support import ADMIN, World, assert_error, bearer, populate
+from tests.security.support import (
+    ADMIN,
+    World,
+    assert_error,
+    bearer,
+    csv_upload_scope,
+    populate,
+)
 
 HEADER = b"user_id,timestamp,lat,lon,value\n"
 
@@ -115,16 +122,7 @@ def test_declared_length_over_the_limit_is_refused_unread(settings: Settings) ->
         async def send(message: dict) -> None:
             sent.append(message)
 
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-            "query_string": b"", "root_path": "", "client": ("t", 1), "server": ("t", 80),
-            "headers": [
-                (b"authorization", f"Bearer {ADMIN_KEY}".encode()),
-                (b"content-type", b"text/csv"),
-                (b"content-length", str(length).encode()),
-            ],
-        }  # fmt: skip
+        scope = csv_upload_scope(path, (b"content-length", str(length).encode()))
         await app(scope, receive, send)
         return sent[0]["status"], b"".join(m.get("body", b"") for m in sent[1:])
 
@@ -184,16 +182,7 @@ def test_stalled_upload_body_is_408_and_releases_the_dataset(settings: Settings)
             sent.append(message)
 
         path = f"/datasets/{world.dataset_id}/records"
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-            "query_string": b"", "root_path": "", "client": ("t", 1), "server": ("t", 80),
-            "headers": [
-                (b"authorization", f"Bearer {ADMIN_KEY}".encode()),
-                (b"content-type", b"text/csv"),
-            ],
-            "state": {},
-        }  # fmt: skip
+        scope = csv_upload_scope(path)
         async with app.router.lifespan_context(app):  # the request gate lives in this loop
             started = time.monotonic()
             with anyio.fail_after(20):

@@ -20,7 +20,7 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from tests.conftest import ADMIN_KEY
 from tests.security.private_pg import private_postgres
-from tests.security.support import ADMIN, assert_error, bearer, populate
+from tests.security.support import ADMIN, assert_error, bearer, csv_upload_scope, populate
 
 HEADER = b"user_id,timestamp,lat,lon,value\n"
 
@@ -133,16 +133,7 @@ def test_a_body_trickling_in_past_the_deadline_is_408(db_url: str, tmp_path: Pat
             sent.append(message)
 
         path = f"/datasets/{world.dataset_id}/records"
-        scope = {
-            "type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1",
-            "method": "POST", "scheme": "http", "path": path, "raw_path": path.encode(),
-            "query_string": b"", "root_path": "", "client": ("t", 1), "server": ("t", 80),
-            "headers": [
-                (b"authorization", f"Bearer {ADMIN_KEY}".encode()),
-                (b"content-type", b"text/csv"),
-            ],
-            "state": {},
-        }  # fmt: skip
+        scope = csv_upload_scope(path)
         async with app.router.lifespan_context(app):
             started = time.monotonic()
             with anyio.fail_after(20):
