@@ -4,6 +4,7 @@ sensitivities, budget split, caps and the auto rule's expected error."""
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -46,7 +47,8 @@ def _datasets(counts: tuple[int, ...], levels: np.ndarray, user: int):
         yield others, choices
 
 
-def _brute_mean_sensitivity(counts: tuple[int, ...], j: int) -> float:
+def _brute_sensitivity(counts: tuple[int, ...], estimate: Callable[[GridData], float]) -> float:
+    """The largest change of ``estimate`` when one user's values move on a value grid."""
     levels = np.linspace(0.0, U, 5)
     worst = 0.0
     for user in range(len(counts)):
@@ -55,11 +57,16 @@ def _brute_mean_sensitivity(counts: tuple[int, ...], j: int) -> float:
             for ch in choices:
                 users = [list(o) for o in others]
                 users[user] = list(ch)
-                grid = GridData.from_user_values(users)
-                rel = release_mean(grid, U, 1.0, "user_window", noise=FixedChoice(j))
-                vals.append(rel.estimate)
+                vals.append(estimate(GridData.from_user_values(users)))
             worst = max(worst, max(vals) - min(vals))
     return worst
+
+
+def _brute_mean_sensitivity(counts: tuple[int, ...], j: int) -> float:
+    return _brute_sensitivity(
+        counts,
+        lambda g: release_mean(g, U, 1.0, "user_window", noise=FixedChoice(j)).estimate,
+    )
 
 
 @pytest.mark.parametrize("counts", [(3, 1, 1, 2), (2, 2, 1), (4, 1, 1, 1, 1)])
@@ -78,20 +85,10 @@ def test_user_window_sensitivity_matches_brute_force(counts: tuple[int, ...], j:
 
 
 def _brute_variance_sensitivity(counts: tuple[int, ...], j: int) -> float:
-    levels = np.linspace(0.0, U, 5)
-    worst = 0.0
-    for user in range(len(counts)):
-        for others, choices in _datasets(counts, levels, user):
-            vals = []
-            for ch in choices:
-                users = [list(o) for o in others]
-                users[user] = list(ch)
-                grid = GridData.from_user_values(users)
-                vals.append(
-                    release_variance(grid, U, 1.0, "window", noise=FixedChoice(j)).estimate
-                )
-            worst = max(worst, max(vals) - min(vals))
-    return worst
+    return _brute_sensitivity(
+        counts,
+        lambda g: release_variance(g, U, 1.0, "window", noise=FixedChoice(j)).estimate,
+    )
 
 
 @pytest.mark.parametrize("counts", [(3, 1, 1, 2), (2, 2, 2), (1, 1, 1, 1, 1)])
