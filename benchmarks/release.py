@@ -46,7 +46,7 @@ from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
 
-ADMIN = "bench-admin-key"
+ADMIN = "dpg_release_benchmark_admin_key"  # at least 24 characters (app.config)
 CENTER = (30.2672, -97.7431)
 SLOT = "2024-03-05T08:00:00+00:00"
 READINGS = 20
