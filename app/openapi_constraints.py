@@ -1,6 +1,6 @@
 """Constraints the OpenAPI document declares beyond what the signatures say.
 
-``epsilon`` query parameters are checked by ``app.queries.epsilon`` (so a bad one is a
+``epsilon`` query parameters are checked by ``app.answers.epsilon`` (so a bad one is a
 400 reported in the documented order) rather than by FastAPI; the document still
 declares their range: a number with ``exclusiveMinimum: 0``.
 """

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from functools import partial
+
 from fastapi import APIRouter, Response, status
 
 from app.deps import AdminKey, AnalystKey, SessionDep
@@ -7,6 +9,7 @@ from app.errors import Forbidden, NotFound, Unauthenticated, responses
 from app.ids import KeyId
 from app.keys import service
 from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyMe
+from app.ledger.service import key_spent
 
 router = APIRouter(tags=["keys"])
 
@@ -34,7 +37,7 @@ def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
     summary="Every key with its quota, spend and whether it is revoked (admin)",
 )
 def list_keys(session: SessionDep, _: AdminKey) -> KeyList:
-    return KeyList(keys=service.list_keys(session))
+    return KeyList(keys=service.list_keys(session, partial(key_spent, session)))
 
 
 @router.get(
@@ -44,7 +47,7 @@ def list_keys(session: SessionDep, _: AdminKey) -> KeyList:
     summary="The calling key: quota, spend and what is left",
 )
 def key_me(session: SessionDep, key: AnalystKey) -> KeyMe:
-    return service.key_me(session, key)
+    return service.key_me(session, key, partial(key_spent, session))
 
 
 @router.delete(

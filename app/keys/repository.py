@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, or_, select, update
+from sqlalchemy import or_, select, update
 from sqlalchemy.engine import CursorResult
 from sqlalchemy.orm import Session
 
 from app.keys.models import ApiKey
-from app.ledger.models import LedgerEntry
 
 
 class KeyRepository:
@@ -58,24 +56,3 @@ class KeyRepository:
         )
         return result.rowcount == 1
 
-    def spent_from_ledger(self, key_id: int) -> Decimal:
-        """What a key without a quota spent, counted as a quota would count it: each
-        charged query's epsilon, and each release's largest charge to one user."""
-        queries = self.session.scalar(
-            select(func.sum(LedgerEntry.epsilon)).where(
-                LedgerEntry.key_id == key_id, LedgerEntry.kind == "query"
-            )
-        )
-        per_user: defaultdict[tuple[int, int], Decimal] = defaultdict(Decimal)
-        rows = self.session.execute(
-            select(LedgerEntry.reference_id, LedgerEntry.epsilon, LedgerEntry.users).where(
-                LedgerEntry.key_id == key_id, LedgerEntry.kind == "release"
-            )
-        )
-        for release, epsilon, users in rows:
-            for user in users:
-                per_user[(release, user)] += epsilon
-        largest: defaultdict[int, Decimal] = defaultdict(Decimal)
-        for (release, _), cost in per_user.items():
-            largest[release] = max(largest[release], cost)
-        return Decimal(queries or 0) + sum(largest.values(), Decimal(0))

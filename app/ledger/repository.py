@@ -10,6 +10,7 @@ commits: the caller's unit of work does (``app.db.unit``).
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, cast
@@ -140,6 +141,28 @@ class LedgerRepository:
         if row is None or row[0] is None:
             return None
         return Quota(limit=row[0], spent=row[1])
+
+    def key_spent(self, key_id: int) -> Decimal:
+        """What a key without a quota spent, counted as a quota would count it: each
+        charged query's epsilon, and each release's largest charge to one user."""
+        queries = self.session.scalar(
+            select(func.sum(LedgerEntry.epsilon)).where(
+                LedgerEntry.key_id == key_id, LedgerEntry.kind == "query"
+            )
+        )
+        per_user: defaultdict[tuple[int, int], Decimal] = defaultdict(Decimal)
+        rows = self.session.execute(
+            select(LedgerEntry.reference_id, LedgerEntry.epsilon, LedgerEntry.users).where(
+                LedgerEntry.key_id == key_id, LedgerEntry.kind == "release"
+            )
+        )
+        for release, epsilon, users in rows:
+            for user in users:
+                per_user[(release, user)] += epsilon
+        largest: defaultdict[int, Decimal] = defaultdict(Decimal)
+        for (release, _), cost in per_user.items():
+            largest[release] = max(largest[release], cost)
+        return Decimal(queries or 0) + sum(largest.values(), Decimal(0))
 
     def charge(self, dataset_id: int, epoch: int, user_ids: Sequence[int], epsilon: Decimal) -> int:
         """Add ``epsilon`` to each (already locked) account; returns the rows changed."""

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from app.datasets.models import Dataset
 from app.db.unit import separate_transaction
 from app.errors import BudgetExhausted, NotFound
+from app.keys.models import ApiKey
 from app.ledger import rule
 from app.ledger.committer import apply_charge
 from app.ledger.repository import LedgerRepository
@@ -157,3 +158,11 @@ def reset_budget(session: Session, dataset: Dataset, *, key_id: int, reason: str
     """Open a new epoch; every old entry stays; the reset is audited."""
     epoch = lock_dataset(session, dataset.id, exclusive=True).epoch
     return LedgerRepository(session).open_epoch(dataset.id, epoch, key_id, reason)
+
+
+def key_spent(session: Session, key: ApiKey) -> Decimal:
+    """What ``key`` spent: its quota's tally, or (a key without a quota) what the ledger
+    holds, counted as a quota would count it."""
+    if key.epsilon_quota is not None:
+        return key.epsilon_spent
+    return LedgerRepository(session).key_spent(key.id)

@@ -6,6 +6,7 @@ from typing import Annotated, Literal
 import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 
+from app.answers.schemas import StatisticAnswer
 from app.deps import AnalystKey, SessionDep
 from app.errors import (
     BudgetExhausted,
@@ -19,7 +20,7 @@ from app.errors import (
 from app.keys.service import KeyIdentity
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
-from app.queries.schemas import QuoteOut, StatisticAnswer, StoredAnswerList
+from app.queries.schemas import QuoteOut, StoredAnswerList
 from app.queries.store import open_store
 
 router = APIRouter(tags=["queries"])
@@ -78,7 +79,7 @@ async def _answer(
 ) -> Response:
     """The whole query, commit included (``app.queries.store`` says where each step runs).
 
-    The answer is built field by field by ``service.answer_body`` (tested against
+    The answer is built field by field by ``app.answers.body.answer_body`` (tested against
     ``StatisticAnswer``), so it is sent as it is rather than validated again (orjson).
     """
     options = _options(request)
@@ -175,6 +176,4 @@ def list_queries(
         int, Query(ge=0, le=2**31 - 1, description="Skip this many (`next` of a page).")
     ] = 0,
 ) -> StoredAnswerList:
-    return listing.list_stored_answers(
-        session, key.id, grid_id=grid_id, limit=limit, offset=offset
-    )
+    return listing.list_stored_answers(session, key.id, grid_id=grid_id, limit=limit, offset=offset)

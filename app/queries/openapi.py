@@ -15,16 +15,16 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from decimal import Decimal
 from typing import Any
 
 from app import core
+from app.answers.epsilon import MIN_EPSILON
+from app.answers.examples import EXAMPLE_GRID_ID, EXAMPLE_U, EXAMPLE_USERS
 from app.core.options import MechanismSpec, OptionSpec
 
 __all__ = [
     "PAPERS",
     "cite",
-    "example_answer",
     "example_quote",
     "mechanism_description",
     "mechanism_schema",
@@ -140,54 +140,17 @@ def option_parameters(statistic: str) -> list[dict[str, Any]]:
     return [*declared, PLAN_PARAMETER] if statistic in ("mean", "variance") else declared
 
 
-# ---- examples: real answers of a tiny fixed synthetic grid ------------------------------
-
-_EXAMPLE_U = 65.0
-_EXAMPLE_EPSILON = 1.0
-#: 40 buses, 1 to 8 speed records each, speeds in [0, 65) km/h, fixed (not random).
-_EXAMPLE_USERS = [
-    [float((7 * u + 11 * r) % 60 + 3) for r in range(1 + u % 8)] for u in range(40)
-]
-
-
-def _example_context() -> Any:
-    from app.queries.repository import GridContext
-
-    return GridContext(
-        id=0,
-        public_id="g_example",
-        version=1,
-        dataset_id=1,
-        epoch=1,
-        value_bound=_EXAMPLE_U,
-        budget_per_user=Decimal(10),
-        max_epsilon_per_query=Decimal(10),
-        on_exhausted="refuse",
-    )
-
-
-def _release_example(statistic: str) -> dict[str, Any]:
-    from app.queries.epsilon import parse_epsilon
-    from app.queries.service import answer_body
-
-    grid = core.GridData.from_user_values(_EXAMPLE_USERS)
-    fn = core.release_mean if statistic == "mean" else core.release_variance
-    release = fn(grid, _EXAMPLE_U, _EXAMPLE_EPSILON, "auto")
-    eps = parse_epsilon(_EXAMPLE_EPSILON)
-    options = core.validate_options(statistic, "auto", {})
-    return answer_body(_example_context(), statistic, "auto", eps, options, release, 1)
+# ---- example: a real quote of the example grid (app.answers.examples) -----------------
 
 
 def _quote_example() -> dict[str, Any]:
-    from app.queries.epsilon import MIN_EPSILON
-
-    counts = [len(u) for u in _EXAMPLE_USERS]
-    found = core.quote_epsilon(counts, _EXAMPLE_U, 5.0, "mean", max_epsilon=10.0)
+    counts = [len(u) for u in EXAMPLE_USERS]
+    found = core.quote_epsilon(counts, EXAMPLE_U, 5.0, "mean", max_epsilon=10.0)
     auto_eps = core.auto_epsilon(
-        "mean", counts, _EXAMPLE_U, 5.0, max_epsilon=10.0, min_epsilon=float(MIN_EPSILON)
+        "mean", counts, EXAMPLE_U, 5.0, max_epsilon=10.0, min_epsilon=float(MIN_EPSILON)
     )
     return {
-        "grid_id": "g_example",
+        "grid_id": EXAMPLE_GRID_ID,
         "statistic": "mean",
         "target_error": 5.0,
         "achievable": found is not None,
@@ -198,18 +161,11 @@ def _quote_example() -> dict[str, Any]:
     }
 
 
-_EXAMPLES: dict[str, dict[str, Any]] = {}
-
-
-def example_answer(statistic: str) -> dict[str, Any]:
-    """A real ``auto`` answer (ε = 1) of the example grid, made once per process."""
-    if statistic not in _EXAMPLES:
-        _EXAMPLES[statistic] = _release_example(statistic)
-    return _EXAMPLES[statistic]
+_QUOTE: list[dict[str, Any]] = []
 
 
 def example_quote() -> dict[str, Any]:
     """A real quote (target error 5 km/h) for the example grid."""
-    if "quote" not in _EXAMPLES:
-        _EXAMPLES["quote"] = _quote_example()
-    return _EXAMPLES["quote"]
+    if not _QUOTE:
+        _QUOTE.append(_quote_example())
+    return _QUOTE[0]

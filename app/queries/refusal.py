@@ -22,11 +22,11 @@ from decimal import ROUND_FLOOR, Decimal
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.answers.epsilon import MIN_EPSILON
 from app.db.base import EPSILON_QUANTUM
 from app.errors import BudgetExhausted
 from app.keys.service import KeyIdentity, quota_remaining
 from app.ledger.repository import LedgerRepository
-from app.queries.epsilon import MIN_EPSILON
 from app.queries.repository import GridContext
 from app.queries.store import QueryStore
 

@@ -18,23 +18,23 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import orjson
 from anyio import to_thread
 from sqlalchemy.orm import Session
 
 from app import core
-from app.datasets.grid_store import GridArrays, GridChanged, GridVersion
+from app.answers.body import answer_body
+from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
+from app.answers.options import parse_options
+from app.datasets.grid_store import GridArrays, GridChanged
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
 from app.ledger.rule import Verdict
-from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
 from app.queries.refusal import budget_refusal
 from app.queries.repository import AnswerRecord, GridContext
 from app.queries.store import QueryStore
@@ -47,23 +47,6 @@ RESERVED_PARAMS = frozenset({"epsilon", "mechanism"})
 MAX_ATTEMPTS = 5
 #: grids with more records than this are released on a worker thread.
 RELEASE_ON_LOOP_MAX_RECORDS = 20_000
-
-
-def mechanisms_for(statistic: str) -> Mapping[str, Any]:
-    return core.MEAN_MECHANISMS if statistic == "mean" else core.VARIANCE_MECHANISMS
-
-
-def parse_options(statistic: str, mechanism: str, raw: Mapping[str, str]) -> dict[str, Any]:
-    """Validate the mechanism name and its options (unknown ones are 400)."""
-    known = mechanisms_for(statistic)
-    if mechanism not in known:
-        raise InvalidRequest(
-            f"unknown {statistic} mechanism {mechanism!r}; use one of {', '.join(sorted(known))}"
-        )
-    try:
-        return core.validate_options(statistic, mechanism, dict(raw))
-    except ValueError as exc:
-        raise InvalidRequest(str(exc)) from exc
 
 
 def fingerprint(
@@ -228,9 +211,7 @@ class ReleaseStep:
         return answer, record, arrays.user_ids[release.kept > 0].tolist()
 
 
-def _plan_caps(
-    session: Session, plan_id: str, grid: GridContext, arrays: GridArrays
-) -> np.ndarray:
+def _plan_caps(session: Session, plan_id: str, grid: GridContext, arrays: GridArrays) -> np.ndarray:
     """Γ caps from a stored slot release, so its suppressed users are not charged again."""
     stored = ReleaseRepository(session).by_public_id(plan_id)
     if stored is None or stored.dataset_id != grid.dataset_id:
@@ -260,47 +241,6 @@ def _release(
         return fn(arrays.grid, ctx.value_bound, eps.used, mechanism, caps=caps, **options)
     except ValueError as exc:
         raise InvalidRequest(f"cannot release this statistic: {exc}") from exc
-
-
-def answer_body(
-    grid: GridVersion,
-    statistic: str,
-    requested: str,
-    eps: EpsilonAmount,
-    options: dict[str, Any],
-    release: core.Release,
-    epoch: int,
-) -> dict[str, Any]:
-    """The API.md statistic answer for ``release`` (its own epsilon share is reported)."""
-    return {
-        "query_id": uuid.uuid4().hex,
-        "grid_id": grid.public_id,
-        "statistic": statistic,
-        "mechanism": release.mechanism,
-        "requested_mechanism": requested,
-        "epsilon": float(release.epsilon) if release.epsilon < eps.used else float(eps.charged),
-        "estimate": float(release.estimate),
-        "sensitivity": float(release.sensitivity),
-        "noise_scale": float(release.noise_scale),
-        "worst_case_bias": _opt_float(release.worst_case_bias),
-        "worst_case_error": _opt_float(release.worst_case_error),
-        "ci95": None if release.ci95 is None else [float(v) for v in release.ci95],
-        "ci95_note": release.ci95_note,
-        "n_users": len(release.kept),
-        "n_users_charged": int(np.count_nonzero(release.kept)),
-        "cached": False,
-        "epoch": epoch,
-        "options": options,
-        "details": _jsonable(release.details),
-    }
-
-
-def _opt_float(x: float | None) -> float | None:
-    return None if x is None else float(x)
-
-
-def _jsonable(details: Mapping[str, Any]) -> dict[str, Any]:
-    return orjson.loads(orjson.dumps(dict(details), default=lambda o: getattr(o, "tolist", str)()))
 
 
 def quote(session: Session, grid_public_id: str, statistic: str, target_error: float) -> dict:

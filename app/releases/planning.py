@@ -16,11 +16,11 @@ from decimal import ROUND_FLOOR, Decimal
 
 import numpy as np
 
+from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.clip_user import clip_user, plan_kept
 from app.db.base import EPSILON_QUANTUM
 from app.errors import InvalidRequest
 from app.ledger.rule import would_exceed
-from app.queries.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a binary search.
 FULL_SCAN_GRIDS = 12

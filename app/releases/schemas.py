@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from app.queries.schemas import StatisticAnswer
+from app.answers.schemas import StatisticAnswer
 
 Statistic = Literal["mean", "variance"]
 

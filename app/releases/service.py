@@ -27,6 +27,9 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import core
+from app.answers.body import answer_body
+from app.answers.epsilon import EpsilonAmount, parse_epsilon
+from app.answers.options import parse_options
 from app.datasets.coarse import grid_level
 from app.datasets.grid_store import GridArrays
 from app.datasets.models import Dataset, Grid
@@ -41,8 +44,6 @@ from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.keys.service import KeyIdentity, spend_quota
 from app.ledger import service as ledger
 from app.ledger.repository import LedgerRepository
-from app.queries.epsilon import EpsilonAmount, parse_epsilon
-from app.queries.service import answer_body, parse_options
 from app.releases.expected import expected_error
 from app.releases.models import SlotRelease
 from app.releases.planning import (
@@ -355,5 +356,3 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
     return {**stored.answer, "cached": True}
-
-

@@ -12,8 +12,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app import core
-from app.queries.openapi import example_answer, example_quote
-from app.queries.schemas import QuoteOut, StatisticAnswer
+from app.answers.examples import example_answer
+from app.answers.schemas import StatisticAnswer
+from app.queries.openapi import example_quote
+from app.queries.schemas import QuoteOut
 from tests.integration.grid_fixtures import CELL_A, analyst, load, make_dataset
 
 #: The mean mechanisms API.md names (the contract), besides the registry's additions.

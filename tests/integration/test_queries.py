@@ -12,6 +12,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app import core
+from app.answers.schemas import StatisticAnswer
 from app.core import bounds
 from app.datasets.grid_store import (
     GridChanged,
@@ -24,7 +25,6 @@ from app.ledger.models import BudgetReset, LedgerEntry
 from app.ledger.repository import needs_analyze
 from app.queries import service
 from app.queries.repository import _LOOKUP_SQL
-from app.queries.schemas import StatisticAnswer
 from app.queries.store import QueryStore
 from tests.helpers import upload_csv
 from tests.integration.grid_fixtures import CELL_A, CELL_B, analyst, load, make_dataset

@@ -31,6 +31,7 @@ def test_002_fig1_bestfit_beats_wraparound_for_levy_and_quantile(tmp_path):
     assert (tmp_path / "002_fig1_bestfit_vs_wraparound.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.slow
 def test_002_fig2_every_clipping_mechanism_beats_baseline(tmp_path):
     r = run_mae(tmp_path, runs=RUNS, seed=0, progress=False)
     assert all(r.checks.values()), r.checks

@@ -7,8 +7,8 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
+from app.answers.epsilon import EpsilonAmount
 from app.errors import InvalidRequest
-from app.queries.epsilon import EpsilonAmount
 from app.releases.planning import SlotPlan, plan_for_cost
 
 

@@ -199,6 +199,7 @@ def test_private_interval_captures_concentrated_means() -> None:
         assert lo <= means.min() and means.max() <= hi
 
 
+@pytest.mark.slow
 def test_interval_and_quantile_are_differentially_private() -> None:
     """Exact output laws on neighbouring inputs (one mean changed) differ by <= e^ε: the
     whole budget each step is given, and no more."""

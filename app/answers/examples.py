@@ -1,0 +1,43 @@
+"""Real answers for the documentation: a tiny fixed synthetic grid released with
+dpgate's own sampler, once per process, on first use."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app import core
+from app.answers.body import answer_body
+from app.answers.epsilon import parse_epsilon
+
+EXAMPLE_U = 65.0
+EXAMPLE_EPSILON = 1.0
+#: 40 buses, 1 to 8 speed records each, speeds in [0, 65) km/h, fixed (not random).
+EXAMPLE_USERS = [[float((7 * u + 11 * r) % 60 + 3) for r in range(1 + u % 8)] for u in range(40)]
+EXAMPLE_GRID_ID = "g_example"
+
+
+@dataclass(frozen=True)
+class _ExampleGrid:
+    id: int = 0
+    public_id: str = EXAMPLE_GRID_ID
+    version: int = 1
+
+
+def _release_example(statistic: str) -> dict[str, Any]:
+    grid = core.GridData.from_user_values(EXAMPLE_USERS)
+    fn = core.release_mean if statistic == "mean" else core.release_variance
+    release = fn(grid, EXAMPLE_U, EXAMPLE_EPSILON, "auto")
+    eps = parse_epsilon(EXAMPLE_EPSILON)
+    options = core.validate_options(statistic, "auto", {})
+    return answer_body(_ExampleGrid(), statistic, "auto", eps, options, release, 1)
+
+
+_EXAMPLES: dict[str, dict[str, Any]] = {}
+
+
+def example_answer(statistic: str) -> dict[str, Any]:
+    """A real ``auto`` answer (ε = 1) of the example grid, made once per process."""
+    if statistic not in _EXAMPLES:
+        _EXAMPLES[statistic] = _release_example(statistic)
+    return _EXAMPLES[statistic]

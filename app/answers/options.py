@@ -1,0 +1,26 @@
+"""Validating a statistic's mechanism and options against the registry (``app.core``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from app import core
+from app.errors import InvalidRequest
+
+
+def mechanisms_for(statistic: str) -> Mapping[str, Any]:
+    return core.MEAN_MECHANISMS if statistic == "mean" else core.VARIANCE_MECHANISMS
+
+
+def parse_options(statistic: str, mechanism: str, raw: Mapping[str, str]) -> dict[str, Any]:
+    """Validate the mechanism name and its options (unknown ones are 400)."""
+    known = mechanisms_for(statistic)
+    if mechanism not in known:
+        raise InvalidRequest(
+            f"unknown {statistic} mechanism {mechanism!r}; use one of {', '.join(sorted(known))}"
+        )
+    try:
+        return core.validate_options(statistic, mechanism, dict(raw))
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from exc
