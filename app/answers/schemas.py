@@ -66,8 +66,11 @@ class StatisticAnswer(BaseModel):
         description="A 95% interval [lo, hi] meant to hold the grid's true value 95% of "
         "the time: the Laplace noise's 95% range around the estimate (± b·ln 20) widened by "
         "the worst-case bias of clipping or projection, then projected onto the statistic's "
-        "range. Null where the mechanism has no data-independent bias bound (its clipping "
-        "level is chosen privately): `ci95_note` then says why."
+        "range. `user_window` (auto's usual mean) clips at a private level: its interval "
+        "bounds that clipping with probability 0.99 and the noise with 0.96, so it holds "
+        "the truth at least 95% of the time too, but is loose above the estimate on small "
+        "grids (docs/math.md §11.6). Null where the mechanism has no such bound (the "
+        "window variances, centered_clip): `ci95_note` then says why."
     )
     ci95_note: str | None = Field(
         default=None,

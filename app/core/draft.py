@@ -19,17 +19,20 @@ from app.core.bounds import grouped_linear_mean_bias
 from app.core.counts import CountsInfo
 from app.core.grid import GridData
 from app.core.noise import NoiseSource
+from app.core.release import BiasSpread
 
 __all__ = ["Draft", "Estimate", "linear_draft", "rank_from_epsilon"]
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A noiseless estimate and the sensitivity of the estimator that produced it."""
+    """A noiseless estimate and the sensitivity of the estimator that produced it;
+    ``spread`` where the mechanism bounds its bias given its private choices."""
 
     value: float
     sensitivity: float
     details: dict[str, object] = field(default_factory=dict)
+    spread: BiasSpread | None = None
 
 
 Estimator = Callable[[GridData, NoiseSource], Estimate]

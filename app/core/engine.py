@@ -184,6 +184,7 @@ def _release(
         kept=draft.kept,
         value_bound=U,
         details={**draft.details, **est.details, **(extra or {})},
+        bias_spread=est.spread,
     )
 
 

@@ -11,8 +11,11 @@ for every mechanism (docs/math.md §9.4.6):
   noise stays within ``b ln 20`` with probability 0.95 and the estimator within
   ``B`` of the truth always, and the truth lies in the range, so projecting loses
   no coverage;
-* where it has none (levy, quantile, centered_clip's adaptive path: privately
-  chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why.
+* where it has none but bounds its bias given its private choices with probability
+  ``1 - β`` (:class:`BiasSpread`: ``user_window``), the interval widens the noise's
+  ``1 - (0.05 - β)`` range by that spread (:func:`spread_interval`);
+* otherwise (levy, quantile, centered_clip's adaptive path, the window variances:
+  privately chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why.
 """
 
 from __future__ import annotations
@@ -24,7 +27,16 @@ from types import MappingProxyType
 
 import numpy as np
 
-__all__ = ["LN20", "Plan", "Release", "VectorRelease", "ci95", "statistic_range"]
+__all__ = [
+    "LN20",
+    "BiasSpread",
+    "Plan",
+    "Release",
+    "VectorRelease",
+    "ci95",
+    "spread_interval",
+    "statistic_range",
+]
 
 LN20 = math.log(20.0)
 
@@ -61,6 +73,30 @@ def honest_interval(
         return None
     half = scale * LN20 + bias
     return _project(raw - half, lo, hi), _project(raw + half, lo, hi)
+
+
+@dataclass(frozen=True)
+class BiasSpread:
+    """``truth - noiseless estimate`` lies in ``[-below, above]`` with probability at least
+    ``1 - beta`` over the mechanism's private choices, on every dataset (docs/math.md §11.6)."""
+
+    below: float
+    above: float
+    beta: float
+
+    def __post_init__(self) -> None:
+        if not (self.below >= 0 and self.above >= 0 and 0 < self.beta < 0.05):
+            raise ValueError(f"invalid bias spread {self}")
+
+
+def spread_interval(
+    raw: float, scale: float, spread: BiasSpread, lo: float, hi: float
+) -> tuple[float, float]:
+    """``[raw - q - below, raw + q + above]`` projected onto ``[lo, hi]``, with
+    ``q = b ln(1/(0.05 - beta))``: the Laplace noise exceeds ``q`` with probability
+    ``0.05 - beta`` and the spread fails with at most ``beta`` (a union bound: 0.95)."""
+    q = scale * math.log(1.0 / (0.05 - spread.beta))
+    return _project(raw - q - spread.below, lo, hi), _project(raw + q + spread.above, lo, hi)
 
 
 def _freeze(details: Mapping[str, object]) -> Mapping[str, object]:
@@ -127,6 +163,7 @@ class Release:
     ci95_note: str | None = None
     details: Mapping[str, object] = field(default_factory=dict)
     value_bound: float | None = None
+    bias_spread: BiasSpread | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "kept", _freeze_kept(self.kept))
@@ -140,6 +177,8 @@ class Release:
             object.__setattr__(self, "ci95", None)
             return
         interval = honest_interval(raw, self.noise_scale, self.worst_case_bias, lo, hi)
+        if interval is None and self.bias_spread is not None:
+            interval = spread_interval(raw, self.noise_scale, self.bias_spread, lo, hi)
         note = None if interval is not None else NO_INTERVAL_NOTE.format(mechanism=self.mechanism)
         object.__setattr__(self, "estimate", _project(raw, lo, hi))
         object.__setattr__(self, "ci95", interval)

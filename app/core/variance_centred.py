@@ -31,8 +31,9 @@ import numpy as np
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
-from app.core.mean_window import CI95_NOTE, monotone_noisy_max, window_weights
+from app.core.mean_window import monotone_noisy_max, window_weights
 from app.core.noise import NoiseSource
+from app.core.variance_window import CI95_NOTE
 
 __all__ = [
     "CENTRE_STEPS",

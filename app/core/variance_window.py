@@ -26,13 +26,13 @@ import numpy as np
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
-from app.core.mean_window import (
-    CI95_NOTE,
-    monotone_noisy_max,
-    split_share,
-    window_weights,
-)
+from app.core.mean_window import monotone_noisy_max, split_share, window_weights
 from app.core.noise import NoiseSource
+
+CI95_NOTE = (
+    "no honest 95% interval: the estimate clips at a privately chosen level, a bias "
+    "with no data-independent bound; the Laplace part alone is estimate ± noise_scale·ln 20"
+)
 
 __all__ = [
     "VARIANCE_WINDOW_FRACTIONS",
