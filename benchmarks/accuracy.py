@@ -11,7 +11,7 @@ user's first ``k`` records (``k`` = the grid's median count), add Laplace noise 
 scale ``U k / (Σ min(m_l, k) ε)`` (exact user-level sensitivity, public denominator)
 to the mean of the kept records, project onto ``[0, U]``; for the variance the
 same records, 004 Prop III.1's sensitivity, projection onto ``[0, U²/4]``. OpenDP's
-and diffprivlib's releases have exactly this law (``research/peers.py``); with
+and diffprivlib's releases have exactly this law (``research/peer_libraries.py``); with
 ``--libraries`` the libraries themselves are run too (k = median, a quarter of the runs,
 on every 8th grid of each set: PipelineDP costs milliseconds per release).
 "k best in hindsight" is the peer rule at the candidate ``k`` with the smallest exact
@@ -50,7 +50,7 @@ from research.capmetrics import load_capmetrics
 from research.common import seed_for
 from research.noise import SeededNoise
 from research.paper002 import itms_dataset
-from research.peers import k_candidates, peer_available, peer_estimates
+from research.peer_libraries import k_candidates, peer_available, peer_estimates
 
 EPS = (0.5, 1.0, 2.0)
 CAP_U = 30.0

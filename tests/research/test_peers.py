@@ -10,13 +10,16 @@ import pytest
 from app.core.grid import GridData
 from app.synth.itms import itms_counts
 from research import peers as peers_mod
-from research.peers import (
+from research.peer_libraries import (
+    hindsight_k,
     k_candidates,
+    opendp_scale,
     peer_available,
     peer_estimates,
-    run_peers,
     truncate_earliest,
+    truncation_mae,
 )
+from research.peers import run_peers
 
 U = 65.0
 
@@ -102,14 +105,14 @@ def test_run_peers_table_and_missing_peer(monkeypatch, tmp_path):
 def test_exact_truncation_mae_and_opendp_scale(small_grid):
     _need("opendp")
     s = int(np.minimum(small_grid.counts, 3).sum())
-    scale = peers_mod.opendp_scale(s, U, 1.0, 3)
+    scale = opendp_scale(s, U, 1.0, 3)
     assert scale == pytest.approx(3 * U / s, rel=1e-6)  # OpenDP's sized mean: kU/(s eps)
-    assert peers_mod.truncation_mae(small_grid, 3, scale) == pytest.approx(
+    assert truncation_mae(small_grid, 3, scale) == pytest.approx(
         _expected_clip_mae(small_grid, 3, 1.0), rel=1e-6
     )
-    k = peers_mod.hindsight_k("opendp", small_grid, U, 1.0)
+    k = hindsight_k("opendp", small_grid, U, 1.0)
     assert k in k_candidates(small_grid.counts)
-    assert k == peers_mod.hindsight_k("analytic", small_grid, U, 1.0)
+    assert k == hindsight_k("analytic", small_grid, U, 1.0)
 
 
 def test_run_peers_with_all_three_libraries_on_a_small_grid(small_grid, tmp_path):

@@ -15,13 +15,8 @@ import numpy as np
 import pytest
 
 from app.core.bounds import joint_clip_error
-from app.core.clip_user import (
-    ClipUserPlan,
-    _scalar_error_fn,
-    clip_user,
-    grid_joint_errors,
-    plan_kept,
-)
+from app.core.clip_user import ClipUserPlan, clip_user, plan_kept
+from app.core.grid_errors import grid_joint_errors, scalar_error_fn
 from app.synth.heavy_hitters import heavy_hitter_occupancy
 
 # ------------------------------------------------------------------ reference
@@ -157,7 +152,7 @@ def test_inlined_error_matches_bounds_exactly():
             s = int(rng.integers(1, n + 1))
             mx = int(rng.integers(1, s + 1))
             want = joint_clip_error(U, eps, mx, s, n, split=split)
-            assert _scalar_error_fn(U, eps, split)(mx, s, n) == want
+            assert scalar_error_fn(U, eps, split)(mx, s, n) == want
             got = grid_joint_errors(
                 U, eps, np.array([mx]), np.array([s]), np.array([n]), split=split
             )

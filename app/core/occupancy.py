@@ -1,0 +1,92 @@
+"""The public occupancy of many grids: ``(grid, user, count)`` rows, checked and indexed.
+
+Clip-User (:mod:`app.core.clip_user`) plans from the record count ``m_{g,l}`` of
+every occupied ``(grid, user)`` pair and nothing else (docs/math.md §6.2, §1.4).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["Occupancy", "int_columns", "validate_occupancy"]
+
+
+def _as_int_array(name: str, a: object) -> np.ndarray:
+    """``a`` as a 1-d int64 array (integral floats accepted), else ``ValueError``."""
+    arr = np.asarray(a)
+    if arr.ndim != 1:
+        raise ValueError(f"{name} must be a 1-d array")
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64, copy=False)
+    if arr.dtype.kind == "b":
+        raise ValueError(f"{name} must hold integers, not booleans")
+    if arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f" and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        if np.max(np.abs(arr)) >= 2**62:
+            raise ValueError(f"{name} holds integers too large")
+        return arr.astype(np.int64)
+    raise ValueError(f"{name} must hold integers")
+
+
+def int_columns(
+    grids: object, users: object, counts: object
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The three columns of an occupancy as int64 arrays of one length, else ``ValueError``."""
+    g = _as_int_array("grids", grids)
+    u = _as_int_array("users", users)
+    c = _as_int_array("counts", counts)
+    if not g.size == u.size == c.size:
+        raise ValueError("grids, users and counts must have the same length")
+    return g, u, c
+
+
+@dataclass(frozen=True, slots=True)
+class Occupancy:
+    """A checked occupancy, one entry per row of the input.
+
+    Attributes:
+        counts: ``m_{g,l} >= 1`` of each row.
+        grid_ids, user_ids: the distinct ids, ascending.
+        ginv, uinv: each row's index into ``grid_ids`` / ``user_ids``.
+        n_per_grid: each grid's record count ``n_g``, indexed like ``grid_ids``.
+        order_u: the rows sorted by (user, grid).
+    """
+
+    counts: np.ndarray
+    grid_ids: np.ndarray
+    ginv: np.ndarray
+    user_ids: np.ndarray
+    uinv: np.ndarray
+    n_per_grid: np.ndarray
+    order_u: np.ndarray
+
+
+def validate_occupancy(grids: object, users: object, counts: object) -> Occupancy:
+    """Check the occupancy; return its counts, ids, inverse indices, per-grid totals
+    and the row order sorted by (user, grid)."""
+    g, u, c = int_columns(grids, users, counts)
+    if g.size == 0:
+        raise ValueError("the occupancy is empty: need at least one (grid, user) pair")
+    if g.min() < 0 or u.min() < 0:
+        raise ValueError("grid and user ids must be non-negative")
+    if c.min() < 1:
+        raise ValueError("every listed (grid, user) pair needs a count >= 1")
+    if c.max() >= 2**31:
+        raise ValueError("counts must be below 2**31")
+    grid_ids, ginv = np.unique(g, return_inverse=True)
+    user_ids, uinv = np.unique(u, return_inverse=True)
+    ginv = ginv.astype(np.int64, copy=False)
+    uinv = uinv.astype(np.int64, copy=False)
+    key = uinv * np.int64(grid_ids.size) + ginv
+    order_u = np.argsort(key, kind="stable")
+    skey = key[order_u]
+    if np.any(skey[1:] == skey[:-1]):
+        raise ValueError("duplicate (grid, user) pairs in the occupancy")
+    n_per_grid = np.zeros(grid_ids.size, dtype=np.int64)
+    np.add.at(n_per_grid, ginv, c)  # exact: each count < 2**31, at most 2**32 rows
+    if n_per_grid.max() >= 2**31:
+        raise ValueError("a grid's record count must be below 2**31")
+    return Occupancy(c, grid_ids, ginv, user_ids, uinv, n_per_grid, order_u)
