@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.base import to_epsilon, utcnow
-from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated
+from app.errors import Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
 from app.keys.repository import KeyRepository
 from app.keys.schemas import KeyMe, KeyOut
@@ -143,20 +143,6 @@ def require_role(key: KeyIdentity, *roles: str) -> KeyIdentity:
     if key.role not in roles:
         raise Forbidden(f"this needs a key with role {' or '.join(roles)}")
     return key
-
-
-def spend_quota(session: Session, key: KeyIdentity, epsilon) -> None:
-    """Charge ``epsilon`` against the key's quota atomically, or refuse.
-
-    Keys without a quota are not touched: the ledger entries record every key's spend.
-    """
-    if not key.has_quota:
-        return
-    if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
-        raise BudgetExhausted(
-            f"key '{key.name}' would exceed its epsilon quota",
-            largest_epsilon=float(quota_remaining(session, key.id) or 0),
-        )
 
 
 def quota_remaining(session: Session, key_id: int) -> Decimal | None:

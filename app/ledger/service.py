@@ -18,9 +18,12 @@ import numpy.typing as npt
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset
+from app.db.base import to_epsilon
 from app.db.unit import separate_transaction
 from app.errors import BudgetExhausted, NotFound
 from app.keys.models import ApiKey
+from app.keys.repository import KeyRepository
+from app.keys.service import KeyIdentity, quota_remaining
 from app.ledger import rule
 from app.ledger.committer import apply_charge
 from app.ledger.repository import LedgerRepository
@@ -166,3 +169,18 @@ def key_spent(session: Session, key: ApiKey) -> Decimal:
     if key.epsilon_quota is not None:
         return key.epsilon_spent
     return LedgerRepository(session).key_spent(key.id)
+
+
+def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
+    """Charge ``epsilon`` against the key's quota atomically, or refuse (a release's
+    largest cost to one user; queries spend it inside their commit, ``app.ledger.committer``).
+
+    Keys without a quota are not touched: the ledger entries record every key's spend.
+    """
+    if not key.has_quota:
+        return
+    if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
+        raise BudgetExhausted(
+            f"key '{key.name}' would exceed its epsilon quota",
+            largest_epsilon=float(quota_remaining(session, key.id) or 0),
+        )

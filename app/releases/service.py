@@ -41,7 +41,7 @@ from app.datasets.service import (
 )
 from app.errors import BudgetExhausted, InvalidRequest, NotFound
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
-from app.keys.service import KeyIdentity, spend_quota
+from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
 from app.ledger.repository import LedgerRepository
 from app.releases.expected import expected_error
@@ -217,7 +217,7 @@ def release_slot(
 
     plan = _plan_within_budget(inp, body, budget.spent)
     if plan.K:
-        spend_quota(session, key, plan.max_cost)
+        ledger.spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
         public_id=uuid.uuid4().hex,
         dataset_id=dataset.id,
