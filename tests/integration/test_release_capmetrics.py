@@ -24,7 +24,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.helpers import create_dataset, upload_csv
-from tests.integration.test_ingest import CAPMETRICS_COLUMNS
+from tests.integration.ingest_support import CAPMETRICS_COLUMNS
 
 DATA = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics"
 DAYS = ("2016-11-25", "2016-11-26", "2017-03-16")

@@ -1,0 +1,64 @@
+"""What the CSV ingestion tests share: the CapMetrics columns, table counts, paging."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from app.datasets.models import DatasetUser, Grid, GridSnapshot, Record, Upload
+from tests.helpers import make_csv
+
+CAPMETRICS = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics/2016-11-25.csv"
+CAPMETRICS_COLUMNS = {
+    "user_col": "vehicle_id",
+    "time_col": "timestamp",
+    "lat_col": "latitude",
+    "lon_col": "longitude",
+    "value_col": "speed",
+}
+
+
+def _error(resp, status: int, code: str) -> None:
+    assert resp.status_code == status, resp.text
+    body = resp.json()
+    assert set(body) == {"error"} and body["error"]["code"] == code
+
+
+def counts(app: FastAPI) -> dict[str, int]:
+    """Rows per ingestion table (to check that nothing was written)."""
+    with app.state.sessionmaker() as session:
+        return {
+            m.__tablename__: session.scalar(select(func.count()).select_from(m))
+            for m in (Record, Grid, GridSnapshot, DatasetUser, Upload)
+        }
+
+
+NOTHING = {"records": 0, "grids": 0, "grid_snapshots": 0, "dataset_users": 0, "uploads": 0}
+
+
+def all_grids(client: TestClient, dataset_id: int) -> list[dict]:
+    out: list[dict] = []
+    offset: int | None = 0
+    while offset is not None:
+        page = client.get(
+            f"/datasets/{dataset_id}/grids", params={"limit": 10000, "offset": offset}
+        ).json()
+        out += page["grids"]
+        offset = page["next"]
+    return out
+
+
+def rows_csv(n: int, user: str = "u", start_min: int = 0) -> str:
+    return make_csv(
+        (
+            f"{user}{i % 3}",
+            f"2016-11-25T10:{(start_min + i) % 60:02d}:{i // 60:02d}Z",
+            12.97,
+            77.59,
+            i % 60,
+        )
+        for i in range(n)
+    )
