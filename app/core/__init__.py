@@ -5,6 +5,8 @@ Nothing in this package imports a web framework or a database driver.
 
 from app.core.auto import auto_epsilon, expected_error
 from app.core.engine import (
+    PendingRelease,
+    finish_releases,
     plan_joint,
     plan_mean,
     plan_variance,
@@ -12,6 +14,7 @@ from app.core.engine import (
     release_joint,
     release_mean,
     release_variance,
+    start_release,
 )
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
@@ -35,6 +38,7 @@ __all__ = [
     "NoiseSource",
     "OpenDPNoise",
     "OptionSpec",
+    "PendingRelease",
     "Plan",
     "Release",
     "VectorRelease",
@@ -42,6 +46,7 @@ __all__ = [
     "calibrate_scale",
     "default_noise",
     "expected_error",
+    "finish_releases",
     "plan_joint",
     "plan_mean",
     "plan_variance",
@@ -49,6 +54,7 @@ __all__ = [
     "release_joint",
     "release_mean",
     "release_variance",
+    "start_release",
     "validate_options",
     "worst_case_optimal_d",
 ]

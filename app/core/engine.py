@@ -9,7 +9,8 @@ of each user's earliest records may be used (0 drops the user).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +18,7 @@ import numpy.typing as npt
 from app.core.auto import auto_mechanism
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
-from app.core.draft import Draft
+from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
 from app.core.mean_centered import plan_centered_clip
 from app.core.mean_linear import (
@@ -30,7 +31,7 @@ from app.core.mean_linear import (
 )
 from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
 from app.core.mean_window import plan_user_window
-from app.core.noise import NoiseSource, calibrate_scale, default_noise
+from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_many
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release
 from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
@@ -38,6 +39,8 @@ from app.core.variance_centred import plan_variance_centred
 from app.core.variance_window import plan_variance_window
 
 __all__ = [
+    "PendingRelease",
+    "finish_releases",
     "plan_joint",
     "plan_mean",
     "plan_variance",
@@ -45,6 +48,7 @@ __all__ = [
     "release_joint",
     "release_mean",
     "release_variance",
+    "start_release",
 ]
 
 Options = dict[str, OptionValue]
@@ -171,7 +175,18 @@ def _release(
     source = default_noise() if noise is None else noise
     est = draft.estimator(grid, source)
     scale = calibrate_scale(est.sensitivity, draft.eps_noise)
-    value = source.laplace(est.value, scale)
+    return _finish(draft, est, scale, source.laplace(est.value, scale), extra, U)
+
+
+def _finish(
+    draft: Draft,
+    est: Estimate,
+    scale: float,
+    value: float,
+    extra: Mapping[str, object] | None,
+    U: float,
+) -> Release:
+    """The :class:`Release` of ``est`` once its Laplace noise (scale ``scale``) is added."""
     return Release(
         statistic=draft.statistic,
         mechanism=draft.mechanism,
@@ -259,6 +274,51 @@ def release_variance(
     """Release the ``eps``-DP population variance of ``grid`` (004 §III, docs/math.md §5.9)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
     return _release(_draft("variance", info, U, eps, mechanism, options), grid, noise, U=U)
+
+
+@dataclass(frozen=True, eq=False)
+class PendingRelease:
+    """A release whose private choices are drawn and whose Laplace noise is not yet."""
+
+    draft: Draft
+    estimate: Estimate
+    scale: float
+    U: float
+
+
+def start_release(
+    statistic: str,
+    grid: GridData,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    noise: NoiseSource | None = None,
+    **options: OptionValue,
+) -> PendingRelease:
+    """``release_mean`` / ``release_variance`` up to their Laplace step: the estimator runs
+    (drawing its private choices from ``noise``) and the noise scale is calibrated."""
+    if statistic not in _TABLES:
+        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+    info, U, eps = _grid_info(grid, U, eps, caps)
+    draft = _draft(statistic, info, U, eps, mechanism, options)
+    est = draft.estimator(grid, default_noise() if noise is None else noise)
+    return PendingRelease(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U)
+
+
+def finish_releases(
+    pending: Sequence[PendingRelease], noise: NoiseSource | None = None
+) -> list[Release]:
+    """Add each pending release's Laplace noise, all draws independent, those of one scale
+    in one OpenDP call (docs/math.md §9.4.7): each release has the law it would have
+    had from ``release_mean`` / ``release_variance``."""
+    source = default_noise() if noise is None else noise
+    values = laplace_many(source, [p.estimate.value for p in pending], [p.scale for p in pending])
+    return [
+        _finish(p.draft, p.estimate, p.scale, v, None, p.U)
+        for p, v in zip(pending, values, strict=True)
+    ]
 
 
 def _joint(

@@ -9,7 +9,9 @@ point (docs/math.md §9.4.1):
 * Laplace noise comes from OpenDP's ``make_laplace`` (a CSPRNG and a discrete
   output grid, safe against floating-point attacks). Its scale is chosen by
   :func:`calibrate_scale` so that the measurement's privacy map charges at most
-  the ``eps`` the release is charged.
+  the ``eps`` the release is charged. A slot release draws all its Laplace noise at
+  once, one vector ``make_laplace`` call per scale (:meth:`OpenDPNoise.laplace_many`,
+  same law per coordinate: docs/math.md §9.4.7).
 * Every private choice (levy's interval, the private quantiles, centered_clip's
   centre and width) is :meth:`NoiseSource.noisy_max` on integer scores: OpenDP's
   ``make_noisy_max`` with exponential noise (report-noisy-max with exponential
@@ -23,10 +25,11 @@ point (docs/math.md §9.4.1):
 
 from __future__ import annotations
 
+import functools
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from fractions import Fraction
 from typing import Generic, Protocol, TypeVar, runtime_checkable
 
@@ -41,6 +44,7 @@ __all__ = [
     "calibrate_scale",
     "check_scores",
     "default_noise",
+    "laplace_many",
 ]
 
 dp.enable_features("contrib")
@@ -94,6 +98,7 @@ class _MeasurementCache(Generic[K]):
 _DOMAIN = dp.atom_domain(T=float, nan=False)
 _METRIC = dp.absolute_distance(T=float)
 _SCORE_SPACE = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
+_VECTOR_SPACE = (dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float))
 
 
 def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
@@ -104,6 +109,12 @@ def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
 
 def _make_laplace(scale: float) -> dp.Measurement:
     return dp.m.make_laplace(_DOMAIN, _METRIC, scale)
+
+
+def _make_laplace_vector(scale: float) -> dp.Measurement:
+    """``make_laplace`` on float vectors: iid noise per coordinate, each with the law of
+    :func:`_make_laplace` at ``scale`` (docs/math.md §9.4.7)."""
+    return dp.m.make_laplace(*_VECTOR_SPACE, scale)
 
 
 def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
@@ -117,6 +128,7 @@ def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
 
 
 _MEASUREMENTS: _MeasurementCache[float] = _MeasurementCache(_make_laplace)
+_VECTORS: _MeasurementCache[float] = _MeasurementCache(_make_laplace_vector)
 _CHOICES: _MeasurementCache[tuple[float, int, float]] = _MeasurementCache(_make_noisy_max)
 
 
@@ -144,8 +156,12 @@ def calibrate_scale(sensitivity: float, epsilon: float) -> float:
     is OpenDP's rule is checked against OpenDP itself when this module is imported
     (:func:`_check_against_opendp`, which fails closed) and in the tests.
     """
-    sensitivity = float(sensitivity)
-    epsilon = float(epsilon)
+    return _calibrated_scale(float(sensitivity), float(epsilon))
+
+
+@functools.lru_cache(maxsize=8192)
+def _calibrated_scale(sensitivity: float, epsilon: float) -> float:
+    """:func:`calibrate_scale` on floats (pure, so cached: grids of a slot share scales)."""
     if not math.isfinite(sensitivity) or sensitivity < 0:
         raise ValueError(f"sensitivity must be finite and >= 0, got {sensitivity!r}")
     if sensitivity == 0.0:
@@ -175,8 +191,13 @@ def calibrate_choice_scale(sensitivity: int, epsilon: float) -> float:
     _check_eps(float(epsilon))
     if isinstance(sensitivity, bool) or int(sensitivity) != sensitivity or sensitivity < 1:
         raise ValueError(f"score sensitivity must be an integer >= 1, got {sensitivity!r}")
+    return _calibrated_choice_scale(int(sensitivity), float(epsilon))
+
+
+@functools.lru_cache(maxsize=1024)
+def _calibrated_choice_scale(sensitivity: int, epsilon: float) -> float:
     return _smallest_float_at_least(
-        Fraction(2 * int(sensitivity)) / Fraction(float(epsilon)), "2 sensitivity / epsilon"
+        Fraction(2 * sensitivity) / Fraction(epsilon), "2 sensitivity / epsilon"
     )
 
 
@@ -206,13 +227,14 @@ def _check_against_opendp() -> None:
     for sensitivity, epsilon in _CHECK_PAIRS:
         scale = calibrate_scale(sensitivity, epsilon)
         below = math.nextafter(scale, 0.0)
-        if not (
-            _privacy_map(_make_laplace(scale), sensitivity) <= epsilon
-            and _privacy_map(_make_laplace(below), sensitivity) > epsilon
-        ):
-            raise RuntimeError(
-                "OpenDP's Laplace privacy map changed; calibrate_scale must be revisited"
-            )
+        for make in (_make_laplace, _make_laplace_vector):  # scalar and batched (§9.4.7)
+            if not (
+                _privacy_map(make(scale), sensitivity) <= epsilon
+                and _privacy_map(make(below), sensitivity) > epsilon
+            ):
+                raise RuntimeError(
+                    "OpenDP's Laplace privacy map changed; calibrate_scale must be revisited"
+                )
 
 
 _check_against_opendp()
@@ -223,12 +245,31 @@ class OpenDPNoise:
 
     def laplace(self, value: float, scale: float) -> float:
         """``value + Lap(scale)`` drawn by OpenDP's ``make_laplace`` measurement."""
-        scale = float(scale)
+        scale = _check_scale(scale)
         if scale == 0.0:
             return float(value)
-        if not math.isfinite(scale) or scale < 0:
-            raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
         return float(_MEASUREMENTS.get(scale)(float(value)))
+
+    def laplace_many(self, values: Sequence[float], scales: Sequence[float]) -> list[float]:
+        """``values[i] + Lap(scales[i])``, all independent: the draws that share a scale
+        come from one call of OpenDP's ``make_laplace`` on float vectors (iid noise per
+        coordinate, the scalar measurement's law: docs/math.md §9.4.7)."""
+        if len(values) != len(scales):
+            raise ValueError("laplace_many needs one scale per value")
+        out = [float(v) for v in values]
+        groups: dict[float, list[int]] = {}
+        for i, s in enumerate(scales):
+            scale = _check_scale(s)
+            if scale != 0.0:
+                groups.setdefault(scale, []).append(i)
+        for scale, idx in groups.items():
+            if len(idx) == 1:  # the scalar measurement is cheaper for one draw
+                out[idx[0]] = float(_MEASUREMENTS.get(scale)(out[idx[0]]))
+                continue
+            noisy = _VECTORS.get(scale)([out[i] for i in idx])
+            for i, x in zip(idx, noisy, strict=True):
+                out[i] = float(x)
+        return out
 
     def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
         """Index of the largest integer score by OpenDP's ``make_noisy_max`` (exponential
@@ -237,6 +278,24 @@ class OpenDPNoise:
         values = check_scores(scores)
         scale = calibrate_choice_scale(sensitivity, epsilon)
         return int(_CHOICES.get((scale, int(sensitivity), float(epsilon)))(values))
+
+
+def _check_scale(scale: float) -> float:
+    scale = float(scale)
+    if not math.isfinite(scale) or scale < 0:
+        raise ValueError(f"scale must be finite and >= 0, got {scale!r}")
+    return scale
+
+
+def laplace_many(
+    source: NoiseSource, values: Sequence[float], scales: Sequence[float]
+) -> list[float]:
+    """``values[i] + Lap(scales[i])``: batched where the source can (:class:`OpenDPNoise`),
+    else one :meth:`NoiseSource.laplace` per value (seeded research sources)."""
+    many = getattr(source, "laplace_many", None)
+    if many is not None:
+        return list(many(values, scales))
+    return [source.laplace(v, s) for v, s in zip(values, scales, strict=True)]
 
 
 _DEFAULT = OpenDPNoise()

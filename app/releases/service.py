@@ -252,27 +252,31 @@ def _release_grids(
     out, kept = [], {}
     eps = _statistic_eps(plan, len(body.statistics))
     options = {"release": release_id}
+    U = inp.dataset.value_bound
+    # Private choices per grid now, Laplace noise batched by scale below (docs/math.md §9.4.7).
+    pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
     for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
         caps = plan.caps(inp.occ, i)
         if not caps.any():
             continue  # every user exhausted (exclude): withheld, nobody charged
         entry = _grid_head(inp.dataset, grid, caps)
         for statistic in body.statistics:
-            fn = core.release_mean if statistic == "mean" else core.release_variance
-            U = inp.dataset.value_bound
             try:
-                release = fn(arrays.grid, U, eps.used, body.mechanism, caps=caps)
+                started = core.start_release(
+                    statistic, arrays.grid, U, eps.used, body.mechanism, caps=caps
+                )
             except ValueError as exc:
                 raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
-            entry[statistic] = answer_body(
-                grid, statistic, body.mechanism, eps, options, release, epoch
-            )
+            pending.append((entry, statistic, grid, started))
         out.append(entry)
         users = arrays.user_ids[caps > 0].tolist()
         kept[grid.public_id] = {
             "version": arrays.version,
             "users": dict(zip(map(str, users), caps[caps > 0].tolist(), strict=True)),
         }
+    releases = core.finish_releases([p[3] for p in pending])
+    for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
+        entry[stat] = answer_body(grid, stat, body.mechanism, eps, options, release, epoch)
     return out, kept
 
 
