@@ -8,6 +8,7 @@ from fastapi import APIRouter, Query
 
 from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
+from app.gc_pause import gc_paused
 from app.ids import DatasetId
 from app.releases import service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
@@ -31,7 +32,8 @@ router = APIRouter(tags=["releases"])
 def create_release(
     dataset_id: DatasetId, body: ReleaseIn, session: SessionDep, key: AnalystKey
 ) -> dict:
-    return service.release_slot(session, key, dataset_id, body)
+    with gc_paused():  # ~10^6 short-lived objects: no collector walks meanwhile
+        return service.release_slot(session, key, dataset_id, body)
 
 
 @router.post(

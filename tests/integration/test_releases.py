@@ -212,3 +212,46 @@ def test_stored_release_and_formats(client: TestClient) -> None:
     assert rows.status_code == 200 and rows.headers["content-type"].startswith("text/csv")
     assert len(rows.text.strip().splitlines()) == 1 + len(body["grids"])
     assert client.get(f"/releases/{out['release_id']}?fmt=json").status_code == 400
+
+
+def test_release_batches_its_laplace_draws_with_the_collector_paused(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every Laplace draw of a slot release goes through one ``laplace_many`` call (one
+    OpenDP vector measurement per scale, docs/math.md §9.4.7), none through ``laplace``,
+    and the release runs with the cyclic collector paused (``app.gc_pause``)."""
+    import gc
+
+    from app.core.noise import OpenDPNoise
+    from app.releases import service
+
+    ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)
+    load(client, ds, GRIDS)
+    batches: list[list[float]] = []
+    many = OpenDPNoise.laplace_many
+
+    def spy(self: OpenDPNoise, values: list[float], scales: list[float]) -> list[float]:
+        batches.append(list(scales))
+        return many(self, values, scales)
+
+    def refuse(self: OpenDPNoise, value: float, scale: float) -> float:
+        raise AssertionError("a slot release draws its Laplace noise in one batch")
+
+    monkeypatch.setattr(OpenDPNoise, "laplace_many", spy)
+    monkeypatch.setattr(OpenDPNoise, "laplace", refuse)
+    collector: list[bool] = []
+    release_slot = service.release_slot
+
+    def watched(*args: object, **kwargs: object) -> dict:
+        collector.append(gc.isenabled())
+        return release_slot(*args, **kwargs)
+
+    monkeypatch.setattr(service, "release_slot", watched)
+    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.5, "clip_user": True, "min_users": 1}
+    resp = client.post(f"/datasets/{ds}/releases", json=req)
+    assert resp.status_code == 200, resp.text
+    out = resp.json()
+    assert len(batches) == 1 and len(batches[0]) == 2 * len(out["grids"]) == 6
+    reported = [g[s]["noise_scale"] for g in out["grids"] for s in ("mean", "variance")]
+    assert sorted(batches[0]) == sorted(reported)
+    assert collector == [False] and gc.isenabled()
