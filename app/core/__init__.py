@@ -15,6 +15,7 @@ from app.core.engine import (
     release_mean,
     release_variance,
     start_release,
+    start_releases,
 )
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
@@ -55,6 +56,7 @@ __all__ = [
     "release_mean",
     "release_variance",
     "start_release",
+    "start_releases",
     "validate_options",
     "worst_case_optimal_d",
 ]

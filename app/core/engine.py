@@ -49,6 +49,7 @@ __all__ = [
     "release_mean",
     "release_variance",
     "start_release",
+    "start_releases",
 ]
 
 Options = dict[str, OptionValue]
@@ -299,12 +300,35 @@ def start_release(
 ) -> PendingRelease:
     """``release_mean`` / ``release_variance`` up to their Laplace step: the estimator runs
     (drawing its private choices from ``noise``) and the noise scale is calibrated."""
-    if statistic not in _TABLES:
-        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+    (out,) = start_releases(
+        (statistic,), grid, U, eps, mechanism, caps=caps, noise=noise, **options
+    )
+    return out
+
+
+def start_releases(
+    statistics: Sequence[str],
+    grid: GridData,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    noise: NoiseSource | None = None,
+    **options: OptionValue,
+) -> list[PendingRelease]:
+    """:func:`start_release` of each statistic in turn, on one grid checked once."""
+    for statistic in statistics:
+        if statistic not in _TABLES:
+            raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     info, U, eps = _grid_info(grid, U, eps, caps)
-    draft = _draft(statistic, info, U, eps, mechanism, options)
-    est = draft.estimator(grid, default_noise() if noise is None else noise)
-    return PendingRelease(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U)
+    source = default_noise() if noise is None else noise
+    out = []
+    for statistic in statistics:
+        draft = _draft(statistic, info, U, eps, mechanism, options)
+        est = draft.estimator(grid, source)
+        out.append(PendingRelease(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U))
+    return out
 
 
 def finish_releases(

@@ -260,14 +260,13 @@ def _release_grids(
         if not caps.any():
             continue  # every user exhausted (exclude): withheld, nobody charged
         entry = _grid_head(inp.dataset, grid, caps)
-        for statistic in body.statistics:
-            try:
-                started = core.start_release(
-                    statistic, arrays.grid, U, eps.used, body.mechanism, caps=caps
-                )
-            except ValueError as exc:
-                raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
-            pending.append((entry, statistic, grid, started))
+        try:
+            started = core.start_releases(
+                body.statistics, arrays.grid, U, eps.used, body.mechanism, caps=caps
+            )
+        except ValueError as exc:
+            raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
+        pending += [(entry, s, grid, p) for s, p in zip(body.statistics, started, strict=True)]
         out.append(entry)
         users = arrays.user_ids[caps > 0].tolist()
         kept[grid.public_id] = {
