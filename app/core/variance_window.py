@@ -76,7 +76,8 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
     w = window_weights(info)
     w_max = float(w.max())
     bounds = U * np.asarray(VARIANCE_WINDOW_FRACTIONS)
-    sens = np.array([mixture_variance_sensitivity(b, w_max) for b in bounds])
+    # Python floats: the same IEEE products as numpy scalars, ~10x faster per grid
+    sens = np.array([mixture_variance_sensitivity(b, w_max) for b in bounds.tolist()])
     delta = VARIANCE_STEP_FRACTION * U
     pen = np.round(sens * active.size / (e_n * U * delta)).astype(np.int64)
     details: dict[str, object] = {
