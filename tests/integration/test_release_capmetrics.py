@@ -105,7 +105,7 @@ def _releases(client: TestClient, day: str, mechanism: str) -> list[tuple[dict, 
 
 
 def _figures(client: TestClient, truths: dict, mechanism: str) -> tuple[float, float, int]:
-    errors, covered, plans, ran = [], [], set(), Counter()
+    errors, covered, widths, plans, ran = [], [], [], set(), Counter()
     for day in DAYS:
         truth = truths[day]
         busy = {c for c, t in truth.items() if t["n_users"] >= MIN_USERS}
@@ -126,11 +126,13 @@ def _figures(client: TestClient, truths: dict, mechanism: str) -> tuple[float, f
                     assert mechanism != "auto", mean  # auto's mean here always has one
                 else:
                     covered.append(mean["ci95"][0] <= t["mean"] <= mean["ci95"][1])
+                    widths.append(mean["ci95"][1] - mean["ci95"][0])
     median = statistics.median(errors)
     coverage = sum(covered) / len(covered) if covered else None
     print(
         f"\n{mechanism:>18}: {len(errors)} (grid, release) pairs, median |mean error| "
-        f"{median:.3f} m/s, ci95 coverage {coverage}; (day, K, eps, released, skipped): "
+        f"{median:.3f} m/s, ci95 coverage {coverage}, median ci95 width "
+        f"{statistics.median(widths) if widths else None}; (day, K, eps, released, skipped): "
         f"{sorted(plans)}; (mechanism, with ci95): {dict(ran)}"
     )
     return median, coverage, len(errors)
