@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from anyio import CapacityLimiter
-from fastapi import Depends, FastAPI
+from fastapi import FastAPI
 
 from app import __version__
 from app.config import Settings, get_settings
@@ -26,7 +26,6 @@ from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
 from app.openapi_constraints import install_openapi_constraints
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
-from app.query_params import refuse_unknown_query_params
 from app.releases.endpoints import router as releases_router
 from app.web.endpoints import install_pages
 
@@ -129,7 +128,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         plans_router,
         releases_router,
     ):
-        app.include_router(router, dependencies=[Depends(refuse_unknown_query_params)])
+        app.include_router(router)
     install_pages(app)
     return app
 

@@ -32,8 +32,9 @@ from app.errors import (
 from app.idempotency.service import RequestIdentity
 from app.ids import DatasetId
 from app.ingest.csv_records import ColumnMap
+from app.query_params import CheckedRoute
 
-router = APIRouter(tags=["datasets"])
+router = APIRouter(tags=["datasets"], route_class=CheckedRoute)
 
 ColumnName = Annotated[str, Query(min_length=1, max_length=200)]
 

@@ -8,8 +8,9 @@ from fastapi import APIRouter, Request
 from sqlalchemy import Engine, text
 
 from app.errors import Unavailable, responses
+from app.query_params import CheckedRoute
 
-router = APIRouter(tags=["health"])
+router = APIRouter(tags=["health"], route_class=CheckedRoute)
 
 
 @router.get("/healthz", summary="Liveness probe")

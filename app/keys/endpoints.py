@@ -10,8 +10,9 @@ from app.ids import KeyId
 from app.keys import service
 from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyMe
 from app.ledger.service import key_spent
+from app.query_params import CheckedRoute
 
-router = APIRouter(tags=["keys"])
+router = APIRouter(tags=["keys"], route_class=CheckedRoute)
 
 
 @router.post(

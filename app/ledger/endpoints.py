@@ -11,8 +11,9 @@ from app.idempotency.service import RequestIdentity, json_body_sha256, run_idemp
 from app.ids import DatasetId
 from app.ledger import service
 from app.ledger.schemas import BudgetOut, LedgerOut, ResetIn, ResetOut
+from app.query_params import CheckedRoute
 
-router = APIRouter(tags=["budget"])
+router = APIRouter(tags=["budget"], route_class=CheckedRoute)
 
 
 @router.get(

@@ -6,8 +6,9 @@ from app.deps import AnalystKey
 from app.errors import Forbidden, Unauthenticated, responses
 from app.plans import service
 from app.plans.schemas import PreviewIn, PreviewOut
+from app.query_params import CheckedRoute
 
-router = APIRouter(tags=["plans"])
+router = APIRouter(tags=["plans"], route_class=CheckedRoute)
 
 
 @router.post(

@@ -22,8 +22,9 @@ from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
 from app.queries.schemas import QuoteOut, StoredAnswerList
 from app.queries.store import open_store
+from app.query_params import CheckedRoute
 
-router = APIRouter(tags=["queries"])
+router = APIRouter(tags=["queries"], route_class=CheckedRoute)
 
 ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
 EPSILON = Annotated[

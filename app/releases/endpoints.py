@@ -10,11 +10,12 @@ from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.gc_pause import gc_paused
 from app.ids import DatasetId
+from app.query_params import CheckedRoute
 from app.releases import service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
 from app.releases.schemas import PreviewOut, ReleaseBody, ReleaseIn, ReleaseOut
 
-router = APIRouter(tags=["releases"])
+router = APIRouter(tags=["releases"], route_class=CheckedRoute)
 
 
 @router.post(
