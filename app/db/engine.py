@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.liveness import closed_while_idle, session_parameters
+
+
+def json_dumps(value: Any) -> str:
+    """How JSON columns are written, on both dialects: orjson (a stored release of 10⁴
+    grids is serialised in a tenth of the time of ``json.dumps``). Keys become strings, as
+    ``json.dumps`` makes them; objects JSON cannot hold are refused (``TypeError``); a
+    NaN is written as ``null`` (``json.dumps`` wrote ``NaN``, which is not JSON)."""
+    return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
 def make_engine(
@@ -28,7 +37,11 @@ def make_engine(
     (:mod:`app.db.liveness`).
     """
     if url.startswith("sqlite"):
-        engine = create_engine(url, connect_args={"timeout": 60, "check_same_thread": False})
+        engine = create_engine(
+            url,
+            connect_args={"timeout": 60, "check_same_thread": False},
+            json_serializer=json_dumps,
+        )
 
         @event.listens_for(engine, "connect")
         def _sqlite_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -52,6 +65,7 @@ def make_engine(
         pool_pre_ping=False,  # a round trip per checkout; closed_while_idle costs none
         pool_recycle=1800,
         pool_timeout=120,
+        json_serializer=json_dumps,
         connect_args=session_parameters(
             url, connect_timeout=connect_timeout, statement_timeout=statement_timeout
         ),
