@@ -24,6 +24,7 @@ from app.errors import InvalidRequest
 
 __all__ = ["CheckedRoute", "declared_query_params"]
 
+
 def _dependant_query_params(dependant: Dependant) -> set[str]:
     names: set[str] = set()
     for field in dependant.query_params:
@@ -51,8 +52,8 @@ async def _authenticate(route: APIRoute, request: Request) -> None:
             await sub.call(request)
 
 
-def _refusal(route: APIRoute, unknown: list[str]) -> InvalidRequest:
-    accepted = ", ".join(sorted(declared_query_params(route))) or "none"
+def _refusal(allowed: frozenset[str], unknown: list[str]) -> InvalidRequest:
+    accepted = ", ".join(sorted(allowed)) or "none"
     named = ", ".join(repr(name[:40]) for name in unknown[:10])
     more = f" and {len(unknown) - 10} more" if len(unknown) > 10 else ""
     return InvalidRequest(
@@ -69,16 +70,14 @@ class CheckedRoute(APIRoute):
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
-        allowed: list[frozenset[str]] = []  # computed on the first request
+        allowed = declared_query_params(self)  # the route's dependant is built by now
 
         async def checked(request: Request) -> Response:
             if request.scope.get("query_string"):
-                if not allowed:
-                    allowed.append(declared_query_params(self))
-                unknown = sorted(set(request.query_params) - allowed[0])
+                unknown = sorted(set(request.query_params) - allowed)
                 if unknown:
                     await _authenticate(self, request)  # 401/403 first: tells strangers nothing
-                    raise _refusal(self, unknown)
+                    raise _refusal(allowed, unknown)
             return await handler(request)
 
         return checked

@@ -147,6 +147,13 @@ def clipped_bound(pen: np.ndarray, j: int, eps_w: float) -> int:
     return max(0, math.floor(int(pen[-1]) - int(pen[j]) + slack))
 
 
+def window_details(
+    info: CountsInfo, window_share: float, e_w: float, e_n: float
+) -> dict[str, object]:
+    """What a window mechanism (mean or variance) reports of its public plan."""
+    return {"k": info.median(), "window_share": window_share, "eps_window": e_w, "eps_noise": e_n}
+
+
 def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
     """USER_WINDOW (module docstring): public plan; the window is drawn at release."""
     e_w, e_n = split_share(eps, window_share)
@@ -156,12 +163,7 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
     w_max = float(w.max())
     bounds = U * np.asarray(WINDOW_FRACTIONS)
     pen = window_penalties(U, bounds, w_max, int(active.size), e_n)
-    details: dict[str, object] = {
-        "k": info.median(),
-        "window_share": window_share,
-        "eps_window": e_w,
-        "eps_noise": e_n,
-    }
+    details = window_details(info, window_share, e_w, e_n)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
         v = isolated_head_sums(grid, info.eff)[active] / m  # user l's mean from its values only

@@ -26,7 +26,12 @@ import numpy as np
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
-from app.core.mean_window import monotone_noisy_max, split_share, window_weights
+from app.core.mean_window import (
+    monotone_noisy_max,
+    split_share,
+    window_details,
+    window_weights,
+)
 from app.core.noise import NoiseSource
 
 CI95_NOTE = (
@@ -80,12 +85,7 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
     sens = np.array([mixture_variance_sensitivity(b, w_max) for b in bounds.tolist()])
     delta = VARIANCE_STEP_FRACTION * U
     pen = np.round(sens * active.size / (e_n * U * delta)).astype(np.int64)
-    details: dict[str, object] = {
-        "k": info.median(),
-        "window_share": window_share,
-        "eps_window": e_w,
-        "eps_noise": e_n,
-    }
+    details = window_details(info, window_share, e_w, e_n)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
         x, starts = _kept_values(grid, info)
