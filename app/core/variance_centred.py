@@ -30,6 +30,7 @@ import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
+from app.core.float_sums import split_shares
 from app.core.grid import GridData
 from app.core.mean_window import monotone_noisy_max, window_weights
 from app.core.noise import NoiseSource
@@ -65,10 +66,7 @@ def _shares(eps: float, centre_share: float, moment_share: float) -> tuple[float
         raise ValueError("centre_share and moment_share must lie in (0, 1)")
     if centre_share + moment_share >= 1.0:
         raise ValueError("centre_share + moment_share must be below 1")
-    e_c, e_q = centre_share * eps, moment_share * eps
-    e_n = eps - e_c - e_q
-    while e_c + e_q + e_n > eps:
-        e_n = math.nextafter(e_n, 0.0)
+    e_c, e_q, e_n = split_shares(eps, (centre_share, moment_share))
     return e_c, e_q, e_n
 
 

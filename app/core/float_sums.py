@@ -1,0 +1,71 @@
+"""Sums whose floating-point result moves by no more than the declared sensitivity allows.
+
+A user-level sensitivity ``Δ`` is a statement about real numbers: changing one user's
+values moves the exact estimate by at most ``Δ``. The released float is a rounded sum,
+and the rounding of a sum of ``L`` terms (``np.dot``, ``np.sum``) grows with ``L``, so
+two neighbouring datasets can give floats further apart than ``Δ``. Here an estimate is
+a sum of per-user terms, each computed from that user's values only and lying in a
+public range; it is summed with :func:`math.fsum` (correctly rounded: the float nearest
+the exact sum of the float terms), and the Laplace step is calibrated on
+:func:`float_sum_sensitivity`, which adds what the two roundings can add
+(docs/math.md §9.5).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = ["UNIT_ROUNDOFF", "exact_sum", "float_sum_sensitivity", "split_shares"]
+
+#: ``u = 2^-53``: a rounded product or quotient is within a factor ``1 ± u`` of the real one.
+UNIT_ROUNDOFF = 2.0**-53
+
+
+def exact_sum(terms: np.ndarray) -> float:
+    """The float nearest the exact sum of ``terms`` (``math.fsum``; error ≤ half an ulp)."""
+    return math.fsum(np.asarray(terms, dtype=np.float64).tolist())
+
+
+def _up(x: float) -> float:
+    return math.nextafter(x, math.inf)
+
+
+def float_sum_sensitivity(sensitivity: float, value_bound: float) -> float:
+    """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate.
+
+    ``sensitivity`` bounds, in real numbers, how far one user moves the exact sum of
+    the rounded terms, up to a factor ``1 + 2u`` for the rounding of that user's own
+    term (a product ``w_l·x`` or quotient ``S_l/n`` rounded once or twice);
+    ``value_bound`` bounds ``|estimate|``. Each of the two neighbouring results is the
+    exact sum rounded once (at most half an ulp of ``2·value_bound``), so the floats
+    differ by at most ``Δ(1 + 2u) + ulp(2·value_bound)``; this returns a float at least
+    ``Δ(1 + 4u) + 2·ulp(2·value_bound)``, every operation rounded upwards.
+    """
+    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
+    return _up(grown + 2.0 * math.ulp(2.0 * max(value_bound, sensitivity)))
+
+
+def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
+    """``(s_1 ε, …, s_k ε, rest)`` whose **exact** (rational) sum is at most ``ε``.
+
+    Each private step of a mechanism gets ``s_i ε``; the Laplace step gets the rest,
+    stepped down one float at a time while the exact sum of the parts exceeds ``ε``
+    (a float test ``a + b > ε`` can round a real excess away). Sequential composition
+    then charges at most ``ε`` (docs/math.md §9.3).
+    """
+    if not all(0.0 < s < 1.0 for s in shares) or sum(Fraction(s) for s in shares) >= 1:
+        raise ValueError(f"budget shares must lie in (0, 1) and sum to below 1, got {shares}")
+    parts = [s * eps for s in shares]
+    rest = eps - math.fsum(parts)
+    exact_eps = Fraction(eps)
+    fixed = sum((Fraction(p) for p in parts), Fraction(0))
+    while rest > 0.0 and fixed + Fraction(rest) > exact_eps:
+        rest = math.nextafter(rest, 0.0)
+    if not rest > 0.0:
+        raise ValueError(f"epsilon {eps!r} is too small to split into {shares}")
+    return (*parts, rest)
