@@ -33,20 +33,29 @@ def _up(x: float) -> float:
     return math.nextafter(x, math.inf)
 
 
-def float_sum_sensitivity(sensitivity: float, value_bound: float) -> float:
+def float_sum_sensitivity(
+    sensitivity: float, value_bound: float, term_roundings: int = 2
+) -> float:
     """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate.
 
     ``sensitivity`` bounds, in real numbers, how far one user moves the exact sum of
-    the rounded terms, up to a factor ``1 + 2u`` for the rounding of that user's own
-    term (a product ``w_l·x`` or quotient ``S_l/n`` rounded once or twice);
-    ``value_bound`` bounds ``|estimate|``. Each of the two neighbouring results is the
-    exact sum rounded once (at most half an ulp of ``2·value_bound``), so the floats
-    differ by at most ``Δ(1 + 2u) + ulp(2·value_bound)``; this returns a float at least
-    ``Δ(1 + 4u) + 2·ulp(2·value_bound)``, every operation rounded upwards.
+    the terms. A user's float term is computed from its own values with at most
+    ``term_roundings`` roundings of non-negative quantities (a user's own sum of ``k``
+    records: ``k``; a product ``w_l·x``: one more), each a factor at most ``1 + u``, so
+    its range grows by at most ``(1 + u)^r``; ``value_bound`` bounds ``|estimate|``.
+    Each of the two neighbouring results is the exact sum of the terms rounded once (at
+    most half an ulp of ``2·value_bound``), so the floats differ by at most
+    ``Δ(1 + u)^r + ulp(2·value_bound)``; this returns a float at least
+    ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards.
     """
     if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
         raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
-    grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
+    if term_roundings < 0:
+        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
+    # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
+    r = term_roundings + 2
+    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
+    grown = _up(sensitivity * factor)
     return _up(grown + 2.0 * math.ulp(2.0 * max(value_bound, sensitivity)))
 
 
