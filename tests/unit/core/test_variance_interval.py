@@ -10,6 +10,8 @@ with caps. A copy that forgets what clipped users and capped records may hold (i
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -90,5 +92,5 @@ def test_spread_grows_with_clipped_users_and_stays_within_the_range() -> None:
     info = prepare_counts([5, 3, 2, 2, 1, 1, 1, 1])
     w = window_weights(info)
     spreads = [variance_spread(info, U, w, U / 3, a).above for a in range(9)]
-    assert all(x <= y for x, y in zip(spreads, spreads[1:], strict=False))
+    assert all(x <= y for x, y in itertools.pairwise(spreads))
     assert spreads[-1] <= U * U / 4 + (U / 3) ** 2 / 4

@@ -66,7 +66,7 @@ def exact_coverage(grid: GridData, U: float, eps: float, *, clamp: bool = True) 
 
 def _rounding_up(m: int) -> float:
     """A value ``U`` whose ``m`` copies sum (as the grid sums them) to a mean above ``U``."""
-    for U in np.round(np.arange(20.0, 60.0, 0.1), 1).tolist() + [26.8224]:
+    for U in [*np.round(np.arange(20.0, 60.0, 0.1), 1).tolist(), 26.8224]:
         grid = GridData.from_user_values([[U] * m])
         if isolated_head_sums(grid, grid.counts)[0] / m > U:
             return float(U)
