@@ -20,6 +20,7 @@ from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
+from app.core.mean_capped import plan_capped_weights
 from app.core.mean_centered import plan_centered_clip
 from app.core.mean_linear import (
     plan_array_bestfit,
@@ -34,7 +35,12 @@ from app.core.mean_window import plan_user_window
 from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_many
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release
-from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
+from app.core.variance import (
+    interval_variance_m,
+    joint_drafts,
+    plan_variance_baseline,
+    plan_variance_clip,
+)
 from app.core.variance_centred import plan_variance_centred
 from app.core.variance_window import plan_variance_window
 
@@ -99,6 +105,7 @@ _MEAN: Mapping[str, Builder] = {
         _float_opt(o, "width_factor"),
     ),
     "user_window": lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
+    "capped_weights": lambda i, U, e, o: plan_capped_weights(i, U, e, _int_opt(o, "k")),
 }
 
 _VARIANCE: Mapping[str, Builder] = {
@@ -139,6 +146,13 @@ def _draft(
     builders, _ = _TABLES[statistic]
     if mechanism != "auto":
         return builders[mechanism](info, U, eps, opts)
+    if opts["objective"] == "interval":  # the narrowest honest interval (docs/math.md §5.12)
+        if statistic == "mean":
+            draft = plan_capped_weights(info, U, eps, None)
+        else:
+            draft = plan_variance_clip(info, U, eps, interval_variance_m(info, U, eps))
+        draft.details.update(selected_by="auto", objective="interval")
+        return draft
     name = auto_mechanism(statistic, info, eps)
     draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
     draft.details["selected_by"] = "auto"

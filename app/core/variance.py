@@ -34,12 +34,25 @@ def _smallest_min(ms: np.ndarray, err: np.ndarray) -> int:
     return int(ms[np.flatnonzero(err <= best + 1e-12 * best)[0]])
 
 
+LN20 = math.log(20.0)
+
+
 def best_variance_m(info: CountsInfo, U: float, eps: float) -> int:
     """The smallest integer ``m ∈ [m_*, m*]`` minimising ``E_Var(m) + ΔVar_clip(m)/ε``."""
     ms = clip_candidates(info)
     s = info.clipped_total(ms)
     err = variance_clip_bias_array(U, s, info.n) + variance_sensitivity_array(U, ms, s) / eps
     return _smallest_min(ms, err)
+
+
+def interval_variance_m(info: CountsInfo, U: float, eps: float) -> int:
+    """The smallest ``m`` minimising the public ci95 half-width ``E_Var(m) + ln 20·ΔVar(m)/ε``
+    (``auto``'s ``objective=interval``, docs/math.md §5.12)."""
+    ms = clip_candidates(info)
+    s = info.clipped_total(ms)
+    noise = variance_sensitivity_array(U, ms, s) / eps
+    half = variance_clip_bias_array(U, s, info.n) + LN20 * noise
+    return _smallest_min(ms, half)
 
 
 def best_joint_m(info: CountsInfo, U: float, eps: float, split: str) -> int:

@@ -123,8 +123,8 @@ def test_worst_case_optimal_without_threshold() -> None:
     assert rel.estimate == U / 2 and rel.noise_scale == 0 and rel.sensitivity == 0
     assert rel.kept.tolist() == [0, 0]
     assert rel.worst_case_error == pytest.approx(U / 2)
-    # U/2 ± (0 + worst-case bias U/2) is all of [0, U]: no interval, and a note says so
-    assert rel.ci95 is None and "whole range" in (rel.ci95_note or "")
+    # U/2 ± (0 + worst-case bias U/2) is all of [0, U]: published, and a note says so
+    assert rel.ci95 == (0.0, U) and "whole range" in (rel.ci95_note or "")
 
 
 # ---------------------------------------------------------------- kept records
@@ -269,10 +269,8 @@ def test_plan_and_release_agree(mechanism: str) -> None:
     # the interval allows for the worst-case bias, then is projected onto [0, U]
     half = rel.noise_scale * np.log(20) + rel.worst_case_bias
     want = (max(0.0, rel.estimate - half), min(U, rel.estimate + half))
-    if want == (0.0, U):  # all of the range: not published, a note says why
-        assert rel.ci95 is None and "whole range" in (rel.ci95_note or "")
-    else:
-        assert rel.ci95 == pytest.approx(want) and rel.ci95_note is None
+    assert rel.ci95 == pytest.approx(want)
+    assert (rel.ci95_note is not None) == (want == (0.0, U))  # a note on the whole range
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.2, 1.0, 5.0])
