@@ -17,6 +17,7 @@ from app.core.engine import (
     start_release,
     start_releases,
 )
+from app.core.expected_width import expected_ci95_width
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
 from app.core.options import (
@@ -46,6 +47,7 @@ __all__ = [
     "auto_epsilon",
     "calibrate_scale",
     "default_noise",
+    "expected_ci95_width",
     "expected_error",
     "finish_releases",
     "plan_joint",

@@ -47,13 +47,14 @@ from app.core.draft import Draft, Estimate
 from app.core.float_sums import exact_sum, float_sum_sensitivity, split_shares
 from app.core.grid import GridData
 from app.core.interval import isolated_head_sums
-from app.core.noise import NoiseSource, calibrate_choice_scale
+from app.core.noise import NoiseSource, calibrate_choice_scale, calibrate_scale
 from app.core.release import BiasSpread
 
 __all__ = [
     "WINDOW_FRACTIONS",
     "plan_user_window",
     "split_share",
+    "user_window_widths",
     "window_scores",
     "window_weights",
 ]
@@ -177,3 +178,20 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
         return Estimate(value, float_sum_sensitivity(b * w_max, b), {"window_hi": b}, spread)
 
     return Draft("mean", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
+
+
+def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
+    """The width of the ci95 (before projection) for each window the choice can make: public
+    (docs/math.md §11.6): ``2q + below + above`` with at most ``clipped_bound`` users clipped."""
+    e_w, e_n = split_share(eps, window_share)
+    w = window_weights(info)
+    w_max = float(w.max())
+    bounds = U * np.asarray(WINDOW_FRACTIONS)
+    pen = window_penalties(U, bounds, w_max, int(info.active.size), e_n)
+    out = np.empty(bounds.size)
+    for j, b in enumerate(bounds.tolist()):
+        spread = window_spread(info, U, w, b, min(info.active.size, clipped_bound(pen, j, e_w)))
+        scale = calibrate_scale(float_sum_sensitivity(b * w_max, b), e_n)
+        q = scale * math.log(1.0 / (0.05 - SPREAD_BETA))
+        out[j] = 2.0 * q + spread.below + spread.above
+    return out

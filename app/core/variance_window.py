@@ -28,6 +28,8 @@ their difference by the mixture argument of the sensitivity, applied twice.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from app.core.counts import CountsInfo
@@ -41,7 +43,7 @@ from app.core.mean_window import (
     window_details,
     window_weights,
 )
-from app.core.noise import NoiseSource
+from app.core.noise import NoiseSource, calibrate_scale
 from app.core.release import BiasSpread
 
 CI95_NOTE = (
@@ -55,6 +57,7 @@ __all__ = [
     "mixture_variance_sensitivity",
     "plan_variance_window",
     "variance_spread",
+    "window_variance_widths",
 ]
 
 NAME = "window"
@@ -114,17 +117,40 @@ def _kept_values(grid: GridData, info: CountsInfo) -> tuple[np.ndarray, np.ndarr
     return grid.values[keep], starts
 
 
+def _penalties(info: CountsInfo, U: float, e_n: float) -> tuple[np.ndarray, np.ndarray]:
+    """The candidates' sensitivities and the public part of their scores."""
+    w_max = float(window_weights(info).max())
+    bounds = U * np.asarray(VARIANCE_WINDOW_FRACTIONS)
+    # Python floats: the same IEEE products as numpy scalars, ~10x faster per grid
+    sens = np.array([mixture_variance_sensitivity(b, w_max) for b in bounds.tolist()])
+    delta = VARIANCE_STEP_FRACTION * U
+    pen = np.round(sens * info.active.size / (e_n * U * delta)).astype(np.int64)
+    return sens, pen
+
+
+def window_variance_widths(
+    info: CountsInfo, U: float, eps: float, window_share: float
+) -> np.ndarray:
+    """The ci95 width (before projection) for each window the choice can make: public."""
+    e_w, e_n = split_share(eps, window_share)
+    w = window_weights(info)
+    sens, pen = _penalties(info, U, e_n)
+    out = np.empty(sens.size)
+    for j, frac in enumerate(VARIANCE_WINDOW_FRACTIONS):
+        a = min(info.active.size, clipped_bound(pen, j, e_w))
+        spread = variance_spread(info, U, w, U * frac, a)
+        q = calibrate_scale(float(sens[j]), e_n) * math.log(1.0 / (0.05 - SPREAD_BETA))
+        out[j] = 2.0 * q + spread.below + spread.above
+    return out
+
+
 def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
     """WINDOW variance (module docstring): public plan; the window is drawn at release."""
     e_w, e_n = split_share(eps, window_share)
     active = info.active
     w = window_weights(info)
-    w_max = float(w.max())
     bounds = U * np.asarray(VARIANCE_WINDOW_FRACTIONS)
-    # Python floats: the same IEEE products as numpy scalars, ~10x faster per grid
-    sens = np.array([mixture_variance_sensitivity(b, w_max) for b in bounds.tolist()])
-    delta = VARIANCE_STEP_FRACTION * U
-    pen = np.round(sens * active.size / (e_n * U * delta)).astype(np.int64)
+    sens, pen = _penalties(info, U, e_n)
     details = window_details(info, window_share, e_w, e_n)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
