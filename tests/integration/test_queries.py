@@ -476,3 +476,18 @@ def test_a_query_looks_its_grid_up_in_the_cache_once(client: TestClient, grids) 
     assert after["misses"] - before["misses"] == 1
     assert after["hits"] - before["hits"] == 1
     assert after["entries"] == 1
+
+
+def test_auto_objective_interval_is_a_query_option(client: TestClient, grids) -> None:
+    _, a, _ = grids
+    params = {"epsilon": 0.3, "objective": "interval"}
+    resp = client.get(f"/grids/{a}/mean", params=params)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["mechanism"] == "capped_weights" and body["worst_case_bias"] is not None
+    lo, hi = body["ci95"]
+    assert 0.0 <= lo <= body["estimate"] <= hi <= U
+    var = client.get(f"/grids/{a}/variance", params=params).json()
+    assert var["mechanism"] == "clip"
+    bad = client.get(f"/grids/{a}/mean", params={"epsilon": 0.7, "objective": "narrow"})
+    assert bad.status_code == 400 and "objective" in bad.json()["error"]["message"]
