@@ -10,7 +10,6 @@ from app.core.engine import (
     plan_joint,
     plan_mean,
     plan_variance,
-    quote_epsilon,
     release_joint,
     release_mean,
     release_variance,
@@ -28,6 +27,7 @@ from app.core.options import (
     OptionSpec,
     validate_options,
 )
+from app.core.quote import quote_epsilon
 from app.core.release import Plan, Release, VectorRelease
 from app.core.wco_d import worst_case_optimal_d
 
