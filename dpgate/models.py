@@ -86,6 +86,7 @@ class ReleaseGrid(_Model):
     mean: StatisticAnswer | None = None
     variance: StatisticAnswer | None = None
     expected_error: float | None = None
+    expected_ci95_width: float | None = None
 
 
 class Release(_Model):
