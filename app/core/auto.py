@@ -33,10 +33,10 @@ VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
 # several records each: real grids with median 1-2 do better with the window.
 CENTRED_MIN_MEDIAN = 4
 
-# auto's MAE / the peer rule's MAE, per path, at eps = 0.5, 1, 2: medians over grids measured
-# by benchmarks/intervals.py (user_window, window: the CapMetrics days' 342 grids, 40 draws
-# each; centered_clip, centred: the ITMS-like grid, 400 draws). Between them: linear in log eps; outside,
-# the nearest. docs/results.md "Intervals".
+# auto's MAE / the peer rule's MAE, per path, at eps = 0.5, 1, 2: medians over grids
+# measured by benchmarks/intervals.py (user_window, window: the CapMetrics days' 342 grids,
+# 40 draws each; centered_clip, centred: the ITMS-like grid, 400 draws). Between them:
+# linear in log eps; outside, the nearest. docs/results.md "Intervals".
 _RATIO_EPS = (0.5, 1.0, 2.0)
 _RATIO = {
     "user_window": (0.565, 0.673, 0.787),
