@@ -1,8 +1,9 @@
 """What dpgate says about its numbers: the ci95 of every answer, on real and synthetic grids.
 
-Run ``nice python benchmarks/intervals.py`` (about a minute on one core; ``--runs`` draws per
-real grid, default 40, and ten times as many on the single ITMS-like grid). Grids as in ``benchmarks/accuracy.py``: every H3 res-8 cell × local hour
-with at least 20 buses of each CapMetrics day in ``../shared/data/capmetrics`` (U = 30 m/s,
+Run ``nice python benchmarks/intervals.py`` (about a minute on one core; ``--runs`` draws
+per real grid, default 40, and ten times as many on the single ITMS-like grid). Grids as in
+``benchmarks/accuracy.py``: every H3 res-8 cell × local hour with at least 20 buses of
+each CapMetrics day in ``../shared/data/capmetrics`` (U = 30 m/s,
 all speeds), and the ITMS-like grid (002 §IV, U = 65). For each statistic and ε in
 {0.5, 1, 2}, per system:
 
