@@ -2,8 +2,9 @@
 
 The rule (docs/math.md §11, measured by ``benchmarks/accuracy.py``):
 
-* **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
-  enough users for its private centre), else ``user_window``;
+* **mean**: ``centered_clip`` where the median count is at least 4 and its public gate
+  opens (``0.4·ε·L >= 4(ln 257 + 3)``: enough users for its private centre), else
+  ``user_window``;
 * **variance**: ``centred`` where the median count is at least 4 and its public gate
   opens (``0.4·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
 
@@ -54,7 +55,7 @@ def _ratio(path: str, eps: float) -> float:
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
     """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
     if statistic == "mean":
-        if adaptive_gate(info.n_active, CENTRE_SHARE * eps):
+        if info.median() >= CENTRED_MIN_MEDIAN and adaptive_gate(info.n_active, CENTRE_SHARE * eps):
             return "centered_clip"
         return "user_window"
     if statistic == "variance":

@@ -278,7 +278,7 @@ def test_auto_follows_its_public_rule(eps: float) -> None:
     counts = np.array([417, 200, 46, 46, 30, 5, 1, 1, 1, 80] * 10)
     for n_users in (10, 100):
         auto = plan_mean(counts[:n_users], U, eps)
-        gate = 0.4 * eps * n_users >= 4 * (np.log(257) + 3)
+        gate = 0.4 * eps * n_users >= 4 * (np.log(257) + 3) and np.median(counts[:n_users]) >= 4
         assert auto.mechanism == ("centered_clip" if gate else "user_window")
         assert auto.details["selected_by"] == "auto"
         grid = random_grid(np.random.default_rng(5), U, n_users=n_users, max_count=30)
@@ -290,6 +290,7 @@ def test_auto_follows_its_public_rule(eps: float) -> None:
         gate = 0.4 * eps * n_users >= 4 * (np.log(33) + 3) and np.median(c) >= 4
         assert plan_variance(c, U, eps).mechanism == ("centred" if gate else "window")
     assert plan_variance(np.ones(500, dtype=int), U, 5.0).mechanism == "window"  # median 1
+    assert plan_mean(np.ones(500, dtype=int), U, 5.0).mechanism == "user_window"  # median 1
 
 
 def test_clip_m_minimises_the_error_over_integers() -> None:
