@@ -18,7 +18,14 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["UNIT_ROUNDOFF", "exact_sum", "float_sum_sensitivity", "split_shares"]
+__all__ = [
+    "UNIT_ROUNDOFF",
+    "exact_sum",
+    "exact_variance",
+    "float_sum_sensitivity",
+    "float_variance_sensitivity",
+    "split_shares",
+]
 
 #: ``u = 2^-53``: a rounded product or quotient is within a factor ``1 ± u`` of the real one.
 UNIT_ROUNDOFF = 2.0**-53
@@ -78,3 +85,29 @@ def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
     if not rest > 0.0:
         raise ValueError(f"epsilon {eps!r} is too small to split into {shares}")
     return (*parts, rest)
+
+
+def exact_variance(values: np.ndarray) -> float:
+    """The population variance of ``values`` by two exact sums: ``m = fsum(x)/s``, then
+    ``fsum((x - m)²)/s`` (never below 0). Reads only the values given."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no record is kept")
+    mean = exact_sum(x) / x.size
+    return max(exact_sum((x - mean) ** 2) / x.size, 0.0)
+
+
+def float_variance_sensitivity(sensitivity: float, value_bound: float) -> float:
+    """A sensitivity that holds for the floats of :func:`exact_variance` on values in
+    ``[0, U]`` (docs/math.md §9.5).
+
+    With ``m̂`` the float mean (``|m̂ - m| <= 2uU``), each ``(x - m̂)²`` is within
+    ``3uU²`` of its real value plus ``2U·|m̂ - m| <= 4uU²``; the exact sum and the final
+    division add a relative ``u`` each, and using ``m̂`` for ``m`` adds ``(m̂ - m)² <= 4u²U²``.
+    So each result is within ``10uU²`` of the real variance and two neighbours' floats
+    differ by at most ``Δ + 20uU²``; this returns at least ``Δ(1 + 4u) + 32uU²``.
+    """
+    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
+    return _up(grown + _up(32.0 * UNIT_ROUNDOFF * _up(value_bound * value_bound)))

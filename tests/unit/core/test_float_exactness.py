@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from app.core import GridData, release_mean
+from app.core import GridData, release_joint, release_mean, release_variance
 from app.core.float_sums import split_shares
 from app.core.mean_window import split_share
 from tests.unit.core.helpers import ZeroNoise
@@ -100,3 +100,24 @@ def test_a_user_with_nothing_kept_cannot_move_the_output(mechanism: str) -> None
         ra = release_mean(grid, 30.0, 1.0, mechanism, caps=caps, noise=ZeroNoise())
         rb = release_mean(other, 30.0, 1.0, mechanism, caps=caps, noise=ZeroNoise())
         assert ra.estimate == rb.estimate  # bit for bit
+
+
+@pytest.mark.parametrize("mechanism", ["baseline", "clip"])
+def test_a_user_with_nothing_kept_cannot_move_the_variance(mechanism: str) -> None:
+    rng = np.random.default_rng(6)
+    counts = rng.integers(1, 9, size=60)
+    values = rng.uniform(0, 30.0, size=int(counts.sum()))
+    caps = np.full(60, 99)
+    caps[11] = 0
+    grid = GridData.from_counts_and_values(counts, values)
+    moved = values.copy()
+    start = int(counts[:11].sum())
+    for new in (0.0, 30.0, 3.3):
+        moved[start : start + int(counts[11])] = new
+        other = GridData.from_counts_and_values(counts, moved)
+        ra = release_variance(grid, 30.0, 1.0, mechanism, caps=caps, noise=ZeroNoise())
+        rb = release_variance(other, 30.0, 1.0, mechanism, caps=caps, noise=ZeroNoise())
+        assert ra.estimate == rb.estimate
+        ja = release_joint(grid, 30.0, 1.0, mechanism, caps=caps, noise=ZeroNoise())
+        jb = release_joint(other, 30.0, 1.0, mechanism, caps=caps, noise=ZeroNoise())
+        assert [r.estimate for r in ja] == [r.estimate for r in jb]
