@@ -30,7 +30,7 @@ import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
-from app.core.float_sums import split_shares
+from app.core.float_sums import exact_sum, float_variance_sensitivity, split_shares
 from app.core.grid import GridData
 from app.core.mean_window import monotone_noisy_max, window_weights
 from app.core.noise import NoiseSource
@@ -75,8 +75,8 @@ def centred_variance_value(
 ) -> float:
     """``Σ w min(q, Q) - (Σ w clip(v - c, -r, r))²`` with ``r = √Q/4``, floored at 0."""
     r = RADIUS * math.sqrt(Q)
-    b = float(np.dot(w, np.clip(v - c, -r, r)))
-    return max(float(np.dot(w, np.minimum(q, Q))) - b * b, 0.0)
+    b = exact_sum(w * np.clip(v - c, -r, r))
+    return max(exact_sum(w * np.minimum(q, Q)) - b * b, 0.0)
 
 
 def centred_sensitivity(w_max: float, Q: float) -> float:
@@ -123,6 +123,7 @@ def plan_variance_centred(
         Q = float(moments[j])
         value = centred_variance_value(w, v, q, c, Q)
         extra: dict[str, object] = {"centre": c, "moment_clip": Q, "ci95_note": CI95_NOTE}
-        return Estimate(value, centred_sensitivity(w_max, Q), extra)
+        sens = float_variance_sensitivity(centred_sensitivity(w_max, Q), math.sqrt(Q))
+        return Estimate(value, sens, extra)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)

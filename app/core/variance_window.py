@@ -34,6 +34,7 @@ import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
+from app.core.float_sums import exact_sum, float_variance_sensitivity
 from app.core.grid import GridData
 from app.core.mean_window import (
     SPREAD_BETA,
@@ -102,9 +103,9 @@ def variance_spread(
 
 
 def mixture_variance(weights: np.ndarray, means: np.ndarray, squares: np.ndarray) -> float:
-    """``Σ w_l q_l - (Σ w_l v_l)²``, never below 0 (rounding)."""
-    mu = float(np.dot(weights, means))
-    return max(float(np.dot(weights, squares)) - mu * mu, 0.0)
+    """``Σ w_l q_l - (Σ w_l v_l)²`` with exact sums, never below 0 (docs/math.md §9.5)."""
+    mu = exact_sum(weights * means)
+    return max(exact_sum(weights * squares) - mu * mu, 0.0)
 
 
 def _kept_values(grid: GridData, info: CountsInfo) -> tuple[np.ndarray, np.ndarray]:
@@ -165,6 +166,8 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
         squares = np.add.reduceat(xc * xc, starts) / m
         spread = variance_spread(info, U, w, b, min(active.size, clipped_bound(pen, j, e_w)))
         extra: dict[str, object] = {"window_hi": b}
-        return Estimate(mixture_variance(w, means, squares), float(sens[j]), extra, spread)
+        value = mixture_variance(w, means, squares)
+        sens_j = float_variance_sensitivity(float(sens[j]), b)  # exact sums' allowance
+        return Estimate(value, sens_j, extra, spread)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
