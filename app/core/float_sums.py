@@ -21,7 +21,6 @@ import numpy as np
 __all__ = [
     "UNIT_ROUNDOFF",
     "exact_sum",
-    "exact_variance",
     "float_sum_sensitivity",
     "float_variance_sensitivity",
     "split_shares",
@@ -87,27 +86,23 @@ def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
     return (*parts, rest)
 
 
-def exact_variance(values: np.ndarray) -> float:
-    """The population variance of ``values`` by two exact sums: ``m = fsum(x)/s``, then
-    ``fsum((x - m)²)/s`` (never below 0). Reads only the values given."""
-    x = np.asarray(values, dtype=np.float64)
-    if x.size == 0:
-        raise ValueError("no record is kept")
-    mean = exact_sum(x) / x.size
-    return max(exact_sum((x - mean) ** 2) / x.size, 0.0)
+def float_variance_sensitivity(sensitivity: float, value_bound: float, per_user: int) -> float:
+    """A sensitivity that holds for the floats of a population variance computed from
+    per-user sums of ``d = x - U/2`` and ``d²`` (each a user's own sum of at most
+    ``per_user`` records, then :func:`exact_sum` over users) on values in ``[0, U]``
+    (docs/math.md §9.5).
 
-
-def float_variance_sensitivity(sensitivity: float, value_bound: float) -> float:
-    """A sensitivity that holds for the floats of :func:`exact_variance` on values in
-    ``[0, U]`` (docs/math.md §9.5).
-
-    With ``m̂`` the float mean (``|m̂ - m| <= 2uU``), each ``(x - m̂)²`` is within
-    ``3uU²`` of its real value plus ``2U·|m̂ - m| <= 4uU²``; the exact sum and the final
-    division add a relative ``u`` each, and using ``m̂`` for ``m`` adds ``(m̂ - m)² <= 4u²U²``.
-    So each result is within ``10uU²`` of the real variance and two neighbours' floats
-    differ by at most ``Δ + 20uU²``; this returns at least ``Δ(1 + 4u) + 32uU²``.
+    A user's sequential sum of ``k`` terms of size at most ``U²/4`` is off by at most
+    ``(k - 1)u·kU²/4``; over all users and divided by ``s``, at most ``k* u U²/4`` for the
+    second moment and ``k* u U/2`` for the first, whose square then moves by at most
+    ``k* u U²/2``; squares, the two exact sums and the divisions add ``4uU²``. So each
+    result is within ``(k*·3/4 + 4)uU²`` of the real variance, two neighbours' floats differ
+    by at most ``Δ + (1.5k* + 8)uU²``; this returns at least ``Δ(1 + 4u) + (2k* + 32)uU²``.
     """
     if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
         raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    if per_user < 0:
+        raise ValueError(f"per_user must be >= 0, got {per_user}")
     grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
-    return _up(grown + _up(32.0 * UNIT_ROUNDOFF * _up(value_bound * value_bound)))
+    slack = _up(_up((2.0 * per_user + 32.0) * UNIT_ROUNDOFF) * _up(value_bound * value_bound))
+    return _up(grown + slack)

@@ -27,6 +27,15 @@ from app.core.counts import int_array
 __all__ = ["GridData"]
 
 
+def _segment_sums(x: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of each segment ``x[offsets[l]:offsets[l+1]]`` (0 for an empty one), read-only."""
+    out = np.zeros(offsets.size - 1)
+    filled = np.flatnonzero(np.diff(offsets) > 0)
+    if filled.size:
+        out[filled] = np.add.reduceat(x, offsets[:-1][filled])
+    return _readonly(out)
+
+
 def _readonly(a: np.ndarray) -> np.ndarray:
     a.flags.writeable = False
     return a
@@ -106,6 +115,25 @@ class GridData:
             raise ValueError("values must be finite")
         if lo < 0.0 or hi > U:
             raise ValueError(f"values must lie in [0, U] = [0, {U}]; found [{lo}, {hi}]")
+
+    # ------------------------------------------------ per-user sums (isolated)
+    def user_moments(self, centre: float) -> tuple[np.ndarray, np.ndarray]:
+        """Per user, ``Σ (x - c)`` and ``Σ (x - c)²`` over all its records, each from that
+        user's values only (``np.add.reduceat`` over its own segment; 0 for no record).
+        Cached per centre: a slot release asks for the same ones again."""
+        cache = self._moment_cache
+        hit = cache.get(centre)
+        if hit is None:
+            d = self.values - centre
+            hit = (_segment_sums(d, self.offsets), _segment_sums(d * d, self.offsets))
+            if len(cache) >= 4:
+                cache.clear()
+            cache[centre] = hit
+        return hit
+
+    @cached_property
+    def _moment_cache(self) -> dict[float, tuple[np.ndarray, np.ndarray]]:
+        return {}
 
     # ------------------------------------------------------------ prefix sums
     @cached_property

@@ -21,6 +21,7 @@ from app.core.noise import NoiseSource
 __all__ = [
     "QUANTILE_STEPS",
     "interval_costs",
+    "isolated_head_moments",
     "isolated_head_sums",
     "private_interval",
     "private_quantile",
@@ -42,17 +43,30 @@ def isolated_head_sums(grid: GridData, kept: npt.ArrayLike) -> np.ndarray:
     integer scores must move by at most 1, so they read these sums instead, each a
     function of one user's values only (``np.add.reduceat`` over that user's head).
     """
+    return isolated_head_moments(grid, kept, 0.0)[0]
+
+
+def isolated_head_moments(
+    grid: GridData, kept: npt.ArrayLike, centre: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per user, ``Σ (x - c)`` and ``Σ (x - c)²`` over its earliest ``kept[l]`` records, each
+    from that user's values only: users kept whole read the grid's cached per-user sums
+    (:meth:`GridData.user_moments`), the others sum their own heads."""
     k = np.asarray(kept, dtype=np.int64)
-    out = np.zeros(k.size)
-    users = grid.record_user
-    head = grid.record_rank < k[users]
-    if not head.any():
-        return out
-    vals = grid.values[head]
-    who = np.flatnonzero(k > 0)
-    starts = np.concatenate(([0], np.cumsum(k[who])[:-1]))
-    out[who] = np.add.reduceat(vals, starts)
-    return out
+    full1, full2 = grid.user_moments(float(centre))
+    whole = k == grid.counts
+    s1 = np.where(whole, full1, 0.0)
+    s2 = np.where(whole, full2, 0.0)
+    part = np.flatnonzero(~whole & (k > 0))
+    if part.size:
+        lens = k[part]
+        starts = grid.offsets[:-1][part]
+        first = np.concatenate(([0], np.cumsum(lens)[:-1]))
+        idx = np.repeat(starts - first, lens) + np.arange(int(lens.sum()))
+        d = grid.values[idx] - centre
+        s1[part] = np.add.reduceat(d, first)
+        s2[part] = np.add.reduceat(d * d, first)
+    return s1, s2
 
 
 def interval_costs(means: npt.ArrayLike, U: float, tau: float) -> tuple[np.ndarray, np.ndarray]:

@@ -39,14 +39,25 @@ def _weights(info: CountsInfo, k: int) -> np.ndarray:
 
 
 def capped_half_widths(info: CountsInfo, U: float, eps: float, ks: np.ndarray) -> np.ndarray:
-    """``ln 20·U w*(k)/ε + bias(k)`` for each ``k``: the ci95 half-width before projection."""
-    eff = info.eff[info.active].astype(np.float64)
+    """``ln 20·U w*(k)/ε + bias(k)`` for each ``k``: the ci95 half-width before projection.
+
+    ``bias(k) = (U/2)(Σ_l |min(a_l, k)/S - a_l/n| + d)`` with ``S = Σ min(a, k)`` over the
+    sorted kept counts ``a`` and their prefix sums: users at or below ``k`` give
+    ``P(≤k)·|1/S - 1/n|``; those above give ``|k/S - a/n|``, which changes sign at
+    ``a = kn/S``. O(log L) per ``k``."""
+    a = np.sort(info.eff[info.active]).astype(np.float64)
+    L = a.size
+    P = np.concatenate(([0.0], np.cumsum(a)))
     n = float(info.n)
-    k = np.asarray(ks, dtype=np.int64)
-    total = info.clipped_total(k).astype(np.float64)
-    w = np.minimum(eff[None, :], k[:, None]) / total[:, None]
-    w_max = np.minimum(k, info.m_max) / total
-    bias = U / 2.0 * (np.abs(w - eff[None, :] / n).sum(axis=1) + info.dropped / n)
+    k = np.asarray(ks, dtype=np.float64)
+    i = np.searchsorted(a, k, side="right")
+    S = P[i] + k * (L - i)
+    low = P[i] * np.abs(1.0 / S - 1.0 / n)
+    j = np.maximum(np.searchsorted(a, k * n / S, side="left"), i)
+    ks_over = k / S
+    high = (ks_over * (j - i) - (P[j] - P[i]) / n) + ((P[L] - P[j]) / n - ks_over * (L - j))
+    bias = U / 2.0 * (low + high + info.dropped / n)
+    w_max = np.minimum(k, info.m_max) / S
     out: np.ndarray = LN20 * U * w_max / eps + bias
     return out
 
@@ -54,8 +65,6 @@ def capped_half_widths(info: CountsInfo, U: float, eps: float, ks: np.ndarray) -
 def interval_k(info: CountsInfo, U: float, eps: float) -> int:
     """The smallest ``k`` in ``[m_*, m*]`` with the narrowest public ci95 half-width."""
     ks = np.arange(info.m_min, info.m_max + 1, dtype=np.int64)
-    if ks.size > 256:  # many counts: every distinct count is a kink of the half-width
-        ks = np.unique(info.eff[info.active])
     half = capped_half_widths(info, U, eps, ks)
     return int(ks[int(np.argmin(half))])
 

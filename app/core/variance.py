@@ -22,13 +22,9 @@ from app.core.bounds import (
 )
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
-from app.core.float_sums import (
-    exact_sum,
-    exact_variance,
-    float_sum_sensitivity,
-    float_variance_sensitivity,
-)
+from app.core.float_sums import exact_sum, float_sum_sensitivity, float_variance_sensitivity
 from app.core.grid import GridData
+from app.core.interval import isolated_head_moments
 from app.core.mean_linear import clip_candidates, clip_kept
 from app.core.noise import NoiseSource
 
@@ -80,6 +76,17 @@ def best_joint_m(info: CountsInfo, U: float, eps: float, split: str) -> int:
     return _smallest_min(ms, bias + noise)
 
 
+def head_moments(grid: GridData, kept: np.ndarray, U: float) -> tuple[float, float]:
+    """``(mean, population variance)`` of every user's earliest ``kept[l]`` records, from
+    per-user sums about the public centre ``U/2`` (each user's own values only) added
+    exactly over users (docs/math.md §9.5)."""
+    c = U / 2.0
+    s1, s2 = isolated_head_moments(grid, kept, c)
+    n = int(kept.sum())
+    m1 = exact_sum(s1) / n
+    return c + m1, max(exact_sum(s2) / n - m1 * m1, 0.0)
+
+
 def _variance_draft(
     info: CountsInfo, U: float, eps: float, mechanism: str, kept: np.ndarray,
     details: dict[str, object],
@@ -89,11 +96,11 @@ def _variance_draft(
     bias = variance_clip_bias(U, s, info.n)
 
     # the kept records' own values only, summed exactly (docs/math.md §9.5)
-    float_sens = float_variance_sensitivity(sens, U) if sens > 0 else 0.0
+    top = int(kept.max(initial=0))
+    float_sens = float_variance_sensitivity(sens, U, top) if sens > 0 else 0.0
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        head = grid.record_rank < kept[grid.record_user]
-        return Estimate(exact_variance(grid.values[head]), float_sens)
+        return Estimate(head_moments(grid, kept, U)[1], float_sens)
 
     return Draft("variance", mechanism, eps, eps, float_sens, bias, kept, details, estimator)
 
@@ -139,18 +146,14 @@ def joint_drafts(
 
     # the kept records' own values only, summed exactly (docs/math.md §9.5); a variance of
     # one record is 0 whatever its value, in floats too: no allowance to add there
-    f_mu = float_sum_sensitivity(d_mu, U, 1)
-    f_var = float_variance_sensitivity(d_var, U) if d_var > 0 else 0.0
-
-    def kept_values(grid: GridData) -> np.ndarray:
-        head: np.ndarray = grid.values[grid.record_rank < kept[grid.record_user]]
-        return head
+    f_mu = float_sum_sensitivity(d_mu, U, top + 1)
+    f_var = float_variance_sensitivity(d_var, U, top) if d_var > 0 else 0.0
 
     def mean_estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return Estimate(exact_sum(kept_values(grid)) / s, f_mu)
+        return Estimate(head_moments(grid, kept, U)[0], f_mu)
 
     def var_estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return Estimate(exact_variance(kept_values(grid)), f_var)
+        return Estimate(head_moments(grid, kept, U)[1], f_var)
 
     mean_bias = mean_clip_bias(U, s, info.n)
     var_bias = variance_clip_bias(U, s, info.n)

@@ -123,7 +123,7 @@ def plan_variance_centred(
         Q = float(moments[j])
         value = centred_variance_value(w, v, q, c, Q)
         extra: dict[str, object] = {"centre": c, "moment_clip": Q, "ci95_note": CI95_NOTE}
-        sens = float_variance_sensitivity(centred_sensitivity(w_max, Q), math.sqrt(Q))
+        sens = float_variance_sensitivity(centred_sensitivity(w_max, Q), math.sqrt(Q), info.m_max)
         return Estimate(value, sens, extra)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)

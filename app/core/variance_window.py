@@ -167,7 +167,7 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
         spread = variance_spread(info, U, w, b, min(active.size, clipped_bound(pen, j, e_w)))
         extra: dict[str, object] = {"window_hi": b}
         value = mixture_variance(w, means, squares)
-        sens_j = float_variance_sensitivity(float(sens[j]), b)  # exact sums' allowance
+        sens_j = float_variance_sensitivity(float(sens[j]), b, info.m_max)  # exact sums' allowance
         return Estimate(value, sens_j, extra, spread)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
