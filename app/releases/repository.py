@@ -2,13 +2,54 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from decimal import Decimal
+from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Grid
 from app.releases.models import SlotRelease
+
+
+@dataclass(frozen=True)
+class ReleaseRow:
+    """What the listing shows of one stored release, in ``_listing_columns``' order; the
+    fields a release body did not have when it was stored (``slots``, ``partition``,
+    ...) are None."""
+
+    public_id: str
+    slot_start: datetime
+    local_slot_start: str | None
+    slots: int | None
+    partition: str | None
+    epsilon: Decimal
+    max_user_cost: float | None
+    n_grids: int | None
+    h3_resolution: int | None
+    slot_minutes: int | None
+    created_at: datetime
+
+
+def _listing_columns() -> tuple[Any, ...]:
+    """Only the small fields of each stored answer, read by the database (an answer's
+    ``grids`` can be large): JSON paths work on Postgres and SQLite alike."""
+    a = SlotRelease.answer
+    return (
+        SlotRelease.public_id,
+        SlotRelease.slot_start,
+        a["slot_start"].as_string(),
+        a["slots"].as_integer(),
+        a["partition"].as_string(),
+        SlotRelease.epsilon,
+        a["max_user_cost"].as_float(),
+        func.json_array_length(a["grids"]),
+        a["h3_resolution"].as_integer(),
+        a["slot_minutes"].as_integer(),
+        SlotRelease.created_at,
+    )
 
 
 class ReleaseRepository:
@@ -43,3 +84,16 @@ class ReleaseRepository:
         self.session.add(release)
         self.session.flush()
         return release
+
+    def page(self, dataset_id: int, *, limit: int, offset: int) -> tuple[list[ReleaseRow], bool]:
+        """One page of the dataset's releases, newest first (index
+        ``ix_slot_releases_dataset_id_created_at``, migration 0008), and whether more follow."""
+        rows = self.session.execute(
+            select(*_listing_columns())
+            .where(SlotRelease.dataset_id == dataset_id)
+            .order_by(SlotRelease.created_at.desc(), SlotRelease.id.desc())
+            .limit(limit + 1)
+            .offset(offset)
+        ).all()
+        found = [ReleaseRow(*row) for row in rows[:limit]]
+        return found, len(rows) > limit
