@@ -60,6 +60,7 @@ def content_security_policy(
 def _page_headers(csp: str) -> dict[str, str]:
     return {
         "Content-Security-Policy": csp,
+        "Cache-Control": "no-cache",  # revalidate: the page follows the settings
         "Referrer-Policy": "no-referrer",
         "X-Content-Type-Options": "nosniff",
     }

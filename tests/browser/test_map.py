@@ -104,7 +104,7 @@ def test_map_draws_the_footprint_and_every_released_cell(
     assert "m/s" in legend and "km/h" in legend and "0 to 30 m/s" in legend
     assert "too few buses" in legend
     facts = text_of(page, "#facts")
-    assert "ε = 0.89 per cell" in facts and "cost per user at most 0.89" in facts
+    assert "ε = 2.9 per cell" in facts and "cost per user at most 2.9" in facts
     assert str(EPSILON)[:6] not in facts + status, "numbers must be rounded for people"
     assert "100% of the slot's records" not in facts and "% of the slot's records" in facts
     assert "Tue 2024-03-05, 08:00–09:00 (UTC+00:00)" in facts
@@ -136,7 +136,7 @@ def test_map_lists_the_releases_and_steps_through_the_hours(
     )
     assert [o[0] for o in options] == city.releases  # by slot, though made out of order
     assert [o[1] for o in options] == [False, True, False]
-    assert all("ε 0.89" in o[2] and "19 cells" in o[2] for o in options)
+    assert all("ε 2.9" in o[2] and "19 cells" in o[2] for o in options)
     assert "09:00" in text_of(page, "#next-slot") and "07:00" in text_of(page, "#prev-slot")
 
     page.evaluate("document.getElementById('next-slot').click()")
@@ -179,6 +179,7 @@ def test_map_draws_tiles_only_from_a_configured_tile_server(
     assert page.evaluate("document.querySelectorAll('#map image').length") == 0
     template = f"{live_url}/static/favicon.svg?z={{z}}&x={{x}}&y={{y}}"
     app.state.settings = app.state.settings.model_copy(update={"map_tile_url": template})
+    page.navigate("about:blank")  # a new page load, not only a new fragment
     open_map(page, live_url, city, city.releases[1])
     tiles = page.evaluate(
         "[...document.querySelectorAll('#map .tiles image')].map(i => i.getAttribute('href'))"

@@ -10,7 +10,7 @@ const VIRIDIS = [
 ];
 // A mean whose 95% interval is wider than this share of the range is drawn washed out.
 export const WIDE_SHARE = 0.2;
-const WASH = 0.6; // how far a washed-out colour moves towards white
+const WASH = 0.5; // how far a washed-out colour moves towards white
 
 function hexToRgb(hex) {
   const n = parseInt(hex.slice(1), 16);
@@ -39,24 +39,44 @@ export function certainty(mean, range) {
   return ci[1] - ci[0] > WIDE_SHARE * range ? "wide" : "sure";
 }
 
+// Round values (1, 2 or 5 × 10^k apart) across [lo, hi], at most seven of them.
+function niceTicks(lo, hi) {
+  if (!(hi > lo)) return [lo];
+  const raw = (hi - lo) / 6;
+  const pow = 10 ** Math.floor(Math.log10(raw));
+  const step = [1, 2, 2.5, 5, 10].map((m) => m * pow).find((s) => s >= raw);
+  const ticks = [];
+  for (let v = Math.ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) {
+    ticks.push(Number(v.toPrecision(12)));
+  }
+  return ticks;
+}
+
 function text(x, y, content, attrs = {}) {
   const el = svgElement("text", { x, y, ...attrs });
   el.textContent = content;
   return el;
 }
 
-function swatch(x, y, fill, overlay) {
-  const box = { x, y, width: 18, height: 12, stroke: "#888", "stroke-width": 0.5 };
+function swatch(y, fill, overlay) {
+  const box = { x: 12, y, width: 18, height: 12, stroke: "#888", "stroke-width": 0.5 };
   const out = [svgElement("rect", { ...box, fill })];
   if (overlay) out.push(svgElement("rect", { ...box, fill: overlay }));
   return out;
 }
 
+function halo(y) {
+  return [svgElement("rect", {
+    x: 14, y: y + 2, width: 14, height: 8, fill: "#ececec", stroke: "#d8d8d8",
+    "stroke-width": 4, "stroke-linejoin": "round",
+  })];
+}
+
 // The legend for a colour scale [lo, hi] (m/s); `U` is the dataset's value bound.
 export function drawLegend(legend, [lo, hi], U, fixed) {
   legend.replaceChildren();
-  legend.setAttribute("viewBox", "0 0 380 176");
-  const w = 300, x0 = 10;
+  legend.setAttribute("viewBox", "0 0 370 176");
+  const w = 290, x0 = 12;
   const grad = svgElement("linearGradient", { id: "mean-scale", x1: 0, x2: 1, y1: 0, y2: 0 });
   VIRIDIS.forEach((c, i) =>
     grad.append(svgElement("stop", { offset: i / (VIRIDIS.length - 1), "stop-color": c })));
@@ -67,31 +87,30 @@ export function drawLegend(legend, [lo, hi], U, fixed) {
   legend.append(svgElement("rect", {
     x: x0, y: 18, width: w, height: 14, fill: "url(#mean-scale)", stroke: "#999",
   }));
-  for (let i = 0; i <= 4; i++) {
-    const x = x0 + (w * i) / 4;
-    const v = lo + ((hi - lo) * i) / 4;
-    const anchor = { "text-anchor": i === 0 ? "start" : i === 4 ? "end" : "middle" };
+  for (const v of niceTicks(lo, hi)) {
+    const x = x0 + (hi > lo ? ((v - lo) / (hi - lo)) * w : w / 2);
     legend.append(
       svgElement("line", { x1: x, x2: x, y1: 32, y2: 36, stroke: "#555" }),
-      text(x, 47, roundForPeople(v), { ...anchor, class: "tick" }),
-      text(x, 60, (v * KMH_PER_MS).toFixed(0), { ...anchor, class: "tick kmh" }),
+      text(x, 47, roundForPeople(v), { "text-anchor": "middle", class: "tick" }),
+      text(x, 60, (v * KMH_PER_MS).toFixed(0), { "text-anchor": "middle", class: "tick kmh" }),
     );
   }
-  legend.append(text(x0 + w + 8, 47, "m/s", { class: "unit" }),
-    text(x0 + w + 8, 60, "km/h", { class: "unit kmh" }));
+  legend.append(text(x0 + w + 20, 47, "m/s", { class: "unit" }),
+    text(x0 + w + 20, 60, "km/h", { class: "unit kmh" }));
   const mid = colour((lo + hi) / 2, [lo, hi]);
+  const washed = colour((lo + hi) / 2, [lo, hi], true);
   const rows = [
-    [swatch(x0, 72, mid), "95% interval narrow: the colour can be trusted"],
-    [swatch(x0, 90, colour((lo + hi) / 2, [lo, hi], true)),
+    [swatch, mid, "95% interval narrow: the colour can be trusted"],
+    [swatch, washed,
       `washed out: interval wider than ${roundForPeople(WIDE_SHARE * U)} m/s (20% of the range)`],
-    [swatch(x0, 108, colour((lo + hi) / 2, [lo, hi], true), "url(#hatch-none)"),
-      "hatched: no honest interval (hover for why)"],
-    [swatch(x0, 126, "url(#too-few)"), "too few buses: not released"],
-    [swatch(x0, 144, "#ececec"), "where buses ran in this slot (public footprint)"],
+    [swatch, washed, "hatched: no honest interval (hover for why)", "url(#hatch-none)"],
+    [swatch, "url(#too-few)", "too few buses: not released"],
+    [halo, null, "grey halo: where buses ran in this slot (public footprint)"],
   ];
-  for (const [shapes, label] of rows) {
-    legend.append(...shapes, text(x0 + 26, Number(shapes[0].getAttribute("y")) + 10, label));
-  }
+  rows.forEach(([draw, fill, label, overlay], i) => {
+    const y = 72 + 18 * i;
+    legend.append(...draw(y, fill, overlay), text(x0 + 26, y + 10, label));
+  });
   legend.append(text(x0, 172, "Hover or focus a hexagon for its value, interval and users.",
     { class: "hint" }));
 }
