@@ -99,6 +99,16 @@ def test_map_draws_the_footprint_and_every_released_cell(
     assert page.evaluate("document.querySelectorAll('#map path.hatch').length") == n_hatched
     # A fixed scale: same mean, same colour, whatever the release's own range.
     assert len({c[1] for c in cells}) >= 3
+    # Each hexagon (large enough here) shows its mean, rounded as far as it is sure.
+    labels = page.evaluate(
+        "[...document.querySelectorAll('#map text.value')].map(t => t.textContent)"
+    )
+    shown = {c[0]: c[2] for c in cells}
+    expected = [
+        f"{g['mean']['estimate']:.1f}" if shown[i] == "sure" else f"≈{g['mean']['estimate']:.0f}"
+        for i, g in grids.items()
+    ]
+    assert sorted(labels) == sorted(expected)
 
     legend = text_of(page, "#legend")
     assert "m/s" in legend and "km/h" in legend and "0 to 30 m/s" in legend
@@ -145,6 +155,16 @@ def test_map_lists_the_releases_and_steps_through_the_hours(
     assert page.evaluate("document.getElementById('next-slot').disabled") is True
     assert page.evaluate("document.getElementById('releases').value") == city.releases[2]
     page.screenshot(tmp_path / "map-0900.png", full_page=True)
+    # 09:00 is the most accurate release: its wide or missing intervals are washed out or
+    # hatched, and their labels rounded to whole m/s.
+    uncertain = page.evaluate(
+        "document.querySelectorAll('#map path.cell:not([data-certainty=\"sure\"])').length"
+    )
+    approximate = page.evaluate(
+        "[...document.querySelectorAll('#map text.value')].filter(t =>"
+        " t.textContent.startsWith('≈')).length"
+    )
+    assert uncertain > 0 and approximate == uncertain
 
     for _ in range(2):
         page.evaluate("document.getElementById('prev-slot').click()")
@@ -179,6 +199,10 @@ def test_map_draws_tiles_only_from_a_configured_tile_server(
     assert page.evaluate("document.querySelectorAll('#map image').length") == 0
     template = f"{live_url}/static/favicon.svg?z={{z}}&x={{x}}&y={{y}}"
     app.state.settings = app.state.settings.model_copy(update={"map_tile_url": template})
+    served = httpx.get(f"{live_url}/map", trust_env=False)
+    assert f"img-src 'self' data: {live_url};" in served.headers["content-security-policy"]
+    assert "connect-src 'self';" in served.headers["content-security-policy"]
+    assert 'name="dpgate-tile-url"' in served.text
     page.navigate("about:blank")  # a new page load, not only a new fragment
     open_map(page, live_url, city, city.releases[1])
     tiles = page.evaluate(

@@ -8,6 +8,24 @@ import { percent, plural, speed, speedInterval } from "./format.js";
 
 const WIDTH = 960;
 const HEIGHT = 640;
+const LABEL_MIN_WIDTH = 44; // hexagons at least this wide (view units) show their value
+
+// A label of the mean (m/s) at the centre of a released cell, dark or light for contrast;
+// as precise as the value is sure (7.1, or ≈7 when its interval is wide or missing).
+function valueLabel(cell, mean, kind, fill, view) {
+  const ring = view.boundaries[cell].slice(0, -1).map(view.proj.point);
+  const xs = ring.map((p) => p[0]);
+  if (Math.max(...xs) - Math.min(...xs) < LABEL_MIN_WIDTH) return null;
+  const [r, g, b] = fill.match(/\d+/g).map(Number);
+  const label = svgElement("text", {
+    x: (xs.reduce((a, v) => a + v, 0) / xs.length).toFixed(1),
+    y: (ring.reduce((a, p) => a + p[1], 0) / ring.length).toFixed(1),
+    class: `value ${0.299 * r + 0.587 * g + 0.114 * b > 140 ? "dark" : "light"}`,
+    "text-anchor": "middle", "dominant-baseline": "central", "aria-hidden": "true",
+  });
+  label.textContent = kind === "sure" ? mean.toFixed(1) : `≈${mean.toFixed(0)}`;
+  return label;
+}
 
 function describeCell(grid, view) {
   const mean = grid.mean;
@@ -85,6 +103,7 @@ export function drawSlot(svg, view, hover) {
   }
 
   const layer = svgElement("g", { class: "released-layer" });
+  const labels = svgElement("g", { class: "labels" });
   for (const grid of view.grids) {
     const mean = grid.mean;
     const hasMean = mean && Number.isFinite(mean.estimate);
@@ -100,8 +119,10 @@ export function drawSlot(svg, view, hover) {
     if (kind === "none") {
       layer.append(shape(grid.h3_cell, view, { class: "hatch", "aria-hidden": "true" }));
     }
+    const label = hasMean && valueLabel(grid.h3_cell, mean.estimate, kind, el.getAttribute("fill"), view);
+    if (label) labels.append(label);
   }
-  svg.append(footprint, skipped, layer, scaleBar(view.proj));
+  svg.append(footprint, skipped, layer, labels, scaleBar(view.proj));
   return {
     cells: layer.querySelectorAll(".cell").length,
     footprint: footprint.childElementCount,

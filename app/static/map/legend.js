@@ -111,6 +111,6 @@ export function drawLegend(legend, [lo, hi], U, fixed) {
     const y = 72 + 18 * i;
     legend.append(...draw(y, fill, overlay), text(x0 + 26, y + 10, label));
   });
-  legend.append(text(x0, 172, "Hover or focus a hexagon for its value, interval and users.",
+  legend.append(text(x0, 172, "Numbers: mean speed in m/s (≈ when uncertain); hover for more.",
     { class: "hint" }));
 }

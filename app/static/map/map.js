@@ -101,8 +101,9 @@ function render() {
   $("facts").replaceChildren(
     ...fact("Dataset", `${state.dataset.name} (#${state.dataset.id})`),
     ...fact("Slot", slotLabel(v.slot, minutes) + (r.slots > 1 ? ` (one of ${r.slots})` : "")),
-    ...fact("Released", `${plural(drawn.cells, "cell")}; ${drawn.skipped} more had too few buses ` +
-      `(under ${r.min_users ?? "min_users"} users)`),
+    ...fact("Released", `${plural(drawn.cells, "cell")}; ` + (drawn.skipped
+      ? `${drawn.skipped} more had too few buses (under ${r.min_users ?? "min_users"} users)`
+      : "every occupied cell had enough buses")),
     ...fact("Privacy", `ε = ${roundForPeople(r.epsilon)} per cell, ` +
       `cost per user at most ${roundForPeople(r.max_user_cost)}`),
     ...fact("Coverage", coverageText(r, drawn)),
