@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from urllib.parse import quote
 
+import h3
 import httpx
 from fastapi import FastAPI
 
@@ -228,3 +230,27 @@ def test_map_page_is_served_with_a_strict_policy(sqlite_live_url: str) -> None:
     assert "default-src 'self'" in csp and "connect-src 'self'" in csp
     assert "http" not in csp, "the page may load from this server only"
     assert 'id="map"' in resp.text and "dpgate-tile-url" not in resp.text
+
+
+def test_map_finds_the_released_cell_above_a_footprint_cell(
+    page: Page, sqlite_live_url: str
+) -> None:
+    """An adaptive release's coarse cell covers the fine footprint cells below it: the
+    page's H3 parent (from the index bits) agrees with h3's."""
+    page.navigate(f"{sqlite_live_url}/map")
+    fine = [*RELEASED[:3], h3.latlng_to_cell(-33.87, 151.21, 9), h3.get_pentagons(8)[0]]
+    pairs = [(c, r) for c in fine for r in range(h3.get_resolution(c) + 1)]
+    got = page.evaluate(
+        f"import('/static/map/geo.js').then(m => {json.dumps(pairs)}"
+        ".map(([c, r]) => m.h3Parent(c, r)))",
+        await_promise=True,
+    )
+    assert got == [h3.cell_to_parent(c, r) for c, r in pairs]
+    coarse = h3.cell_to_parent(RELEASED[0], 6)
+    covering = page.evaluate(
+        f"import('/static/map/geo.js').then(m => [m.coveringCell({RELEASED[0]!r},"
+        f" new Set([{coarse!r}]), [8, 7, 6]), m.coveringCell({SKIPPED[0]!r},"
+        f" new Set([{RELEASED[1]!r}]), [8])])",
+        await_promise=True,
+    )
+    assert covering == [coarse, None]
