@@ -7,7 +7,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import cast, func, select
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Grid
@@ -16,7 +17,7 @@ from app.releases.models import SlotRelease
 
 @dataclass(frozen=True)
 class ReleaseRow:
-    """What the listing shows of one stored release, in ``_listing_columns``' order; the
+    """What the listing shows of one stored release, in ``_listing_query``'s order; the
     fields a release body did not have when it was stored (``slots``, ``partition``,
     ...) are None."""
 
@@ -33,23 +34,42 @@ class ReleaseRow:
     created_at: datetime
 
 
-def _listing_columns() -> tuple[Any, ...]:
-    """Only the small fields of each stored answer, read by the database (an answer's
-    ``grids`` can be large): JSON paths work on Postgres and SQLite alike."""
-    a = SlotRelease.answer
-    return (
-        SlotRelease.public_id,
-        SlotRelease.slot_start,
+def _listing_query(dataset_id: int, limit: int, offset: int, *, postgres: bool) -> Any:
+    """Only the small fields of each stored answer, in ``ReleaseRow``'s order. An answer
+    holds every grid's statistics (tens of kB): Postgres parses it once per row (as
+    ``jsonb``) rather than once per field, which halves a page's time; SQLite reads the
+    JSON paths directly."""
+    answer = cast(SlotRelease.answer, JSONB) if postgres else SlotRelease.answer
+    newest = (
+        select(
+            SlotRelease.id,
+            SlotRelease.public_id,
+            SlotRelease.slot_start,
+            SlotRelease.epsilon,
+            SlotRelease.created_at,
+            answer.label("answer"),
+        )
+        .where(SlotRelease.dataset_id == dataset_id)
+        .order_by(SlotRelease.created_at.desc(), SlotRelease.id.desc())
+        .limit(limit)
+        .offset(offset)
+        .subquery()
+    )
+    a = newest.c.answer
+    array_length = func.jsonb_array_length if postgres else func.json_array_length
+    return select(
+        newest.c.public_id,
+        newest.c.slot_start,
         a["slot_start"].as_string(),
         a["slots"].as_integer(),
         a["partition"].as_string(),
-        SlotRelease.epsilon,
+        newest.c.epsilon,
         a["max_user_cost"].as_float(),
-        func.json_array_length(a["grids"]),
+        array_length(a["grids"]),
         a["h3_resolution"].as_integer(),
         a["slot_minutes"].as_integer(),
-        SlotRelease.created_at,
-    )
+        newest.c.created_at,
+    ).order_by(newest.c.created_at.desc(), newest.c.id.desc())
 
 
 class ReleaseRepository:
@@ -88,12 +108,9 @@ class ReleaseRepository:
     def page(self, dataset_id: int, *, limit: int, offset: int) -> tuple[list[ReleaseRow], bool]:
         """One page of the dataset's releases, newest first (index
         ``ix_slot_releases_dataset_id_created_at``, migration 0008), and whether more follow."""
+        postgres = self.session.get_bind().dialect.name == "postgresql"
         rows = self.session.execute(
-            select(*_listing_columns())
-            .where(SlotRelease.dataset_id == dataset_id)
-            .order_by(SlotRelease.created_at.desc(), SlotRelease.id.desc())
-            .limit(limit + 1)
-            .offset(offset)
+            _listing_query(dataset_id, limit + 1, offset, postgres=postgres)
         ).all()
         found = [ReleaseRow(*row) for row in rows[:limit]]
         return found, len(rows) > limit
