@@ -1,6 +1,7 @@
 // The few dpgate requests the map makes, with the key as a bearer token.
 const PAGE = 1000;
 const GRID_PAGE = 10000;
+const MAX_RELEASES = 3000; // the chooser and the steps cover a dataset's newest releases
 
 export class ApiError extends Error {}
 
@@ -43,11 +44,11 @@ export class Api {
     return this.request(`/datasets/${encodeURIComponent(id)}`);
   }
 
-  // Every page of a listing: `field` of each answer, following `next`.
-  async allPages(path, field, params = {}, limit = PAGE) {
+  // Every page of a listing (or the first `most` rows): `field` of each, following `next`.
+  async allPages(path, field, params = {}, limit = PAGE, most = Infinity) {
     const rows = [];
     let offset = 0;
-    while (offset !== null && offset !== undefined) {
+    while (offset !== null && offset !== undefined && rows.length < most) {
       const page = await this.request(path, { params: { ...params, limit, offset } });
       rows.push(...page[field]);
       offset = page.next;
@@ -56,7 +57,8 @@ export class Api {
   }
 
   releases(datasetId) {
-    return this.allPages(`/datasets/${encodeURIComponent(datasetId)}/releases`, "releases");
+    const path = `/datasets/${encodeURIComponent(datasetId)}/releases`;
+    return this.allPages(path, "releases", {}, PAGE, MAX_RELEASES);
   }
 
   // The slot's public occupancy (cells with their users and records) at the release's
