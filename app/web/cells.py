@@ -1,6 +1,7 @@
 """``POST /map/cells``: the boundaries of H3 cells, for the map's footprint.
 
-Pure geometry (h3's ``cells_to_geo``): no data, no key, nothing charged. The map asks
+Pure geometry (h3's ``cell_to_boundary``): no data, nothing charged. A key is asked for
+as everywhere (the map has one), so no stranger spends the server's time. The map asks
 for the cells of a slot's public occupancy (``GET /datasets/{id}/grids``), which the
 release's GeoJSON does not carry, so the page needs no H3 code of its own.
 """
@@ -13,7 +14,8 @@ import h3
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.errors import InvalidRequest, responses
+from app.deps import AnalystKey
+from app.errors import Forbidden, InvalidRequest, Unauthenticated, responses
 from app.query_params import CheckedRoute
 
 MAX_CELLS = 20_000
@@ -46,12 +48,12 @@ def boundary(cell: str) -> list[list[float]]:
 @router.post(
     "/map/cells",
     response_model=CellsOut,
-    responses=responses(InvalidRequest),
-    summary="Boundaries of H3 cells (geometry only; no key needed)",
+    responses=responses(Unauthenticated, Forbidden, InvalidRequest),
+    summary="Boundaries of H3 cells (geometry only, nothing charged)",
     description="Used by `/map` to draw a slot's occupied footprint. Every id must be a "
     "valid H3 cell; an invalid one is refused with 400 naming it.",
 )
-def cell_boundaries(body: CellsIn) -> CellsOut:
+def cell_boundaries(body: CellsIn, _: AnalystKey) -> CellsOut:
     bad = [c for c in body.cells if not h3.is_valid_cell(c)]
     if bad:
         shown = ", ".join(repr(c) for c in bad[:5])

@@ -1,4 +1,4 @@
-"""``POST /map/cells``: H3 cell boundaries for the map (geometry only, no key)."""
+"""``POST /map/cells``: H3 cell boundaries for the map (geometry only)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ CENTRE = h3.latlng_to_cell(30.2672, -97.7431, 8)
 
 def test_boundaries_are_closed_lon_lat_rings(client: TestClient) -> None:
     cells = [CENTRE, h3.cell_to_parent(CENTRE, 5), CENTRE]
-    resp = client.post("/map/cells", json={"cells": cells}, headers={"Authorization": ""})
+    resp = client.post("/map/cells", json={"cells": cells})
     assert resp.status_code == 200, resp.text
     got = resp.json()["cells"]
     assert sorted(got) == sorted(set(cells))
@@ -33,3 +33,8 @@ def test_bad_cells_are_refused_with_a_reason(client: TestClient) -> None:
         assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"
     resp = client.post("/map/cells", params={"format": "wkt"}, json={"cells": [CENTRE]})
     assert resp.status_code == 400
+
+
+def test_a_key_is_needed(client: TestClient) -> None:
+    resp = client.post("/map/cells", json={"cells": [CENTRE]}, headers={"Authorization": ""})
+    assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthenticated"
