@@ -194,7 +194,7 @@ def test_map_lists_the_releases_and_steps_through_the_hours(
 
 
 def test_map_draws_tiles_only_from_a_configured_tile_server(
-    page: Page, live_url: str, app: FastAPI
+    app: FastAPI, live_url: str, page: Page
 ) -> None:
     city = make_city(live_url)
     open_map(page, live_url, city, city.releases[1])
@@ -213,6 +213,7 @@ def test_map_draws_tiles_only_from_a_configured_tile_server(
     assert tiles and all(t.startswith(f"{live_url}/static/favicon.svg?z=") for t in tiles)
     requested = [u for u in page.requested_urls() if "favicon.svg?z=" in u]
     assert set(tiles) <= set(requested), "the tiles were not asked for"
+    page.navigate("about:blank")  # chromium then quits promptly
 
 
 def test_map_says_why_a_release_cannot_be_drawn(page: Page, sqlite_live_url: str) -> None:
