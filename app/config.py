@@ -82,6 +82,21 @@ class Settings(BaseSettings):
         "is cancelled and the request answers 503 (0: no limit).",
     )
 
+    map_tile_url: str | None = Field(
+        default=None,
+        pattern=r"^https?://[A-Za-z0-9.-]+(:[0-9]{1,5})?/[^\s\"'<>;]*$",
+        description="A tile server of your own for the map's background, e.g. "
+        "`https://tiles.example.org/{z}/{x}/{y}.png` (Web Mercator, 256 px). Off by default: "
+        "the map then loads nothing from anywhere but dpgate.",
+    )
+
+    @field_validator("map_tile_url")
+    @classmethod
+    def _tile_template(cls, value: str | None) -> str | None:
+        if value is not None and not all(p in value for p in ("{z}", "{x}", "{y}")):
+            raise ValueError("must contain {z}, {x} and {y}")
+        return value
+
     @field_validator("admin_key", "secret_key")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:

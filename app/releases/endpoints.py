@@ -11,9 +11,9 @@ from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, re
 from app.gc_pause import gc_paused
 from app.ids import DatasetId
 from app.query_params import CheckedRoute
-from app.releases import service
+from app.releases import listing, service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
-from app.releases.schemas import PreviewOut, ReleaseBody, ReleaseIn, ReleaseOut
+from app.releases.schemas import PreviewOut, ReleaseBody, ReleaseIn, ReleaseList, ReleaseOut
 
 router = APIRouter(tags=["releases"], route_class=CheckedRoute)
 
@@ -43,10 +43,29 @@ def create_release(
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="The plan of a release, without values and without any charge",
 )
-def preview_release(
-    dataset_id: str, body: ReleaseIn, session: SessionDep, _: AnalystKey
-) -> dict:
+def preview_release(dataset_id: str, body: ReleaseIn, session: SessionDep, _: AnalystKey) -> dict:
     return service.preview_slot(session, dataset_id, body)
+
+
+@router.get(
+    "/datasets/{dataset_id}/releases",
+    response_model=ReleaseList,
+    responses=responses(Unauthenticated, Forbidden, NotFound),
+    summary="A dataset's stored releases, newest first",
+    description="What each release was (slot, partition, epsilon, cost, grids, when), a "
+    "page at a time: `next` is the `offset` of the next page, or null after the last. "
+    "`GET /releases/{release_id}` gives a whole release; reading it again is free.",
+)
+def list_releases(
+    dataset_id: DatasetId,
+    session: SessionDep,
+    _: AnalystKey,
+    limit: Annotated[int, Query(ge=1, le=1000, description="Releases per page.")] = 100,
+    offset: Annotated[
+        int, Query(ge=0, le=2**31 - 1, description="Skip this many (`next` of a page).")
+    ] = 0,
+) -> ReleaseList:
+    return listing.list_releases(session, dataset_id, limit=limit, offset=offset)
 
 
 @router.get(

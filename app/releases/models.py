@@ -4,7 +4,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Integer, String, UniqueConstraint
+from sqlalchemy import JSON, ForeignKey, Index, Integer, String, UniqueConstraint
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
@@ -18,7 +18,11 @@ class SlotRelease(Base):
     """
 
     __tablename__ = "slot_releases"
-    __table_args__ = (UniqueConstraint("dataset_id", "epoch", "fingerprint"),)
+    __table_args__ = (
+        UniqueConstraint("dataset_id", "epoch", "fingerprint"),
+        # GET /datasets/{id}/releases, newest first (migration 0008)
+        Index("ix_slot_releases_dataset_id_created_at", "dataset_id", "created_at", "id"),
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     public_id: Mapped[str] = mapped_column(String(32), unique=True)

@@ -161,3 +161,27 @@ class ReleaseBody(BaseModel):
 
     release_id: str
     grids: list[dict[str, Any]]
+
+
+class ReleaseSummary(BaseModel):
+    """One stored release in the listing (GET /datasets/{id}/releases)."""
+
+    release_id: str
+    slot_start: str = Field(description="Start of its first slot, with the local UTC offset.")
+    slots: int = Field(description="Consecutive slots it covers.")
+    partition: str = Field(description="`fixed` (one resolution) or `adaptive`.")
+    epsilon: float = Field(description="Per-grid epsilon.")
+    max_user_cost: float | None = Field(
+        description="The most any user paid for it (every release stores it)."
+    )
+    n_grids: int = Field(description="Grids released.")
+    h3_resolution: int | None = Field(
+        description="The (finest) H3 resolution of its grids; null for old releases."
+    )
+    slot_minutes: int | None = Field(description="Length of its slots; null for old releases.")
+    created_at: str = Field(description="When it was made, with the local UTC offset.")
+
+
+class ReleaseList(BaseModel):
+    releases: list[ReleaseSummary] = Field(description="Newest first.")
+    next: int | None = Field(description="The `offset` of the next page, or null.")

@@ -10,14 +10,18 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import re
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
+
+from app.web.cells import router as cells_router
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 STATIC_URL = "/static"
@@ -29,9 +33,12 @@ _INLINE_SCRIPT = re.compile(r"<script>(.*?)</script>", re.S)
 router = APIRouter()
 
 
-def content_security_policy(*, inline_scripts: list[str] | None = None) -> str:
+def content_security_policy(
+    *, inline_scripts: list[str] | None = None, image_origins: list[str] | None = None
+) -> str:
     """Only this origin may serve scripts, styles, images and fetches; ``inline_scripts``
-    are allowed by their SHA-256 (Swagger UI's start-up script)."""
+    are allowed by their SHA-256 (Swagger UI's start-up script), ``image_origins`` may
+    serve images too (the map's own tile server, when one is configured)."""
     hashes = [
         "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
         for s in inline_scripts or []
@@ -41,7 +48,7 @@ def content_security_policy(*, inline_scripts: list[str] | None = None) -> str:
             "default-src 'self'",
             " ".join(["script-src 'self'", *hashes]),
             "style-src 'self' 'unsafe-inline'",  # Swagger UI sets inline styles
-            "img-src 'self' data:",
+            " ".join(["img-src 'self' data:", *(image_origins or [])]),
             "connect-src 'self'",
             "frame-ancestors 'none'",
             "base-uri 'none'",
@@ -53,6 +60,7 @@ def content_security_policy(*, inline_scripts: list[str] | None = None) -> str:
 def _page_headers(csp: str) -> dict[str, str]:
     return {
         "Content-Security-Policy": csp,
+        "Cache-Control": "no-cache",  # revalidate: the page follows the settings
         "Referrer-Policy": "no-referrer",
         "X-Content-Type-Options": "nosniff",
     }
@@ -76,17 +84,27 @@ def swagger_ui(request: Request) -> HTMLResponse:
 
 # Like /docs, a page rather than an API operation: kept out of the OpenAPI document
 # (whose operations all answer JSON) and described in the API's description instead.
-@router.get("/map", include_in_schema=False)
-def release_map() -> FileResponse:
+@router.get("/map", include_in_schema=False, response_model=None)
+def release_map(request: Request) -> FileResponse | HTMLResponse:
     """Draws a stored release as coloured hexagons (mean, interval and users on hover);
-    ``/map#release=<id>&key=<key>`` draws straight away (a fragment never reaches us)."""
-    headers = _page_headers(content_security_policy())
-    return FileResponse(MAP_PAGE, media_type="text/html", headers=headers)
+    ``/map#release=<id>&key=<key>`` draws straight away (a fragment never reaches us).
+    With ``DPGATE_MAP_TILE_URL`` set, the page names that tile server (a ``<meta>``) and
+    its policy lets images come from there; otherwise it is the file as it is."""
+    tile_url = request.app.state.settings.map_tile_url
+    if tile_url is None:
+        headers = _page_headers(content_security_policy())
+        return FileResponse(MAP_PAGE, media_type="text/html", headers=headers)
+    parts = urlsplit(tile_url)
+    csp = content_security_policy(image_origins=[f"{parts.scheme}://{parts.netloc}"])
+    meta = f'<meta name="dpgate-tile-url" content="{html.escape(tile_url)}">'
+    page = MAP_PAGE.read_text().replace("</head>", f"{meta}\n</head>", 1)
+    return HTMLResponse(page, headers=_page_headers(csp))
 
 
 def install_pages(app: FastAPI) -> None:
     """Mount the pages and their static files (call with ``docs_url=None, redoc_url=None``)."""
     app.include_router(router)
+    app.include_router(cells_router)
     # The more specific mount first: Starlette matches mounts in order.
     app.mount(SWAGGER_URL, StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
     app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")

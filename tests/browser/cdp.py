@@ -128,8 +128,13 @@ class Page:
             size = self.send("Page.getLayoutMetrics")["cssContentSize"]
             params |= {
                 "captureBeyondViewport": True,
-                "clip": {"x": 0, "y": 0, "width": size["width"], "height": size["height"],
-                         "scale": 1},
+                "clip": {
+                    "x": 0,
+                    "y": 0,
+                    "width": size["width"],
+                    "height": size["height"],
+                    "scale": 1,
+                },
             }
         path.write_bytes(base64.b64decode(self.send("Page.captureScreenshot", params)["data"]))
         return path
@@ -175,8 +180,7 @@ def offline_browser(workdir: Path) -> Iterator[Page]:
     profile.mkdir()
     log = workdir / "chromium.log"
     proc = subprocess.Popen(
-        [chromium_binary(), *FLAGS, *offline_flags(), f"--user-data-dir={profile}",
-         "about:blank"],
+        [chromium_binary(), *FLAGS, *offline_flags(), f"--user-data-dir={profile}", "about:blank"],
         stdout=log.open("wb"),
         stderr=subprocess.STDOUT,
     )

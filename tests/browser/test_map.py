@@ -1,131 +1,219 @@
-"""``/map`` draws a real stored release in a real browser with no network."""
+"""``/map`` draws real stored releases in a real browser with no network."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+import json
 from pathlib import Path
 from urllib.parse import quote
 
 import h3
 import httpx
+from fastapi import FastAPI
 
 from tests.browser.cdp import Page
-from tests.conftest import ADMIN_KEY
-from tests.helpers import DATASET_DEFAULTS
+from tests.browser.map_city import (
+    EPSILON,
+    HOURS,
+    RELEASED,
+    SKIPPED,
+    City,
+    make_city,
+)
 
-SLOT = datetime(2024, 3, 5, 8, 0, tzinfo=UTC)
-CENTRE = h3.latlng_to_cell(30.2672, -97.7431, 8)  # downtown Austin
-CELLS = sorted(h3.grid_disk(CENTRE, 2))  # 19 res-8 hexagons
-SHIFTS = (0, 5, 11, 16)  # each user visits four cells; every cell gets 12 users
-N_USERS = 3 * len(CELLS)
-
-
-def city_csv() -> str:
-    """Speeds that fall with the distance from the centre, so the colours vary."""
-    lines = ["user_id,timestamp,lat,lon,value"]
-    for user in range(N_USERS):
-        for k, shift in enumerate(SHIFTS):
-            cell = CELLS[(user + shift) % len(CELLS)]
-            lat, lon = h3.cell_to_latlng(cell)
-            speed = 25.0 - 8.0 * h3.grid_distance(CENTRE, cell) + (user % 5)
-            for i in range(3):
-                ts = SLOT + timedelta(minutes=12 * k + i, seconds=user % 60)
-                lines.append(f"bus{user},{ts.isoformat()},{lat},{lon},{speed}")
-    return "\n".join(lines) + "\n"
+DRAWN = "['drawn', 'error'].includes(document.body.dataset.state) && document.body.dataset.state"
 
 
-def stored_release(base_url: str) -> tuple[str, str]:
-    """An analyst key and the id of a release of the slot, made through the API."""
-    with httpx.Client(
-        base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, trust_env=False
-    ) as admin:
-        dataset = admin.post("/datasets", json={**DATASET_DEFAULTS, "value_bound": 30.0})
-        assert dataset.status_code == 201, dataset.text
-        ds = dataset.json()["id"]
-        upload = admin.post(
-            f"/datasets/{ds}/records",
-            content=city_csv(),
-            headers={"content-type": "text/csv"},
-        )
-        assert upload.status_code == 200 and upload.json()["rejected"] == 0, upload.text
-        key = admin.post("/keys", json={"name": "map", "role": "analyst", "epsilon_quota": None})
-        assert key.status_code == 201, key.text
-        analyst_key = key.json()["key"]
-    with httpx.Client(
-        base_url=base_url, headers={"Authorization": f"Bearer {analyst_key}"}, trust_env=False
-    ) as analyst:
-        release = analyst.post(
-            f"/datasets/{ds}/releases",
-            json={"slot_start": SLOT.isoformat(), "epsilon": 1.0, "clip_user": True},
-        )
-        assert release.status_code == 200, release.text
-    return analyst_key, release.json()["release_id"]
+def open_map(page: Page, base_url: str, city: City, release_id: str) -> str:
+    """Open the map on ``release_id``; the status line once drawn."""
+    page.navigate(f"{base_url}/map#release={quote(release_id)}&key={quote(city.key)}")
+    return wait_drawn(page, release_id)
 
 
-def geojson(base_url: str, key: str, release_id: str) -> dict:
-    resp = httpx.get(
-        f"{base_url}/releases/{release_id}",
-        params={"format": "geojson"},
-        headers={"Authorization": f"Bearer {key}"},
-        trust_env=False,
-    )
-    assert resp.status_code == 200, resp.text
-    assert resp.headers["content-type"] == "application/geo+json"
-    return resp.json()
-
-
-def test_map_draws_one_hexagon_per_released_grid(
-    page: Page, live_url: str, tmp_path: Path
-) -> None:
-    key, release_id = stored_release(live_url)
-    features = geojson(live_url, key, release_id)["features"]
-    assert {f["properties"]["h3_cell"] for f in features} == set(CELLS)
-
-    page.navigate(f"{live_url}/map#release={quote(release_id)}&key={quote(key)}")
-    state = page.wait_for(
-        "['drawn', 'error'].includes(document.body.dataset.state) && document.body.dataset.state",
-        what="the map to draw the release",
+def wait_drawn(page: Page, release_id: str) -> str:
+    page.wait_for(
+        f"document.body.dataset.state === 'drawn' && location.hash.includes('{release_id}')"
+        " || document.body.dataset.state === 'error'",
+        what=f"the map to draw release {release_id}",
     )
     status = page.evaluate("document.getElementById('status').textContent")
-    assert state == "drawn", f"the map did not draw: {status}"
-    shot = page.screenshot(tmp_path / "map.png", full_page=True)
+    assert page.evaluate("document.body.dataset.state") == "drawn", status
+    return status
 
-    hexagons = page.evaluate(
-        "[...document.querySelectorAll('#map path.hex')].map(p => "
-        "[p.dataset.gridId, p.getAttribute('fill'), p.getBBox().width, p.getBBox().height])"
-    )
-    assert len(hexagons) == len(features), f"{len(hexagons)} hexagons for {len(features)} grids"
-    assert {h[0] for h in hexagons} == {f["properties"]["grid_id"] for f in features}
-    assert all(h[2] > 10 and h[3] > 10 for h in hexagons), "hexagons drawn too small to see"
-    # Coloured by the mean: as many distinct fills as distinct means (all means are set).
-    means = {f["properties"]["grid_id"]: f["properties"]["mean"] for f in features}
-    assert all(m is not None for m in means.values())
-    assert len({h[1] for h in hexagons}) >= min(len(set(means.values())), 5)
-    assert page.evaluate("document.querySelectorAll('#legend stop').length") >= 2
-    assert f"{len(features)} grids drawn" in status
-    # The key leaves the address bar once read; the release id stays.
-    assert page.evaluate("location.hash") == f"#release={release_id}"
 
-    # Hover the first hexagon: its mean, interval and users appear.
-    first = features[0]["properties"]
-    hexagon = f"document.querySelector('#map path[data-grid-id=\"{first['grid_id']}\"]')"
-    box = page.evaluate(
-        f"(() => {{ const r = {hexagon}.getBoundingClientRect();"
+def text_of(page: Page, selector: str) -> str:
+    return page.evaluate(f"document.querySelector({selector!r}).textContent")
+
+
+def hover(page: Page, selector: str) -> str:
+    """Move the mouse onto the element's centre; the tooltip's text."""
+    x, y = page.evaluate(
+        f"(() => {{ const r = document.querySelector({selector!r}).getBoundingClientRect();"
         " return [r.x + r.width / 2, r.y + r.height / 2]; })()"
     )
-    page.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": box[0], "y": box[1]})
-    page.wait_for("!document.getElementById('tooltip').hidden", what="the hover details")
-    tip = page.evaluate("document.getElementById('tooltip').textContent")
-    assert first["grid_id"] in tip and f"users {first['n_users']}" in tip
-    assert f"mean {first['mean']:.2f}" in tip
-    ci = first["mean_ci95"]
-    assert (f"[{ci[0]:.2f}, {ci[1]:.2f}]" if ci else "interval none") in tip
+    page.send("Input.dispatchMouseEvent", {"type": "mouseMoved", "x": x, "y": y})
+    page.wait_for(
+        "!document.getElementById('tooltip').hidden && document.getElementById('tooltip')"
+        ".textContent.length > 0",
+        what="the hover details",
+    )
+    return page.evaluate("document.getElementById('tooltip').textContent")
+
+
+def test_map_draws_the_footprint_and_every_released_cell(
+    page: Page, live_url: str, tmp_path: Path
+) -> None:
+    city = make_city(live_url)
+    release_id = city.releases[1]  # 08:00
+    with city.client(live_url) as api:
+        release = api.get(f"/releases/{release_id}").json()
+        footprint = api.get(
+            f"/datasets/{city.dataset_id}/grids", params={"slot_start": HOURS[1].isoformat()}
+        ).json()["grids"]
+    grids = {g["grid_id"]: g for g in release["grids"]}
+    assert {g["h3_cell"] for g in grids.values()} == set(RELEASED)
+    assert {g["h3_cell"] for g in footprint} == set(RELEASED) | set(SKIPPED)
+
+    status = open_map(page, live_url, city, release_id)
+    shot = page.screenshot(tmp_path / "map.png", full_page=True)
+    assert f"{len(grids)} cells drawn, {len(SKIPPED)} with too few buses" in status
+
+    # Every released cell, by its grid id; the whole footprint; the skipped cells hatched.
+    cells = page.evaluate(
+        "[...document.querySelectorAll('#map path.cell')].map(p => [p.dataset.gridId,"
+        " p.getAttribute('fill'), p.dataset.certainty, p.getBBox().width])"
+    )
+    assert sorted(c[0] for c in cells) == sorted(grids)
+    assert all(c[3] > 10 for c in cells), "hexagons drawn too small to see"
+    drawn_footprint = page.evaluate(
+        "[...document.querySelectorAll('#map path.footprint')].map(p => p.dataset.cell)"
+    )
+    assert sorted(drawn_footprint) == sorted(g["h3_cell"] for g in footprint)
+    skipped = page.evaluate(
+        "[...document.querySelectorAll('#map path.skipped')].map(p => p.dataset.cell)"
+    )
+    assert sorted(skipped) == SKIPPED
+    # Uncertainty: a cell is washed out exactly when its interval is over 20% of 0..U.
+    for grid_id, _, certainty, _ in cells:
+        ci = grids[grid_id]["mean"]["ci95"]
+        expected = "none" if ci is None else "wide" if ci[1] - ci[0] > 6.0 else "sure"
+        assert certainty == expected, (grid_id, ci)
+    n_hatched = sum(c[2] == "none" for c in cells)
+    assert page.evaluate("document.querySelectorAll('#map path.hatch').length") == n_hatched
+    # A fixed scale: same mean, same colour, whatever the release's own range.
+    assert len({c[1] for c in cells}) >= 3
+    # Each hexagon (large enough here) shows its mean, rounded as far as it is sure.
+    labels = page.evaluate(
+        "[...document.querySelectorAll('#map text.value')].map(t => t.textContent)"
+    )
+    shown = {c[0]: c[2] for c in cells}
+    expected = [
+        f"{g['mean']['estimate']:.1f}" if shown[i] == "sure" else f"≈{g['mean']['estimate']:.0f}"
+        for i, g in grids.items()
+    ]
+    assert sorted(labels) == sorted(expected)
+
+    legend = text_of(page, "#legend")
+    assert "m/s" in legend and "km/h" in legend and "0 to 30 m/s" in legend
+    assert "too few buses" in legend
+    facts = text_of(page, "#facts")
+    assert "ε = 2.9 per cell" in facts and "cost per user at most 2.9" in facts
+    assert str(EPSILON)[:6] not in facts + status, "numbers must be rounded for people"
+    assert "100% of the slot's records" not in facts and "% of the slot's records" in facts
+    assert "Tue 2024-03-05, 08:00–09:00 (UTC+00:00)" in facts
+    assert page.evaluate("location.hash") == f"#release={release_id}"  # the key is gone
+
+    first = release["grids"][0]
+    tip = hover(page, f'#map path.cell[data-grid-id="{first["grid_id"]}"]')
+    mean = first["mean"]["estimate"]
+    assert f"Mean speed {mean:.1f} m/s ({mean * 3.6:.0f} km/h)" in tip
+    assert f"{first['n_users']} users" in tip and first["h3_cell"] in tip
     page.screenshot(tmp_path / "map-hover.png")
+    tip = hover(page, f'#map path.skipped[data-cell="{SKIPPED[0]}"]')
+    assert "Too few buses" in tip and "3 users" in tip
 
     outside = [u for u in page.requested_urls() if not u.startswith(live_url + "/")]
     assert not outside, f"the map asked for something the server does not serve: {outside}"
     assert page.errors() == [], "the map page logged errors"
     assert shot.stat().st_size > 20_000, "the screenshot looks blank"
+
+
+def test_map_lists_the_releases_and_steps_through_the_hours(
+    page: Page, live_url: str, tmp_path: Path
+) -> None:
+    city = make_city(live_url)
+    open_map(page, live_url, city, city.releases[1])
+    options = page.evaluate(
+        "[...document.querySelectorAll('#releases option')].map(o => [o.value, o.selected,"
+        " o.textContent])"
+    )
+    assert [o[0] for o in options] == city.releases  # by slot, though made out of order
+    assert [o[1] for o in options] == [False, True, False]
+    assert all("ε 2.9" in o[2] and "19 cells" in o[2] for o in options)
+    assert "09:00" in text_of(page, "#next-slot") and "07:00" in text_of(page, "#prev-slot")
+
+    page.evaluate("document.getElementById('next-slot').click()")
+    wait_drawn(page, city.releases[2])
+    assert "09:00–10:00" in text_of(page, "#facts")
+    assert page.evaluate("document.getElementById('next-slot').disabled") is True
+    assert page.evaluate("document.getElementById('releases').value") == city.releases[2]
+    page.screenshot(tmp_path / "map-0900.png", full_page=True)
+    # 09:00 is the most accurate release: its wide or missing intervals are washed out or
+    # hatched, and their labels rounded to whole m/s.
+    uncertain = page.evaluate(
+        "document.querySelectorAll('#map path.cell:not([data-certainty=\"sure\"])').length"
+    )
+    approximate = page.evaluate(
+        "[...document.querySelectorAll('#map text.value')].filter(t =>"
+        " t.textContent.startsWith('≈')).length"
+    )
+    assert uncertain > 0 and approximate == uncertain
+
+    for _ in range(2):
+        page.evaluate("document.getElementById('prev-slot').click()")
+        page.wait_for(
+            "document.getElementById('facts').textContent.includes('"
+            f"{'08:00' if _ == 0 else '07:00'}–')",
+            what="the previous hour",
+        )
+    wait_drawn(page, city.releases[0])
+    assert page.evaluate("document.getElementById('prev-slot').disabled") is True
+
+    # Choosing a release in the list draws it.
+    page.evaluate(
+        "(() => { const s = document.getElementById('releases');"
+        f" s.value = '{city.releases[1]}'; s.dispatchEvent(new Event('change')); }})()"
+    )
+    wait_drawn(page, city.releases[1])
+    assert "08:00–09:00" in text_of(page, "#facts")
+
+    # The release's own range, on request: the legend says so.
+    page.evaluate("document.getElementById('stretch').click()")
+    page.wait_for("document.getElementById('legend').textContent.includes('stretched')")
+    page.screenshot(tmp_path / "map-stretched.png", full_page=True)
+    assert page.errors() == [], "the map page logged errors"
+
+
+def test_map_draws_tiles_only_from_a_configured_tile_server(
+    app: FastAPI, live_url: str, page: Page
+) -> None:
+    city = make_city(live_url)
+    open_map(page, live_url, city, city.releases[1])
+    assert page.evaluate("document.querySelectorAll('#map image').length") == 0
+    template = f"{live_url}/static/favicon.svg?z={{z}}&x={{x}}&y={{y}}"
+    app.state.settings = app.state.settings.model_copy(update={"map_tile_url": template})
+    served = httpx.get(f"{live_url}/map", trust_env=False)
+    assert f"img-src 'self' data: {live_url};" in served.headers["content-security-policy"]
+    assert "connect-src 'self';" in served.headers["content-security-policy"]
+    assert 'name="dpgate-tile-url"' in served.text
+    page.navigate("about:blank")  # a new page load, not only a new fragment
+    open_map(page, live_url, city, city.releases[1])
+    tiles = page.evaluate(
+        "[...document.querySelectorAll('#map .tiles image')].map(i => i.getAttribute('href'))"
+    )
+    assert tiles and all(t.startswith(f"{live_url}/static/favicon.svg?z=") for t in tiles)
+    requested = [u for u in page.requested_urls() if "favicon.svg?z=" in u]
+    assert set(tiles) <= set(requested), "the tiles were not asked for"
+    page.navigate("about:blank")  # chromium then quits promptly
 
 
 def test_map_says_why_a_release_cannot_be_drawn(page: Page, sqlite_live_url: str) -> None:
@@ -142,4 +230,28 @@ def test_map_page_is_served_with_a_strict_policy(sqlite_live_url: str) -> None:
     csp = resp.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "connect-src 'self'" in csp
     assert "http" not in csp, "the page may load from this server only"
-    assert 'id="map"' in resp.text
+    assert 'id="map"' in resp.text and "dpgate-tile-url" not in resp.text
+
+
+def test_map_finds_the_released_cell_above_a_footprint_cell(
+    page: Page, sqlite_live_url: str
+) -> None:
+    """An adaptive release's coarse cell covers the fine footprint cells below it: the
+    page's H3 parent (from the index bits) agrees with h3's."""
+    page.navigate(f"{sqlite_live_url}/map")
+    fine = [*RELEASED[:3], h3.latlng_to_cell(-33.87, 151.21, 9), h3.get_pentagons(8)[0]]
+    pairs = [(c, r) for c in fine for r in range(h3.get_resolution(c) + 1)]
+    got = page.evaluate(
+        f"import('/static/map/geo.js').then(m => {json.dumps(pairs)}"
+        ".map(([c, r]) => m.h3Parent(c, r)))",
+        await_promise=True,
+    )
+    assert got == [h3.cell_to_parent(c, r) for c, r in pairs]
+    coarse = h3.cell_to_parent(RELEASED[0], 6)
+    covering = page.evaluate(
+        f"import('/static/map/geo.js').then(m => [m.coveringCell({RELEASED[0]!r},"
+        f" new Set([{coarse!r}]), [8, 7, 6]), m.coveringCell({SKIPPED[0]!r},"
+        f" new Set([{RELEASED[1]!r}]), [8])])",
+        await_promise=True,
+    )
+    assert covering == [coarse, None]

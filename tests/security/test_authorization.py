@@ -51,7 +51,9 @@ ROLES = {
     ("POST", "/plans/preview"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases/preview"): "analyst",
+    ("GET", "/datasets/{dataset_id}/releases"): "analyst",
     ("GET", "/releases/{release_id}"): "analyst",
+    ("POST", "/map/cells"): "analyst",
     ("GET", "/queries"): "analyst",
 }
 
@@ -102,6 +104,7 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
             "/keys": {"name": "k", "role": "analyst"},
             "/datasets": {"name": "d", "value_bound": 1, "budget_per_user": 1},
             "/plans/preview": {"value_bound": 1, "epsilon": 1, "occupancy": [["g", "u", 1]]},
+            "/map/cells": {"cells": ["88489e3467fffff"]},
         }.get(path)
         if path.endswith("/reset"):
             body = {"reason": "authorisation test"}
