@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import shutil
 import sys
@@ -373,7 +374,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except StartupRefused as exc:
-        print(f"dpgate: refusing to start: {exc}", file=sys.stderr)
+        message = f"dpgate: refusing to start: {exc}"
+        if logging.getLogger().handlers:  # configured: the line in DPGATE_LOG_FORMAT
+            logging.getLogger("dpgate.cli").error(message)
+        else:
+            print(message, file=sys.stderr)
         return 2
 
 

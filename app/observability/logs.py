@@ -119,6 +119,7 @@ def logging_config(log_format: LogFormat, level: str = "INFO") -> dict[str, Any]
             "uvicorn.error": {**propagate, "level": level},
             "uvicorn.access": {**propagate, "level": level},
             "alembic": {**propagate, "level": level},
+            "alembic.runtime.plugins": {**propagate, "level": "WARNING"},
         },
     }
 
@@ -129,4 +130,5 @@ def configure_logging(log_format: LogFormat, level: str = "INFO") -> dict[str, A
 
     config = logging_config(log_format, level)
     logging.config.dictConfig(config)
+    logging.captureWarnings(True)  # Python's warnings too, as log lines
     return config
