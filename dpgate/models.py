@@ -63,6 +63,7 @@ class StatisticAnswer(_Model):
     worst_case_bias: float | None = None
     worst_case_error: float | None = None
     ci95: list[float] | None = None
+    ci95_note: str | None = None
     n_users: int
     n_users_charged: int
     cached: bool
@@ -86,6 +87,7 @@ class ReleaseGrid(_Model):
     mean: StatisticAnswer | None = None
     variance: StatisticAnswer | None = None
     expected_error: float | None = None
+    expected_ci95_width: float | None = None
 
 
 class Release(_Model):

@@ -75,7 +75,7 @@ __all__ = [
 LINEAR = frozenset(
     {
         "baseline", "array_avg_wrap", "array_avg_bestfit", "opt_array", "opt_array_convex",
-        "clip", "worst_case_optimal",
+        "clip", "worst_case_optimal", "capped_weights",
     }
 )  # fmt: skip
 PROJECTION = frozenset({"levy", "quantile_fixed", "quantile_optimized"})

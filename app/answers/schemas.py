@@ -66,15 +66,17 @@ class StatisticAnswer(BaseModel):
         description="A 95% interval [lo, hi] meant to hold the grid's true value 95% of "
         "the time: the Laplace noise's 95% range around the estimate (± b·ln 20) widened by "
         "the worst-case bias of clipping or projection, then projected onto the statistic's "
-        "range. `user_window` (auto's usual mean) clips at a private level: its interval "
-        "bounds that clipping with probability 0.99 and the noise with 0.96, so it holds "
-        "the truth at least 95% of the time too, but is loose above the estimate on small "
-        "grids (docs/math.md §11.6). Null where the mechanism has no such bound (the "
-        "window variances, centered_clip): `ci95_note` then says why."
+        "range. `user_window` and the `window` variance (auto's usual paths) clip at a "
+        "private level: their interval bounds what the clipping moved with probability "
+        "0.99 and the noise with 0.96, so it holds the truth at least 95% of the time on "
+        "every dataset, but is wide on small grids (docs/math.md §11.6). For the narrowest "
+        "honest interval ask auto with `objective=interval`. Null where the mechanism has "
+        "no such bound (centered_clip, centred, levy, quantile): `ci95_note` then says why."
     )
     ci95_note: str | None = Field(
         default=None,
-        description="Why `ci95` is null (one sentence); null when an interval is given.",
+        description="Why `ci95` is null, or why it is the whole range (one sentence); "
+        "null otherwise.",
     )
     n_users: int = Field(description="Users with records in the grid (public occupancy).")
     n_users_charged: int = Field(

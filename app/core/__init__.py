@@ -10,13 +10,13 @@ from app.core.engine import (
     plan_joint,
     plan_mean,
     plan_variance,
-    quote_epsilon,
     release_joint,
     release_mean,
     release_variance,
     start_release,
     start_releases,
 )
+from app.core.expected_width import expected_ci95_width
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
 from app.core.options import (
@@ -27,6 +27,7 @@ from app.core.options import (
     OptionSpec,
     validate_options,
 )
+from app.core.quote import quote_epsilon
 from app.core.release import Plan, Release, VectorRelease
 from app.core.wco_d import worst_case_optimal_d
 
@@ -46,6 +47,7 @@ __all__ = [
     "auto_epsilon",
     "calibrate_scale",
     "default_noise",
+    "expected_ci95_width",
     "expected_error",
     "finish_releases",
     "plan_joint",

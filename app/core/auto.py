@@ -2,8 +2,9 @@
 
 The rule (docs/math.md §11, measured by ``benchmarks/accuracy.py``):
 
-* **mean**: ``centered_clip`` where its public gate opens (``0.4·ε·L >= 4(ln 257 + 3)``:
-  enough users for its private centre), else ``user_window``;
+* **mean**: ``centered_clip`` where the median count is at least 4 and its public gate
+  opens (``0.4·ε·L >= 4(ln 257 + 3)``: enough users for its private centre), else
+  ``user_window``;
 * **variance**: ``centred`` where the median count is at least 4 and its public gate
   opens (``0.4·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
 
@@ -33,16 +34,28 @@ VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
 # several records each: real grids with median 1-2 do better with the window.
 CENTRED_MIN_MEDIAN = 4
 
-# auto's MAE / the peer rule's MAE, per path: medians over grids and eps measured by
-# benchmarks/accuracy.py (user_window, window: the CapMetrics days; centered_clip,
-# centred: the ITMS-like grid). docs/results.md "Accuracy of auto".
-_RATIO = {"user_window": 0.70, "centered_clip": 0.15, "window": 0.25, "centred": 0.34}
+# auto's MAE / the peer rule's MAE, per path, at eps = 0.5, 1, 2: medians over grids
+# measured by benchmarks/intervals.py (user_window, window: the CapMetrics days' 342 grids,
+# 40 draws each; centered_clip, centred: the ITMS-like grid, 400 draws). Between them:
+# linear in log eps; outside, the nearest. docs/results.md "Intervals".
+_RATIO_EPS = (0.5, 1.0, 2.0)
+_RATIO = {
+    "user_window": (0.565, 0.673, 0.787),
+    "centered_clip": (0.18, 0.124, 0.127),
+    "window": (0.169, 0.255, 0.321),
+    "centred": (0.357, 0.325, 0.342),
+}
+
+
+def _ratio(path: str, eps: float) -> float:
+    x = float(np.clip(np.log2(eps), -1.0, 1.0))
+    return float(np.interp(x, np.log2(_RATIO_EPS), _RATIO[path]))
 
 
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
     """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
     if statistic == "mean":
-        if adaptive_gate(info.n_active, CENTRE_SHARE * eps):
+        if info.median() >= CENTRED_MIN_MEDIAN and adaptive_gate(info.n_active, CENTRE_SHARE * eps):
             return "centered_clip"
         return "user_window"
     if statistic == "variance":
@@ -67,11 +80,12 @@ def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) 
     info = prepare_counts(counts)
     U, eps = check_bound(U), check_epsilon(eps)
     path = auto_mechanism(statistic, info, eps)
-    return _RATIO[path] * _peer_scale(statistic, info, U, eps)
+    return _ratio(path, eps) * _peer_scale(statistic, info, U, eps)
 
 
 def _expected(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
-    return _RATIO[auto_mechanism(statistic, info, eps)] * _peer_scale(statistic, info, U, eps)
+    path = auto_mechanism(statistic, info, eps)
+    return _ratio(path, eps) * _peer_scale(statistic, info, U, eps)
 
 
 def auto_epsilon(

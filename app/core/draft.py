@@ -17,7 +17,9 @@ import numpy as np
 
 from app.core.bounds import grouped_linear_mean_bias
 from app.core.counts import CountsInfo
+from app.core.float_sums import exact_sum, float_sum_sensitivity
 from app.core.grid import GridData
+from app.core.interval import isolated_head_sums
 from app.core.noise import NoiseSource
 from app.core.release import BiasSpread
 
@@ -87,9 +89,12 @@ def linear_draft(
     kept = np.where(weights > 0, kept, 0).astype(np.int64)
     weights = np.where(kept > 0, weights, 0.0)
     bias = grouped_linear_mean_bias(U, info.counts, kept, weights)
+    # Each term is a kept user's own sum (kept[l] roundings) times its weight (one more),
+    # summed exactly: a user with nothing kept moves nothing (docs/math.md §9.5).
+    float_sens = float_sum_sensitivity(sensitivity, U, int(kept.max(initial=0)) + 1)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        value = float(np.dot(weights, grid.head_sums(kept)))
-        return Estimate(value, sensitivity)
+        value = exact_sum(weights * isolated_head_sums(grid, kept))
+        return Estimate(value, float_sens)
 
-    return Draft("mean", mechanism, eps, eps, sensitivity, bias, kept, details, estimator)
+    return Draft("mean", mechanism, eps, eps, float_sens, bias, kept, details, estimator)

@@ -12,39 +12,28 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import numpy.typing as npt
 
-from app.core.auto import auto_mechanism
+from app.core import registry
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
-from app.core.mean_centered import plan_centered_clip
-from app.core.mean_linear import (
-    plan_array_bestfit,
-    plan_array_wrap,
-    plan_baseline,
-    plan_clip,
-    plan_opt_array,
-    plan_opt_array_convex,
-)
-from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
-from app.core.mean_window import plan_user_window
 from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_many
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release
-from app.core.variance import joint_drafts, plan_variance_baseline, plan_variance_clip
-from app.core.variance_centred import plan_variance_centred
-from app.core.variance_window import plan_variance_window
+from app.core.variance import (
+    joint_drafts,
+)
 
 __all__ = [
     "PendingRelease",
     "finish_releases",
+    "plan_from_draft",
     "plan_joint",
     "plan_mean",
     "plan_variance",
-    "quote_epsilon",
+    "prepare",
     "release_joint",
     "release_mean",
     "release_variance",
@@ -56,96 +45,8 @@ Options = dict[str, OptionValue]
 Builder = Callable[[CountsInfo, float, float, Options], Draft]
 
 
-def _int_opt(opts: Options, name: str) -> int | None:
-    v = opts.get(name)
-    return None if v is None else int(v)
 
-
-def _float_opt(opts: Options, name: str) -> float:
-    v = opts[name]
-    assert isinstance(v, int | float)  # validate_options coerced it
-    return float(v)
-
-
-def _fill(opts: Options) -> bool:
-    return bool(opts["user_mean_fill"])
-
-
-_MEAN: Mapping[str, Builder] = {
-    "baseline": lambda i, U, e, o: plan_baseline(i, U, e),
-    "array_avg_wrap": lambda i, U, e, o: plan_array_wrap(i, U, e, _int_opt(o, "m_ub"), _fill(o)),
-    "array_avg_bestfit": lambda i, U, e, o: plan_array_bestfit(
-        i, U, e, _int_opt(o, "m_ub"), _fill(o)
-    ),
-    "levy": lambda i, U, e, o: plan_levy(
-        i, U, e, _float_opt(o, "gamma"), _int_opt(o, "m_ub"), _fill(o)
-    ),
-    "quantile_fixed": lambda i, U, e, o: plan_quantile(
-        i, U, e, "fixed", _int_opt(o, "m_ub"), _fill(o)
-    ),
-    "quantile_optimized": lambda i, U, e, o: plan_quantile(
-        i, U, e, "optimized", _int_opt(o, "m_ub"), _fill(o)
-    ),
-    "opt_array": lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
-    "opt_array_convex": lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
-    "clip": lambda i, U, e, o: plan_clip(i, U, e, _int_opt(o, "m")),
-    "worst_case_optimal": lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
-    "centered_clip": lambda i, U, e, o: plan_centered_clip(
-        i,
-        U,
-        e,
-        _float_opt(o, "centre_share"),
-        _float_opt(o, "width_share"),
-        _float_opt(o, "width_factor"),
-    ),
-    "user_window": lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
-}
-
-_VARIANCE: Mapping[str, Builder] = {
-    "baseline": lambda i, U, e, o: plan_variance_baseline(i, U, e),
-    "clip": lambda i, U, e, o: plan_variance_clip(i, U, e, _int_opt(o, "m")),
-    "window": lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
-    "centred": lambda i, U, e, o: plan_variance_centred(
-        i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
-    ),
-}
-
-# Candidates of ``quote_epsilon`` (mechanisms with a worst-case error), in tie-breaking order.
-AUTO_MEAN = (
-    "baseline",
-    "clip",
-    "worst_case_optimal",
-    "opt_array",
-    "opt_array_convex",
-    "array_avg_bestfit",
-    "array_avg_wrap",
-)
-AUTO_VARIANCE = ("baseline", "clip")
-_TABLES: Mapping[str, tuple[Mapping[str, Builder], tuple[str, ...]]] = {
-    "mean": (_MEAN, AUTO_MEAN),
-    "variance": (_VARIANCE, AUTO_VARIANCE),
-}
-
-
-def _draft(
-    statistic: str,
-    info: CountsInfo,
-    U: float,
-    eps: float,
-    mechanism: str,
-    options: Mapping[str, OptionValue],
-) -> Draft:
-    opts = validate_options(statistic, mechanism, options)
-    builders, _ = _TABLES[statistic]
-    if mechanism != "auto":
-        return builders[mechanism](info, U, eps, opts)
-    name = auto_mechanism(statistic, info, eps)
-    draft = builders[name](info, U, eps, validate_options(statistic, name, {}))
-    draft.details["selected_by"] = "auto"
-    return draft
-
-
-def _plan(draft: Draft, extra: Mapping[str, object] | None = None) -> Plan:
+def plan_from_draft(draft: Draft, extra: Mapping[str, object] | None = None) -> Plan:
     scale = None
     error = None
     if draft.sensitivity is not None:
@@ -204,7 +105,7 @@ def _finish(
     )
 
 
-def _prepare(
+def prepare(
     counts: npt.ArrayLike, U: float, eps: float, caps: npt.ArrayLike | None
 ) -> tuple[CountsInfo, float, float]:
     return prepare_counts(counts, caps), check_bound(U), check_epsilon(eps)
@@ -229,8 +130,8 @@ def plan_mean(
     **options: OptionValue,
 ) -> Plan:
     """Plan a mean release from public per-user counts only (docs/math.md §5)."""
-    info, U, eps = _prepare(counts, U, eps, caps)
-    return _plan(_draft("mean", info, U, eps, mechanism, options))
+    info, U, eps = prepare(counts, U, eps, caps)
+    return plan_from_draft(registry.draft("mean", info, U, eps, mechanism, options))
 
 
 def release_mean(
@@ -245,7 +146,7 @@ def release_mean(
 ) -> Release:
     """Release the ``eps``-DP (user level) mean of ``grid`` with ``mechanism`` (docs/math.md §5)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
-    return _release(_draft("mean", info, U, eps, mechanism, options), grid, noise, U=U)
+    return _release(registry.draft("mean", info, U, eps, mechanism, options), grid, noise, U=U)
 
 
 def plan_variance(
@@ -258,8 +159,8 @@ def plan_variance(
     **options: OptionValue,
 ) -> Plan:
     """Plan a population-variance release (baseline, clip or auto) from public counts."""
-    info, U, eps = _prepare(counts, U, eps, caps)
-    return _plan(_draft("variance", info, U, eps, mechanism, options))
+    info, U, eps = prepare(counts, U, eps, caps)
+    return plan_from_draft(registry.draft("variance", info, U, eps, mechanism, options))
 
 
 def release_variance(
@@ -274,7 +175,7 @@ def release_variance(
 ) -> Release:
     """Release the ``eps``-DP population variance of ``grid`` (004 §III, docs/math.md §5.9)."""
     info, U, eps = _grid_info(grid, U, eps, caps)
-    return _release(_draft("variance", info, U, eps, mechanism, options), grid, noise, U=U)
+    return _release(registry.draft("variance", info, U, eps, mechanism, options), grid, noise, U=U)
 
 
 @dataclass(frozen=True, eq=False)
@@ -319,13 +220,13 @@ def start_releases(
 ) -> list[PendingRelease]:
     """:func:`start_release` of each statistic in turn, on one grid checked once."""
     for statistic in statistics:
-        if statistic not in _TABLES:
+        if statistic not in registry.TABLES:
             raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     info, U, eps = _grid_info(grid, U, eps, caps)
     source = default_noise() if noise is None else noise
     out = []
     for statistic in statistics:
-        draft = _draft(statistic, info, U, eps, mechanism, options)
+        draft = registry.draft(statistic, info, U, eps, mechanism, options)
         est = draft.estimator(grid, source)
         out.append(PendingRelease(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U))
     return out
@@ -354,7 +255,7 @@ def _joint(
     if mechanism == "auto":
         return _joint_auto(info, U, eps)
     mean_d, var_d, _ = joint_drafts(
-        info, U, eps, mechanism, str(opts["split"]), _int_opt(opts, "m")
+        info, U, eps, mechanism, str(opts["split"]), registry.int_option(opts, "m")
     )
     joint = 0.0
     for d in (mean_d, var_d):
@@ -368,8 +269,8 @@ def _joint_auto(info: CountsInfo, U: float, eps: float) -> tuple[Draft, Draft, d
     ``ε/2 + ε/2 = ε`` exactly in floating point). Both read every kept record of the
     same users. No worst-case bound: ``joint_error`` is ``None``."""
     half = eps / 2.0
-    mean_d = _draft("mean", info, U, half, "auto", {})
-    var_d = _draft("variance", info, U, half, "auto", {})
+    mean_d = registry.draft("mean", info, U, half, "auto", {})
+    var_d = registry.draft("variance", info, U, half, "auto", {})
     shared: dict[str, object] = {"split": "half", "joint_epsilon": eps}
     mean_d.details.update(shared)
     var_d.details.update(shared)
@@ -387,9 +288,9 @@ def plan_joint(
     m: int | None = None,
 ) -> tuple[Plan, Plan]:
     """Plan the joint mean+variance release (004 ``M_b`` / ``M_clip``) from public counts."""
-    info, U, eps = _prepare(counts, U, eps, caps)
+    info, U, eps = prepare(counts, U, eps, caps)
     mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
-    return _plan(mean_d, extra), _plan(var_d, extra)
+    return plan_from_draft(mean_d, extra), plan_from_draft(var_d, extra)
 
 
 def release_joint(
@@ -412,75 +313,3 @@ def release_joint(
     mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
     return _release(mean_d, grid, noise, extra, U=U), _release(var_d, grid, noise, extra, U=U)
 
-
-def _error_at(statistic: str, info: CountsInfo, U: float, eps: float, name: str) -> float:
-    builders, _ = _TABLES[statistic]
-    err = builders[name](info, U, eps, validate_options(statistic, name, {})).nominal_error()
-    assert err is not None
-    return err
-
-
-def _smallest_eps(
-    statistic: str,
-    info: CountsInfo,
-    U: float,
-    target: float,
-    name: str,
-    max_eps: float,
-    min_eps: float,
-) -> float | None:
-    """Bisection (in log ε) for the smallest ε >= min_eps with error <= target; errors
-    fall with ε."""
-    if _error_at(statistic, info, U, max_eps, name) > target:
-        return None
-    floor = max(min_eps, max_eps * 2.0**-40)
-    if _error_at(statistic, info, U, floor, name) <= target:
-        return floor
-    lo, hi = floor, max_eps
-    while hi / lo > 1.0 + 1e-9:
-        mid = float(np.sqrt(lo * hi))
-        if _error_at(statistic, info, U, mid, name) <= target:
-            hi = mid
-        else:
-            lo = mid
-    return hi
-
-
-def quote_epsilon(
-    counts: npt.ArrayLike,
-    U: float,
-    target_error: float,
-    statistic: str = "mean",
-    *,
-    max_epsilon: float,
-    min_epsilon: float = 0.0,
-    caps: npt.ArrayLike | None = None,
-) -> tuple[float, str] | None:
-    """The smallest ``min_epsilon <= ε <= max_epsilon`` (and its mechanism) whose
-    worst-case error <= target.
-
-    Public counts only. Each mechanism with a bound is bisected in log ``ε`` to a
-    relative 1e-9 (their errors are non-increasing in ``ε``; for ``opt_array``, whose
-    arrays change with ``ε``, the result is an ``ε`` where the target holds, not
-    provably the smallest); the returned pair is re-checked with the noise scale OpenDP
-    certifies. ``None`` when no mechanism reaches the target within ``max_epsilon``.
-    """
-    if statistic not in _TABLES:
-        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
-    info, U, max_eps = _prepare(counts, U, max_epsilon, caps)
-    target = float(target_error)
-    if not np.isfinite(target) or target <= 0:
-        raise ValueError(f"target error must be finite and > 0, got {target_error!r}")
-    found = []
-    for name in _TABLES[statistic][1]:
-        eps = _smallest_eps(statistic, info, U, target, name, max_eps, min(min_epsilon, max_eps))
-        if eps is not None:
-            found.append((eps, name))
-    for eps, name in sorted(found):
-        for _ in range(8):  # OpenDP may nudge the scale up by a few ulps
-            plan = _plan(_draft(statistic, info, U, eps, name, {}))
-            assert plan.worst_case_error is not None
-            if plan.worst_case_error <= target:
-                return eps, name
-            eps = min(eps * (1.0 + 1e-9), max_eps)
-    return None

@@ -67,12 +67,12 @@ estimate towards it — ``width_factor`` widens the window.
 from __future__ import annotations
 
 import math
-from fractions import Fraction
 
 import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
+from app.core.float_sums import exact_sum, float_sum_sensitivity, split_shares
 from app.core.grid import GridData
 from app.core.interval import isolated_head_sums
 from app.core.mean_projection import plan_worst_case_optimal
@@ -146,10 +146,7 @@ def _shares(eps: float, centre_share: float, width_share: float) -> tuple[float,
             "centre_share + width_share must be below 1 (the rest is the Laplace step's); "
             f"got {centre_share} + {width_share}"
         )
-    e1, e2 = centre_share * eps, width_share * eps
-    e3 = eps - e1 - e2
-    while Fraction(e1) + Fraction(e2) + Fraction(e3) > Fraction(eps):  # the exact sum
-        e3 = math.nextafter(e3, 0.0)  # float rounding must never charge more than eps
+    e1, e2, e3 = split_shares(eps, (centre_share, width_share))
     return e1, e2, e3
 
 
@@ -206,8 +203,8 @@ def plan_centered_clip(
         rho = float(r_cands[noise.noisy_max(u2, e2)])
         R = min(width_factor * rho * math.sqrt(m_max), U * m_max)
         lo, hi = centred_window(m, U, c, R)
-        value = float(np.clip(sums, lo, hi).sum()) / n
-        sens = float((hi - lo).max()) / n
+        value = exact_sum(np.clip(sums, lo, hi)) / n
+        sens = float_sum_sensitivity(float((hi - lo).max()) / n, U)
         extra: dict[str, object] = {"centre": c, "rho": rho, "half_width": R}
         return Estimate(min(max(value, 0.0), U), sens, extra)
 

@@ -14,7 +14,8 @@ and few near ``U`` (proofs: docs/math.md §11). Public first, from the counts:
 Then, with the values:
 
 1. user means ``v_l = S_l / m_l`` over all of user ``l``'s records (002's
-   ``user_mean_fill``);
+   ``user_mean_fill``), clamped to ``[0, U]`` (a float mean of values at ``U`` can
+   round above it; clamping is post-processing of that user's values);
 2. **window** (``ε_w``): integer scores
    ``q_j = -#{l: v_l > b_j} - round(b_j w* L / (ε_n δ))`` with ``δ = U/16`` and
    ``w* = max_l w_l`` — users the window would clip, against the noise it costs in
@@ -31,7 +32,8 @@ and ``worst_case_error`` are ``None``. ``ci95`` is honest all the same: report-n
 lands within ``s ln(C/β)`` of the best score with probability ``1 - β``, which bounds
 how many users the chosen window clips, and so the bias (:func:`window_spread`,
 docs/math.md §11.6). The bound is loose above the estimate at small ``ε``: clipped
-users could lie anywhere up to ``U``.
+users could lie anywhere up to ``U``. The weighted sum is exact (:func:`exact_sum`) and
+its sensitivity allows for the two roundings (docs/math.md §9.5).
 """
 
 from __future__ import annotations
@@ -42,15 +44,17 @@ import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
+from app.core.float_sums import exact_sum, float_sum_sensitivity, split_shares
 from app.core.grid import GridData
 from app.core.interval import isolated_head_sums
-from app.core.noise import NoiseSource, calibrate_choice_scale
+from app.core.noise import NoiseSource, calibrate_choice_scale, calibrate_scale
 from app.core.release import BiasSpread
 
 __all__ = [
     "WINDOW_FRACTIONS",
     "plan_user_window",
     "split_share",
+    "user_window_widths",
     "window_scores",
     "window_weights",
 ]
@@ -62,13 +66,10 @@ SPREAD_BETA = 0.01  # ci95: 0.01 for the clipped-user bound, 0.04 for the Laplac
 
 
 def split_share(eps: float, share: float) -> tuple[float, float]:
-    """``(ε_w, ε_n)`` with ``ε_w = share·ε`` and ``ε_w + ε_n <= ε`` in floating point."""
+    """``(ε_w, ε_n)``: ``ε_w = share·ε`` and ``ε_w + ε_n <= ε`` exactly (:func:`split_shares`)."""
     if not 0.0 < share < 1.0:
         raise ValueError(f"window_share must lie in (0, 1), got {share}")
-    e_w = share * eps
-    e_n = eps - e_w
-    while e_w + e_n > eps:
-        e_n = math.nextafter(e_n, 0.0)
+    e_w, e_n = split_shares(eps, (share,))
     return e_w, e_n
 
 
@@ -138,12 +139,14 @@ def window_spread(
 
 def clipped_bound(pen: np.ndarray, j: int, eps_w: float) -> int:
     """At most this many users have ``v_l > b_j`` when ``j`` is chosen, with probability
-    ``1 - β`` (docs/math.md §11.6): report-noisy-max's choice is within
-    ``s ln(C/β)`` of the best score (``C`` candidates, noise scale ``s`` of
-    :func:`monotone_noisy_max`), and the top window ``b = U`` clips nobody, so its score
-    is ``-pen_top``; hence ``#{v_l > b_j} <= pen_top - pen_j + s ln(C/β)``."""
+    ``1 - β`` (docs/math.md §11.6). The top window ``b = U`` clips nobody, so its score is
+    ``-pen_top``; a chosen ``j`` beat it, ``q_j + Z_j >= q_top + Z_top``, so
+    ``#{v_l > b_j} > pen_top - pen_j + t`` needs ``Z_j - Z_top > t``. With OpenDP's
+    exponential noise of scale ``s`` (:func:`monotone_noisy_max`) that difference is
+    Laplace: ``P = e^{-t/s}/2`` for each of the ``C - 1`` other windows, and
+    ``t = s ln((C - 1)/(2β))`` makes their union at most ``β``."""
     s = calibrate_choice_scale(1, 2.0 * eps_w)
-    slack = s * math.log(pen.size / SPREAD_BETA)
+    slack = s * math.log((pen.size - 1) / (2.0 * SPREAD_BETA))
     return max(0, math.floor(int(pen[-1]) - int(pen[j]) + slack))
 
 
@@ -166,11 +169,29 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
     details = window_details(info, window_share, e_w, e_n)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        v = isolated_head_sums(grid, info.eff)[active] / m  # user l's mean from its values only
+        # user l's mean from its values only, clamped into [0, U] (post-processing)
+        v = np.clip(isolated_head_sums(grid, info.eff)[active] / m, 0.0, U)
         j = monotone_noisy_max(noise, window_scores(v, bounds, pen), e_w)
         b = float(bounds[j])
-        value = float(np.dot(w, np.minimum(v, b)))
+        value = exact_sum(w * np.minimum(v, b))
         spread = window_spread(info, U, w, b, min(active.size, clipped_bound(pen, j, e_w)))
-        return Estimate(value, b * w_max, {"window_hi": b}, spread)
+        return Estimate(value, float_sum_sensitivity(b * w_max, b), {"window_hi": b}, spread)
 
     return Draft("mean", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
+
+
+def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
+    """The width of the ci95 (before projection) for each window the choice can make: public
+    (docs/math.md §11.6): ``2q + below + above`` with at most ``clipped_bound`` users clipped."""
+    e_w, e_n = split_share(eps, window_share)
+    w = window_weights(info)
+    w_max = float(w.max())
+    bounds = U * np.asarray(WINDOW_FRACTIONS)
+    pen = window_penalties(U, bounds, w_max, int(info.active.size), e_n)
+    out = np.empty(bounds.size)
+    for j, b in enumerate(bounds.tolist()):
+        spread = window_spread(info, U, w, b, min(info.active.size, clipped_bound(pen, j, e_w)))
+        scale = calibrate_scale(float_sum_sensitivity(b * w_max, b), e_n)
+        q = scale * math.log(1.0 / (0.05 - SPREAD_BETA))
+        out[j] = 2.0 * q + spread.below + spread.above
+    return out

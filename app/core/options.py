@@ -177,6 +177,17 @@ _WINDOW_SHARE = OptionSpec(
     "share of eps for the private window [0, b] over the user means (noisy max)",
     minimum=0.0, maximum=1.0, exclusive=True,
 )
+_CAP_K = OptionSpec(
+    "k", "int", None,
+    "weight each user up to k records; default the k with the narrowest honest ci95",
+    minimum=1,
+)
+_OBJECTIVE = OptionSpec(
+    "objective", "choice", "accuracy",
+    "accuracy: the most accurate path, its ci95 honest but wide where it clips privately; "
+    "interval: the bounded mechanism whose honest ci95 is the narrowest (public counts)",
+    choices=("accuracy", "interval"),
+)
 _VAR_WINDOW_SHARE = OptionSpec(
     "window_share", "float", 0.2,
     "share of eps for the private clipping bound b of the records (noisy max)",
@@ -252,10 +263,17 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
         "capped-weight user means clipped to a private window [0, b] (app/core/mean_window.py)",
         False, _WINDOW_SHARE,
     ),
+    "capped_weights": _spec(
+        "capped_weights",
+        "user means with weights capped at k records, k chosen for the narrowest honest "
+        "interval (app/core/mean_capped.py)",
+        True, _CAP_K,
+    ),
     "auto": _spec(
         "auto",
-        "chosen from public counts: centered_clip where its gate opens, else user_window",
-        False,
+        "chosen from public counts: centered_clip where its gate opens, else user_window; "
+        "objective=interval: capped_weights",
+        False, _OBJECTIVE,
     ),
 })
 
@@ -279,8 +297,9 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType({
     ),
     "auto": _spec(
         "auto",
-        "chosen from public counts: centred where its gate opens, else window",
-        False,
+        "chosen from public counts: centred where its gate opens, else window; "
+        "objective=interval: clip at the m with the narrowest honest interval",
+        False, _OBJECTIVE,
     ),
 })
 

@@ -14,8 +14,10 @@ for every mechanism (docs/math.md §9.4.6):
 * where it has none but bounds its bias given its private choices with probability
   ``1 - β`` (:class:`BiasSpread`: ``user_window``), the interval widens the noise's
   ``1 - (0.05 - β)`` range by that spread (:func:`spread_interval`);
-* otherwise (levy, quantile, centered_clip's adaptive path, the window variances:
-  privately chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why.
+* otherwise (levy, quantile, centered_clip's adaptive path, the centred variance:
+  privately chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why;
+* an interval that covers the whole range is still published (it is honest, and dropping
+  it would bias the coverage of those that remain); ``ci95_note`` says so and why.
 """
 
 from __future__ import annotations
@@ -43,6 +45,12 @@ LN20 = math.log(20.0)
 NO_INTERVAL_NOTE = (
     "No 95% interval: {mechanism} clips or projects onto a privately chosen range, "
     "so its bias has no data-independent bound and no interval can promise the coverage."
+)
+WHOLE_RANGE_NOTE = (
+    "The 95% interval is the whole range [{lo:g}, {hi:g}]: at this epsilon and grid size "
+    "the noise and what {mechanism}'s clipping or weighting may have moved (bounded from "
+    "public counts) can reach every value. A larger epsilon, a coarser grid with more "
+    "users, or objective=interval (auto) gives a narrower one."
 )
 
 
@@ -180,6 +188,8 @@ class Release:
         if interval is None and self.bias_spread is not None:
             interval = spread_interval(raw, self.noise_scale, self.bias_spread, lo, hi)
         note = None if interval is not None else NO_INTERVAL_NOTE.format(mechanism=self.mechanism)
+        if interval is not None and interval[0] <= lo and interval[1] >= hi:
+            note = WHOLE_RANGE_NOTE.format(lo=lo, hi=hi, mechanism=self.mechanism)
         object.__setattr__(self, "estimate", _project(raw, lo, hi))
         object.__setattr__(self, "ci95", interval)
         object.__setattr__(self, "ci95_note", note)

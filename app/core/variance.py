@@ -22,6 +22,12 @@ from app.core.bounds import (
 )
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
+from app.core.float_sums import (
+    exact_sum,
+    exact_variance,
+    float_sum_sensitivity,
+    float_variance_sensitivity,
+)
 from app.core.grid import GridData
 from app.core.mean_linear import clip_candidates, clip_kept
 from app.core.noise import NoiseSource
@@ -34,12 +40,25 @@ def _smallest_min(ms: np.ndarray, err: np.ndarray) -> int:
     return int(ms[np.flatnonzero(err <= best + 1e-12 * best)[0]])
 
 
+LN20 = math.log(20.0)
+
+
 def best_variance_m(info: CountsInfo, U: float, eps: float) -> int:
     """The smallest integer ``m ∈ [m_*, m*]`` minimising ``E_Var(m) + ΔVar_clip(m)/ε``."""
     ms = clip_candidates(info)
     s = info.clipped_total(ms)
     err = variance_clip_bias_array(U, s, info.n) + variance_sensitivity_array(U, ms, s) / eps
     return _smallest_min(ms, err)
+
+
+def interval_variance_m(info: CountsInfo, U: float, eps: float) -> int:
+    """The smallest ``m`` minimising the public ci95 half-width ``E_Var(m) + ln 20·ΔVar(m)/ε``
+    (``auto``'s ``objective=interval``, docs/math.md §5.12)."""
+    ms = clip_candidates(info)
+    s = info.clipped_total(ms)
+    noise = variance_sensitivity_array(U, ms, s) / eps
+    half = variance_clip_bias_array(U, s, info.n) + LN20 * noise
+    return _smallest_min(ms, half)
 
 
 def best_joint_m(info: CountsInfo, U: float, eps: float, split: str) -> int:
@@ -69,10 +88,14 @@ def _variance_draft(
     sens = variance_sensitivity(U, int(kept.max()), s)
     bias = variance_clip_bias(U, s, info.n)
 
-    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return Estimate(grid.head_moments(kept)[2], sens)
+    # the kept records' own values only, summed exactly (docs/math.md §9.5)
+    float_sens = float_variance_sensitivity(sens, U) if sens > 0 else 0.0
 
-    return Draft("variance", mechanism, eps, eps, sens, bias, kept, details, estimator)
+    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
+        head = grid.record_rank < kept[grid.record_user]
+        return Estimate(exact_variance(grid.values[head]), float_sens)
+
+    return Draft("variance", mechanism, eps, eps, float_sens, bias, kept, details, estimator)
 
 
 def plan_variance_baseline(info: CountsInfo, U: float, eps: float) -> Draft:
@@ -114,19 +137,28 @@ def joint_drafts(
     if chosen is not None:
         details["m"] = chosen
 
+    # the kept records' own values only, summed exactly (docs/math.md §9.5); a variance of
+    # one record is 0 whatever its value, in floats too: no allowance to add there
+    f_mu = float_sum_sensitivity(d_mu, U, 1)
+    f_var = float_variance_sensitivity(d_var, U) if d_var > 0 else 0.0
+
+    def kept_values(grid: GridData) -> np.ndarray:
+        head: np.ndarray = grid.values[grid.record_rank < kept[grid.record_user]]
+        return head
+
     def mean_estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return Estimate(grid.head_moments(kept)[1], d_mu)
+        return Estimate(exact_sum(kept_values(grid)) / s, f_mu)
 
     def var_estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return Estimate(grid.head_moments(kept)[2], d_var)
+        return Estimate(exact_variance(kept_values(grid)), f_var)
 
     mean_bias = mean_clip_bias(U, s, info.n)
     var_bias = variance_clip_bias(U, s, info.n)
     mean_d = Draft(
-        "mean", mechanism, eps1, eps1, d_mu, mean_bias, kept, dict(details), mean_estimator
+        "mean", mechanism, eps1, eps1, f_mu, mean_bias, kept, dict(details), mean_estimator
     )
     var_d = Draft(
-        "variance", mechanism, eps2, max(eps2, math.ulp(0.0)), d_var, var_bias, kept,
+        "variance", mechanism, eps2, max(eps2, math.ulp(0.0)), f_var, var_bias, kept,
         dict(details), var_estimator,
     )
     return mean_d, var_d, details

@@ -30,6 +30,7 @@ import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate
+from app.core.float_sums import exact_sum, float_variance_sensitivity, split_shares
 from app.core.grid import GridData
 from app.core.mean_window import monotone_noisy_max, window_weights
 from app.core.noise import NoiseSource
@@ -65,10 +66,7 @@ def _shares(eps: float, centre_share: float, moment_share: float) -> tuple[float
         raise ValueError("centre_share and moment_share must lie in (0, 1)")
     if centre_share + moment_share >= 1.0:
         raise ValueError("centre_share + moment_share must be below 1")
-    e_c, e_q = centre_share * eps, moment_share * eps
-    e_n = eps - e_c - e_q
-    while e_c + e_q + e_n > eps:
-        e_n = math.nextafter(e_n, 0.0)
+    e_c, e_q, e_n = split_shares(eps, (centre_share, moment_share))
     return e_c, e_q, e_n
 
 
@@ -77,8 +75,8 @@ def centred_variance_value(
 ) -> float:
     """``Σ w min(q, Q) - (Σ w clip(v - c, -r, r))²`` with ``r = √Q/4``, floored at 0."""
     r = RADIUS * math.sqrt(Q)
-    b = float(np.dot(w, np.clip(v - c, -r, r)))
-    return max(float(np.dot(w, np.minimum(q, Q))) - b * b, 0.0)
+    b = exact_sum(w * np.clip(v - c, -r, r))
+    return max(exact_sum(w * np.minimum(q, Q)) - b * b, 0.0)
 
 
 def centred_sensitivity(w_max: float, Q: float) -> float:
@@ -125,6 +123,7 @@ def plan_variance_centred(
         Q = float(moments[j])
         value = centred_variance_value(w, v, q, c, Q)
         extra: dict[str, object] = {"centre": c, "moment_clip": Q, "ci95_note": CI95_NOTE}
-        return Estimate(value, centred_sensitivity(w_max, Q), extra)
+        sens = float_variance_sensitivity(centred_sensitivity(w_max, Q), math.sqrt(Q))
+        return Estimate(value, sens, extra)
 
     return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)

@@ -20,14 +20,15 @@ def expected_error(
     mechanism: str = "auto",
     *,
     caps: np.ndarray | None = None,
+    **options: str,
 ) -> float:
     """Expected absolute error of ``statistic`` released with ``mechanism`` at ``eps`` on
     a grid with these per-user ``counts``, each user limited to its ``caps`` records."""
-    if mechanism == "auto":
+    if mechanism == "auto" and options.get("objective", "accuracy") == "accuracy":
         kept = counts if caps is None else np.minimum(counts, caps)
         return float(core.expected_error(statistic, kept[kept > 0], U, eps))
     plan_fn = core.plan_mean if statistic == "mean" else core.plan_variance
-    plan = plan_fn(counts, U, eps, mechanism, caps=caps)
+    plan = plan_fn(counts, U, eps, mechanism, caps=caps, **options)
     error = plan.worst_case_error
     if error is None:  # no bound: the noise's own scale (mean absolute Laplace error)
         error = plan.noise_scale if plan.noise_scale is not None else float("inf")

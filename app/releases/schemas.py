@@ -57,6 +57,14 @@ class ReleaseIn(BaseModel):
     mechanism: str = Field(
         default="auto", max_length=64, description="Mechanism of every statistic."
     )
+    objective: Literal["accuracy", "interval"] = Field(
+        default="accuracy",
+        description=(
+            "With mechanism auto: 'accuracy' (the most accurate path; its ci95 is honest but "
+            "wide where it clips privately) or 'interval' (per grid, the bounded mechanism "
+            "whose honest ci95 is the narrowest, chosen from public counts)."
+        ),
+    )
     h3_resolution: int | None = Field(
         default=None, ge=0, le=15, description="Release coarser grids: H3 parents."
     )
@@ -102,6 +110,7 @@ class PlanFields(BaseModel):
     skipped_grids: int = Field(description="Grids of the slot with fewer than min_users users.")
     statistics: list[str]
     mechanism: str
+    objective: str = Field(default="accuracy", description="auto's objective (the body's).")
     clip_user: bool
     min_users: int
 
@@ -125,6 +134,14 @@ class PreviewGrid(BaseModel):
         description="Predicted worst-case error of the first statistic (public counts only)."
     )
     expected_errors: dict[str, float] = Field(description="Per statistic.")
+    expected_ci95_width: float = Field(
+        description=(
+            "Width of the first statistic's published ci95 from public counts: exact (before "
+            "projection onto the range) for bounded mechanisms and objective=interval, an "
+            "upper bound for auto's clipping paths, the range where none is known."
+        )
+    )
+    expected_ci95_widths: dict[str, float] = Field(description="Per statistic.")
 
 
 class PreviewOut(PlanFields):

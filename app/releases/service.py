@@ -73,9 +73,18 @@ class SlotInput:
     occ: Occupancy
 
 
+def _mechanism_options(body: ReleaseIn) -> dict[str, Any]:
+    """The options every grid's mechanism runs with (auto's objective)."""
+    if body.mechanism == "auto":
+        return {"objective": body.objective}
+    if body.objective != "accuracy":
+        raise InvalidRequest("objective applies to mechanism auto only; drop it or use auto")
+    return {}
+
+
 def _check_statistics(body: ReleaseIn) -> None:
     for statistic in body.statistics:
-        parse_options(statistic, body.mechanism, {})
+        parse_options(statistic, body.mechanism, _mechanism_options(body))
 
 
 def _slot_input(session: Session, dataset: Dataset, body: ReleaseIn) -> SlotInput:
@@ -182,6 +191,7 @@ def _plan_fields(inp: SlotInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, A
         "skipped_grids": inp.slot.skipped,
         "statistics": list(body.statistics),
         "mechanism": body.mechanism,
+        "objective": body.objective,
         "clip_user": body.clip_user,
         "min_users": body.min_users,
     }
@@ -251,7 +261,8 @@ def _release_grids(
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     out, kept = [], {}
     eps = _statistic_eps(plan, len(body.statistics))
-    options = {"release": release_id}
+    mech_opts = _mechanism_options(body)
+    options = {"release": release_id, **mech_opts}
     U = inp.dataset.value_bound
     # Private choices per grid now, Laplace noise batched by scale below (docs/math.md §9.4.7).
     pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
@@ -262,7 +273,7 @@ def _release_grids(
         entry = _grid_head(inp.dataset, grid, caps)
         try:
             started = core.start_releases(
-                body.statistics, arrays.grid, U, eps.used, body.mechanism, caps=caps
+                body.statistics, arrays.grid, U, eps.used, body.mechanism, caps=caps, **mech_opts
             )
         except ValueError as exc:
             raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
@@ -323,8 +334,15 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         caps = plan.caps(inp.occ, i)
         if not caps.any():
             continue
+        opts = _mechanism_options(body)
         errors = {
-            s: expected_error(s, arrays.counts, U, eps.used, body.mechanism, caps=caps)
+            s: expected_error(s, arrays.counts, U, eps.used, body.mechanism, caps=caps, **opts)
+            for s in body.statistics
+        }
+        widths = {
+            s: core.expected_ci95_width(
+                s, arrays.counts, U, eps.used, body.mechanism, caps=caps, **opts
+            )
             for s in body.statistics
         }
         grids.append(
@@ -332,6 +350,8 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
                 **_grid_head(dataset, grid, caps),
                 "expected_error": errors[body.statistics[0]],
                 "expected_errors": errors,
+                "expected_ci95_width": widths[body.statistics[0]],
+                "expected_ci95_widths": widths,
             }
         )
     return {

@@ -78,7 +78,9 @@ def test_baseline_mean_fields_follow_the_formulas(client: TestClient, grids) -> 
     # baseline has no bias: estimate ± b ln 20, projected onto [0, U] like the estimate
     half = body["noise_scale"] * math.log(20)
     lo, hi = body["ci95"]
-    assert 0.0 <= lo <= body["estimate"] <= hi <= U and body["ci95_note"] is None
+    assert 0.0 <= lo <= body["estimate"] <= hi <= U
+    # a note only where the interval reaches the whole range (it is published all the same)
+    assert (body["ci95_note"] is None) == ((lo, hi) != (0.0, U))
     if 0.0 < body["estimate"] < U:  # not projected: the interval is the plain one, clipped
         want = [max(0.0, body["estimate"] - half), min(U, body["estimate"] + half)]
         assert body["ci95"] == pytest.approx(want)
@@ -110,7 +112,8 @@ def test_answers_lie_in_range_with_an_honest_or_null_interval(
     assert 0.0 <= body["estimate"] <= U
     if mechanism == "clip":
         lo, hi = body["ci95"]
-        assert body["ci95_note"] is None and 0.0 <= lo <= body["estimate"] <= hi <= U
+        assert (body["ci95_note"] is None) == ((lo, hi) != (0.0, U))
+        assert 0.0 <= lo <= body["estimate"] <= hi <= U
         assert hi - lo <= 2 * (body["noise_scale"] * math.log(20) + body["worst_case_bias"])
     else:  # a privately chosen projection: no data-independent bias bound, no interval
         assert body["ci95"] is None and body["worst_case_bias"] is None
@@ -119,8 +122,10 @@ def test_answers_lie_in_range_with_an_honest_or_null_interval(
     assert 0.0 <= var["ci95"][0] <= var["estimate"] <= var["ci95"][1] <= U * U / 4
     auto = client.get(f"/grids/{a}/variance", params={"epsilon": 0.1}).json()
     assert 0.0 <= auto["estimate"] <= U * U / 4
-    assert (auto["ci95"] is None) == (auto["worst_case_bias"] is None)
-    assert auto["ci95"] is not None or auto["ci95_note"]
+    # every auto answer has an interval here (the window variance bounds what it clips)
+    assert auto["mechanism"] == "window" and auto["worst_case_bias"] is None
+    lo, hi = auto["ci95"]
+    assert 0.0 <= lo <= auto["estimate"] <= hi <= U * U / 4
 
 
 def test_answers_stored_before_ci95_note_still_read_back(client: TestClient, grids, app) -> None:
@@ -471,3 +476,18 @@ def test_a_query_looks_its_grid_up_in_the_cache_once(client: TestClient, grids) 
     assert after["misses"] - before["misses"] == 1
     assert after["hits"] - before["hits"] == 1
     assert after["entries"] == 1
+
+
+def test_auto_objective_interval_is_a_query_option(client: TestClient, grids) -> None:
+    _, a, _ = grids
+    params = {"epsilon": 0.3, "objective": "interval"}
+    resp = client.get(f"/grids/{a}/mean", params=params)
+    assert resp.status_code == 200, resp.text
+    body = resp.json()
+    assert body["mechanism"] == "capped_weights" and body["worst_case_bias"] is not None
+    lo, hi = body["ci95"]
+    assert 0.0 <= lo <= body["estimate"] <= hi <= U
+    var = client.get(f"/grids/{a}/variance", params=params).json()
+    assert var["mechanism"] == "clip"
+    bad = client.get(f"/grids/{a}/mean", params={"epsilon": 0.7, "objective": "narrow"})
+    assert bad.status_code == 400 and "objective" in bad.json()["error"]["message"]

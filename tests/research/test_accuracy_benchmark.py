@@ -58,7 +58,10 @@ def test_dpgate_runs_count_coverage_only_where_an_interval_is_published() -> Non
     assert mae > 0 and 0.8 <= cover <= 1.0  # baseline's interval holds the truth
     mae, cover = bench._dpgate_runs("mean", grid, 30.0, 1.0, "auto", truth, noise, 50)
     assert mae > 0 and 0.8 <= cover <= 1.0  # auto's mean here: user_window's interval
-    # the window variance publishes none: no coverage is counted
+    # the window variance's interval (its clipped-user bound) holds the truth too
     var = float(np.var(grid.values))
     mae, cover = bench._dpgate_runs("variance", grid, 30.0, 1.0, "window", var, noise, 50)
+    assert mae > 0 and 0.8 <= cover <= 1.0
+    # the centred variance publishes none: no coverage is counted
+    mae, cover = bench._dpgate_runs("variance", grid, 30.0, 1.0, "centred", var, noise, 50)
     assert mae > 0 and math.isnan(cover)

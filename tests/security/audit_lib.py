@@ -104,6 +104,7 @@ TARGETS = (
     Target("baseline variance", "variance", "baseline"),
     Target("clip variance", "variance", "clip", {"m": 3}),
     Target("worst_case_optimal", "mean", "worst_case_optimal"),
+    Target("capped_weights mean", "mean", "capped_weights", {"k": 2}),
 )
 BY_NAME = {t.name: t for t in TARGETS}
 

@@ -123,7 +123,8 @@ def test_worst_case_optimal_without_threshold() -> None:
     assert rel.estimate == U / 2 and rel.noise_scale == 0 and rel.sensitivity == 0
     assert rel.kept.tolist() == [0, 0]
     assert rel.worst_case_error == pytest.approx(U / 2)
-    assert rel.ci95 == (0.0, U)  # U/2 ± (0 + worst-case bias U/2), within [0, U]
+    # U/2 ± (0 + worst-case bias U/2) is all of [0, U]: published, and a note says so
+    assert rel.ci95 == (0.0, U) and "whole range" in (rel.ci95_note or "")
 
 
 # ---------------------------------------------------------------- kept records
@@ -268,7 +269,8 @@ def test_plan_and_release_agree(mechanism: str) -> None:
     # the interval allows for the worst-case bias, then is projected onto [0, U]
     half = rel.noise_scale * np.log(20) + rel.worst_case_bias
     want = (max(0.0, rel.estimate - half), min(U, rel.estimate + half))
-    assert rel.ci95 == pytest.approx(want) and rel.ci95_note is None
+    assert rel.ci95 == pytest.approx(want)
+    assert (rel.ci95_note is not None) == (want == (0.0, U))  # a note on the whole range
 
 
 @pytest.mark.parametrize("eps", [0.01, 0.2, 1.0, 5.0])
@@ -276,7 +278,7 @@ def test_auto_follows_its_public_rule(eps: float) -> None:
     counts = np.array([417, 200, 46, 46, 30, 5, 1, 1, 1, 80] * 10)
     for n_users in (10, 100):
         auto = plan_mean(counts[:n_users], U, eps)
-        gate = 0.4 * eps * n_users >= 4 * (np.log(257) + 3)
+        gate = 0.4 * eps * n_users >= 4 * (np.log(257) + 3) and np.median(counts[:n_users]) >= 4
         assert auto.mechanism == ("centered_clip" if gate else "user_window")
         assert auto.details["selected_by"] == "auto"
         grid = random_grid(np.random.default_rng(5), U, n_users=n_users, max_count=30)
@@ -288,6 +290,7 @@ def test_auto_follows_its_public_rule(eps: float) -> None:
         gate = 0.4 * eps * n_users >= 4 * (np.log(33) + 3) and np.median(c) >= 4
         assert plan_variance(c, U, eps).mechanism == ("centred" if gate else "window")
     assert plan_variance(np.ones(500, dtype=int), U, 5.0).mechanism == "window"  # median 1
+    assert plan_mean(np.ones(500, dtype=int), U, 5.0).mechanism == "user_window"  # median 1
 
 
 def test_clip_m_minimises_the_error_over_integers() -> None:

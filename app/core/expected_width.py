@@ -1,0 +1,53 @@
+"""The width of the ci95 a release would publish, from public counts only (the release
+preview's ``expected_ci95_width``; docs/math.md §11.6).
+
+* A mechanism with a worst-case bias bound ``B`` (the linear ones, ``capped_weights``,
+  ``auto`` with ``objective=interval``): ``2(b ln 20 + B)``, exactly the width before the
+  interval is projected onto the range.
+* ``user_window`` and the ``window`` variance: the interval's width depends on the window
+  the private choice makes, and each window's width is public; the largest of them, an
+  upper bound.
+* Anything else (no honest interval narrower than the range is known): the range.
+
+Every figure is capped at the range's width: a projected interval is never wider.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+from app.core.counts import prepare_counts
+from app.core.engine import plan_mean, plan_variance
+from app.core.mean_window import user_window_widths
+from app.core.options import OptionValue
+from app.core.release import LN20, statistic_range
+from app.core.variance_window import window_variance_widths
+
+__all__ = ["expected_ci95_width"]
+
+
+def expected_ci95_width(
+    statistic: str,
+    counts: npt.ArrayLike,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    **options: OptionValue,
+) -> float:
+    """The published ci95's width (at most; see the module docstring), public counts only."""
+    plan_fn = plan_mean if statistic == "mean" else plan_variance
+    plan = plan_fn(counts, U, eps, mechanism, caps=caps, **options)
+    lo, hi = statistic_range(statistic, U)
+    top = hi - lo
+    if plan.worst_case_bias is not None and plan.noise_scale is not None:
+        return min(top, 2.0 * (plan.noise_scale * LN20 + plan.worst_case_bias))
+    info = prepare_counts(counts, caps)
+    share = plan.details.get("window_share")
+    if plan.mechanism == "user_window" and isinstance(share, float):
+        return min(top, float(np.max(user_window_widths(info, float(U), float(eps), share))))
+    if plan.mechanism == "window" and isinstance(share, float):
+        return min(top, float(np.max(window_variance_widths(info, float(U), float(eps), share))))
+    return top

@@ -1,0 +1,113 @@
+"""Sums whose floating-point result moves by no more than the declared sensitivity allows.
+
+A user-level sensitivity ``Δ`` is a statement about real numbers: changing one user's
+values moves the exact estimate by at most ``Δ``. The released float is a rounded sum,
+and the rounding of a sum of ``L`` terms (``np.dot``, ``np.sum``) grows with ``L``, so
+two neighbouring datasets can give floats further apart than ``Δ``. Here an estimate is
+a sum of per-user terms, each computed from that user's values only and lying in a
+public range; it is summed with :func:`math.fsum` (correctly rounded: the float nearest
+the exact sum of the float terms), and the Laplace step is calibrated on
+:func:`float_sum_sensitivity`, which adds what the two roundings can add
+(docs/math.md §9.5).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+__all__ = [
+    "UNIT_ROUNDOFF",
+    "exact_sum",
+    "exact_variance",
+    "float_sum_sensitivity",
+    "float_variance_sensitivity",
+    "split_shares",
+]
+
+#: ``u = 2^-53``: a rounded product or quotient is within a factor ``1 ± u`` of the real one.
+UNIT_ROUNDOFF = 2.0**-53
+
+
+def exact_sum(terms: np.ndarray) -> float:
+    """The float nearest the exact sum of ``terms`` (``math.fsum``; error ≤ half an ulp)."""
+    return math.fsum(np.asarray(terms, dtype=np.float64).tolist())
+
+
+def _up(x: float) -> float:
+    return math.nextafter(x, math.inf)
+
+
+def float_sum_sensitivity(
+    sensitivity: float, value_bound: float, term_roundings: int = 2
+) -> float:
+    """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate.
+
+    ``sensitivity`` bounds, in real numbers, how far one user moves the exact sum of
+    the terms. A user's float term is computed from its own values with at most
+    ``term_roundings`` roundings of non-negative quantities (a user's own sum of ``k``
+    records: ``k``; a product ``w_l·x``: one more), each a factor at most ``1 + u``, so
+    its range grows by at most ``(1 + u)^r``; ``value_bound`` bounds ``|estimate|``.
+    Each of the two neighbouring results is the exact sum of the terms rounded once (at
+    most half an ulp of ``2·value_bound``), so the floats differ by at most
+    ``Δ(1 + u)^r + ulp(2·value_bound)``; this returns a float at least
+    ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards.
+    """
+    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    if term_roundings < 0:
+        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
+    # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
+    r = term_roundings + 2
+    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
+    grown = _up(sensitivity * factor)
+    return _up(grown + 2.0 * math.ulp(2.0 * max(value_bound, sensitivity)))
+
+
+def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
+    """``(s_1 ε, …, s_k ε, rest)`` whose **exact** (rational) sum is at most ``ε``.
+
+    Each private step of a mechanism gets ``s_i ε``; the Laplace step gets the rest,
+    stepped down one float at a time while the exact sum of the parts exceeds ``ε``
+    (a float test ``a + b > ε`` can round a real excess away). Sequential composition
+    then charges at most ``ε`` (docs/math.md §9.3).
+    """
+    if not all(0.0 < s < 1.0 for s in shares) or sum(Fraction(s) for s in shares) >= 1:
+        raise ValueError(f"budget shares must lie in (0, 1) and sum to below 1, got {shares}")
+    parts = [s * eps for s in shares]
+    rest = eps - math.fsum(parts)
+    exact_eps = Fraction(eps)
+    fixed = sum((Fraction(p) for p in parts), Fraction(0))
+    while rest > 0.0 and fixed + Fraction(rest) > exact_eps:
+        rest = math.nextafter(rest, 0.0)
+    if not rest > 0.0:
+        raise ValueError(f"epsilon {eps!r} is too small to split into {shares}")
+    return (*parts, rest)
+
+
+def exact_variance(values: np.ndarray) -> float:
+    """The population variance of ``values`` by two exact sums: ``m = fsum(x)/s``, then
+    ``fsum((x - m)²)/s`` (never below 0). Reads only the values given."""
+    x = np.asarray(values, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no record is kept")
+    mean = exact_sum(x) / x.size
+    return max(exact_sum((x - mean) ** 2) / x.size, 0.0)
+
+
+def float_variance_sensitivity(sensitivity: float, value_bound: float) -> float:
+    """A sensitivity that holds for the floats of :func:`exact_variance` on values in
+    ``[0, U]`` (docs/math.md §9.5).
+
+    With ``m̂`` the float mean (``|m̂ - m| <= 2uU``), each ``(x - m̂)²`` is within
+    ``3uU²`` of its real value plus ``2U·|m̂ - m| <= 4uU²``; the exact sum and the final
+    division add a relative ``u`` each, and using ``m̂`` for ``m`` adds ``(m̂ - m)² <= 4u²U²``.
+    So each result is within ``10uU²`` of the real variance and two neighbours' floats
+    differ by at most ``Δ + 20uU²``; this returns at least ``Δ(1 + 4u) + 32uU²``.
+    """
+    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
+    return _up(grown + _up(32.0 * UNIT_ROUNDOFF * _up(value_bound * value_bound)))

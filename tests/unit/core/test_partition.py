@@ -1,0 +1,124 @@
+"""The adaptive partition (docs/math.md §6.6) against brute force on small trees, and on
+a real hour of CapMetrics when the shared data is present."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from app.core.partition import adaptive_partition, narrowest_width
+
+# A toy hierarchy: cell = 10·parent + digit; resolution = number of digits (root: 1 digit).
+FINEST, COARSEST = 3, 1
+
+
+def parent_of(cell: int, res: int) -> int:
+    return int(str(cell)[:res])
+
+
+def _occupancy(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    fine = [int(f"{a}{b}{c}") for a in (1, 2) for b in (1, 2, 3) for c in (1, 2)]
+    rows = []
+    for cell in fine:
+        users = rng.choice(40, size=int(rng.integers(0, 14)), replace=False)
+        rows += [(cell, int(u), int(rng.integers(1, 30))) for u in users]
+    a = np.array(rows)
+    return a[:, 0], a[:, 1], a[:, 2]
+
+
+def _cell_worth(cells, users, counts, c, min_users, eps, useful, fine_weight) -> float:
+    """A released cell's worth (the module's formula), or -1 below ``min_users``."""
+    res = len(str(c))
+    rows = np.array([parent_of(int(f), res) == c for f in cells])
+    per_user: dict[int, int] = {}
+    for u, n in zip(users[rows].tolist(), counts[rows].tolist(), strict=True):
+        per_user[u] = per_user.get(u, 0) + n
+    if len(per_user) < min_users:
+        return -1.0
+    w = narrowest_width(list(per_user.values()), 30.0, eps)
+    fineness = fine_weight * (res - COARSEST) / (FINEST - COARSEST)
+    return sum(per_user.values()) * (1 + (w <= useful) + fineness)
+
+
+def _candidates(cells: np.ndarray) -> list[int]:
+    return sorted({parent_of(int(f), r) for f in cells for r in range(COARSEST, FINEST + 1)})
+
+
+def _antichains(cells: np.ndarray) -> list[list[int]]:
+    """Every set of cells on distinct ancestor chains (candidates: ancestors of fine cells)."""
+    cand = _candidates(cells)
+    out = []
+    for k in range(len(cand) + 1):
+        for combo in itertools.combinations(cand, k):
+            s = [str(c) for c in combo]
+            if all(not b.startswith(a) for a, b in itertools.permutations(s, 2)):
+                out.append(list(combo))
+            if len(out) > 200_000:
+                return out
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_partition_is_the_best_disjoint_choice(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cells, users, counts = _occupancy(rng)
+    kw = {"min_users": 8, "eps": 1.0, "useful": 9.0, "fine_weight": 0.5}
+    got = adaptive_partition(
+        cells, users, counts, finest=FINEST, coarsest=COARSEST, min_users=8, U=30.0,
+        eps=1.0, parent_of=parent_of, useful_width=9.0,
+    )
+    chosen = list(got.released)
+    # disjoint, each fine cell in exactly one released ancestor, each released cell big enough
+    for a, b in itertools.permutations(map(str, chosen), 2):
+        assert not b.startswith(a)
+    for f, c in got.cell_of.items():
+        assert parent_of(f, got.released[c]) == c
+    worth = {c: _cell_worth(cells, users, counts, c, **kw) for c in _candidates(cells)}
+    allowed = (ch for ch in _antichains(cells) if all(worth[c] >= 0 for c in ch))
+    best = max((sum(worth[c] for c in ch) for ch in allowed), default=0.0)
+    assert sum(worth[c] for c in chosen) == pytest.approx(best)
+    assert set(got.skipped) == set(cells.tolist()) - set(got.cell_of)
+
+
+def test_shares_and_refusals() -> None:
+    cells = np.array([111, 112, 121])
+    users = np.array([1, 2, 3])
+    counts = np.array([4, 5, 6])
+    p = adaptive_partition(cells, users, counts, finest=3, coarsest=1, min_users=2, U=30.0,
+                           eps=1.0, parent_of=parent_of)
+    assert p.record_share == 1.0 and p.user_share == 1.0 and list(p.released) == [1]
+    alone = adaptive_partition(cells, users, counts, finest=3, coarsest=1, min_users=4,
+                               U=30.0, eps=1.0, parent_of=parent_of)
+    assert alone.released == {} and alone.record_share == 0.0 and len(alone.skipped) == 3
+    with pytest.raises(ValueError, match="positive count"):
+        adaptive_partition(cells, users, np.array([1, 0, 1]), finest=3, coarsest=1,
+                           min_users=1, U=30.0, eps=1.0, parent_of=parent_of)
+
+
+DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "capmetrics" / "2017-03-16.csv"
+
+
+def test_capmetrics_hour_keeps_its_records_in_disjoint_cells() -> None:
+    if not DATA.is_file():
+        pytest.skip(f"CapMetrics data absent ({DATA}): the shared folder is not beside the repo")
+    from h3.api import basic_int as h3i
+
+    from research.capmetrics import load_capmetrics
+
+    day = load_capmetrics(DATA, drop_zero=False, resolution=8)
+    slot = day.slots_us if hasattr(day, "slots_us") else None
+    assert slot is not None
+    first = np.unique(slot)[0]
+    sel = slot == first
+    key = np.stack([day.cells[sel], day.users[sel]], 1)
+    rows, counts = np.unique(key, axis=0, return_counts=True)
+    p = adaptive_partition(rows[:, 0], rows[:, 1], counts, finest=8, coarsest=5,
+                           min_users=10, U=30.0, eps=1.0, parent_of=h3i.cell_to_parent)
+    assert p.released and p.record_share > 0.5
+    for a, b in itertools.combinations(p.released, 2):
+        ra, rb = p.released[a], p.released[b]
+        lo, hi = (a, b) if ra <= rb else (b, a)
+        assert h3i.cell_to_parent(hi, min(ra, rb)) != lo  # no cell holds another
