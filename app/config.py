@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -97,16 +98,32 @@ class Settings(BaseSettings):
             raise ValueError("must contain {z}, {x} and {y}")
         return value
 
-    @field_validator("admin_key", "secret_key")
+    log_format: Literal["json", "text"] = Field(
+        default="text",
+        description="Server log lines: `json` (one JSON object per line, with the request "
+        "id) or `text`.",
+    )
+    metrics: Literal["admin", "public", "off"] = Field(
+        default="admin",
+        description="Who may read GET /metrics: `admin` (the metrics token or an admin key), "
+        "`public` (anyone: for a server only its scraper can reach) or `off` (404).",
+    )
+    metrics_token: SecretStr | None = Field(
+        default=None,
+        description="A bearer token that may read /metrics and nothing else (so the scraper "
+        "needs no admin key); at least 24 characters.",
+    )
+
+    @field_validator("admin_key", "secret_key", "metrics_token")
     @classmethod
     def _no_placeholder(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and value.get_secret_value().strip().lower() in PLACEHOLDER_SECRETS:
             raise ValueError("is a known placeholder; generate a random value")
         return value
 
-    @field_validator("admin_key")
+    @field_validator("admin_key", "metrics_token")
     @classmethod
-    def _long_admin_key(cls, value: SecretStr | None) -> SecretStr | None:
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
         if value is not None and len(value.get_secret_value()) < MIN_ADMIN_KEY_LENGTH:
             raise ValueError(
                 f"must be at least {MIN_ADMIN_KEY_LENGTH} characters (e.g. openssl rand -hex 32)"

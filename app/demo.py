@@ -262,6 +262,8 @@ def run_demo(*, host: str, port: int, data: str | None) -> int:
     whatever holds the port)."""
     import uvicorn
 
+    from app.observability.logs import logging_config
+
     listener = bind_listener(host, port)
     if isinstance(listener, str):
         print(
@@ -277,7 +279,13 @@ def run_demo(*, host: str, port: int, data: str | None) -> int:
         base = f"http://{shown}:{port}"
         print(_banner(setup, base), flush=True)
         config = uvicorn.Config(
-            "app.main:create_server_app", factory=True, host=host, port=port, log_level="warning"
+            "app.main:create_server_app",
+            factory=True,
+            host=host,
+            port=port,
+            log_config=logging_config(settings.log_format, "warning"),
+            log_level="warning",
+            access_log=False,
         )
         uvicorn.Server(config).run(sockets=[listener])
     return 0

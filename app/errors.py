@@ -20,6 +20,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
 
+from app.observability.logs import REQUEST_ID
+
 log = logging.getLogger("dpgate.errors")
 
 
@@ -65,8 +67,16 @@ class BudgetExhausted(DPGateError):
     code = "budget_exhausted"
     description = "The privacy budget (per user, or the key's quota) would be exceeded"
 
+    #: Appended to every refusal's message: what the caller can do next.
+    HINT = (
+        "; largest_epsilon is the most this request can spend now, GET "
+        "/grids/{grid_id}/quote gives the epsilon a target error needs, and an admin can "
+        "open a new budget epoch (POST /datasets/{dataset_id}/budget/reset) or raise a "
+        "key's quota"
+    )
+
     def __init__(self, message: str | None = None, *, largest_epsilon: float | None = None):
-        super().__init__(message)
+        super().__init__((message or self.description) + self.HINT)
         self.largest_epsilon = largest_epsilon
 
     def extra(self) -> dict[str, Any]:
@@ -144,10 +154,10 @@ def error_response(
 
 
 def responses(*errors: type[DPGateError]) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI ``responses`` for a route that may raise ``errors`` (plus 422, and what any
+    """OpenAPI ``responses`` for a route that may raise ``errors`` (plus 400, and what any
     keyed route may answer: a body over the limit or stalled, the rate limit, no database)."""
     out: dict[int | str, dict[str, Any]] = {
-        422: {"model": ErrorBody, "description": "Validation error (invalid_request)"}
+        400: {"model": ErrorBody, "description": "Validation error (invalid_request)"}
     }
     always = (InvalidRequest, RequestTimeout, PayloadTooLarge, RateLimited, Unavailable)
     ordered: list[type[DPGateError]] = list(dict.fromkeys((*errors, *always)))
@@ -157,12 +167,33 @@ def responses(*errors: type[DPGateError]) -> dict[int | str, dict[str, Any]]:
     return out
 
 
-def _validation_message(exc: RequestValidationError) -> str:
+def _body_fields(request: Request) -> str:
+    """The JSON fields the matched route's body requires (for a request without a body)."""
+    body = getattr(request.scope.get("route"), "body_field", None)
+    model = getattr(getattr(body, "field_info", None), "annotation", None)
+    fields = getattr(model, "model_fields", {})
+    required = [name for name, field in fields.items() if field.is_required()]
+    return ", ".join(required) or "see /docs"
+
+
+def _validation_message(exc: RequestValidationError, request: Request) -> str:
     parts = []
     for err in exc.errors()[:5]:
+        if tuple(err.get("loc", ())) == ("body",) and err.get("type") == "missing":
+            parts.append(f"a JSON body is required, with the field(s): {_body_fields(request)}")
+            continue
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", "invalid"))
     return "; ".join(parts) or "invalid request"
+
+
+def _not_found_message(request: Request) -> str:
+    path = request.url.path
+    if len(path) > 1 and path.endswith("/"):
+        bare = {**request.scope, "path": path.rstrip("/") or "/"}
+        if any(r.matches(bare)[0] != Match.NONE for r in request.app.router.routes):
+            return f"no such route; paths have no trailing slash: {bare['path'][:200]}"
+    return "no such route"
 
 
 #: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,
@@ -223,13 +254,14 @@ def install_error_handlers(app: FastAPI) -> None:
         return error_response(exc.status_code, exc.code, exc.message, headers, exc.extra())
 
     @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError):
-        return error_response(422, "invalid_request", _validation_message(exc))
+    async def _validation(request: Request, exc: RequestValidationError):
+        # 400 like every other invalid_request (422 is idempotency_conflict's alone)
+        return error_response(400, "invalid_request", _validation_message(exc, request))
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException):
         if exc.status_code == 404:
-            return error_response(404, "not_found", "no such route")
+            return error_response(404, "not_found", _not_found_message(request))
         if exc.status_code == 405:
             allow = _allowed_methods(request)
             return error_response(
@@ -269,5 +301,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception):
+        # runs outside the request-id middleware, still in the request's context
         log.exception("unhandled error", exc_info=exc)
-        return error_response(500, "internal", "internal error")
+        request_id = REQUEST_ID.get()
+        headers = {"X-Request-ID": request_id} if request_id else None
+        return error_response(500, "internal", "internal error", headers)

@@ -23,6 +23,7 @@ from app.keys.endpoints import router as keys_router
 from app.keys.service import ensure_key
 from app.ledger.endpoints import router as ledger_router
 from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
+from app.observability.endpoints import install_observability
 from app.openapi_constraints import install_openapi_constraints
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
@@ -100,6 +101,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         lifespan=lifespan,
         docs_url=None,  # served from the packaged Swagger UI by app.web (no CDN)
         redoc_url=None,
+        redirect_slashes=False,  # a trailing slash is a 404 that says so, not a 307
     )
     app.state.settings = settings
     app.state.engine = engine
@@ -118,6 +120,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         deadline=settings.body_deadline_seconds,
     )
     install_error_handlers(app)
+    install_observability(app)  # outermost middleware: ids and metrics for every answer
     install_openapi_constraints(app)
     for router in (
         health_router,

@@ -206,6 +206,12 @@ def main() -> int:
     )
     ap.add_argument("--requests", type=int, default=4000, help="requests per phase (httpx)")
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument(
+        "--log-level",
+        default="warning",
+        help="the server's; info writes an access line per request (DPGATE_LOG_FORMAT: json "
+        "or text)",
+    )
     ap.add_argument("--clients", type=int, default=32)
     ap.add_argument("--client", choices=("auto", "wrk", "httpx"), default="auto")
     args = ap.parse_args()
@@ -217,7 +223,12 @@ def main() -> int:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
     url = make_url(args.url).update_query_dict({"options": f"-csearch_path={schema}"})
     workdir = Path(tempfile.mkdtemp(prefix="dpgate-bench-"))
-    server = start_server(url.render_as_string(hide_password=False), workdir, workers=args.workers)
+    server = start_server(
+        url.render_as_string(hide_password=False),
+        workdir,
+        workers=args.workers,
+        log_level=args.log_level,
+    )
     try:
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=300) as c:
             ds = c.post(

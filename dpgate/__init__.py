@@ -6,6 +6,8 @@
 ...     print(dp.mean(grid.grid_id, epsilon=1).estimate)
 """
 
+from importlib.metadata import PackageNotFoundError, version
+
 from dpgate.client import Client
 from dpgate.errors import (
     BudgetExhausted,
@@ -21,6 +23,7 @@ from dpgate.errors import (
     Unauthenticated,
     Unavailable,
 )
+from dpgate.frames import answers_dataframe, release_dataframe, release_geodataframe
 from dpgate.models import (
     Budget,
     Dataset,
@@ -33,6 +36,11 @@ from dpgate.models import (
     StoredAnswer,
     UploadResult,
 )
+
+try:
+    __version__ = version("dpgate")  # the distribution that ships the server and this client
+except PackageNotFoundError:  # a source tree that was never installed
+    __version__ = "0+unknown"
 
 __all__ = [
     "Budget",
@@ -58,4 +66,8 @@ __all__ = [
     "Unauthenticated",
     "Unavailable",
     "UploadResult",
+    "__version__",
+    "answers_dataframe",
+    "release_dataframe",
+    "release_geodataframe",
 ]

@@ -257,6 +257,17 @@ class Client:
         answer: dict[str, Any] = self.request("POST", "/keys", json=body)
         return answer
 
+    def reset_budget(self, dataset_id: int | str, reason: str) -> int:
+        """Open a new budget epoch of the dataset (admin; recorded with ``reason``); the
+        new epoch. Sent with an Idempotency-Key, so a retry resets once."""
+        answer = self.request(
+            "POST",
+            f"/datasets/{dataset_id}/budget/reset",
+            json={"reason": reason},
+            idempotent_key=True,
+        )
+        return int(answer["epoch"])
+
     def upload(
         self, dataset_id: int | str, data: bytes | str | Path, **options: Any
     ) -> UploadResult:

@@ -98,6 +98,18 @@ class Release(_Model):
     skipped_grids: Any = None
     cached: bool | None = None
 
+    def to_dataframe(self) -> Any:
+        """One row per grid as a pandas DataFrame (``dpgate.frames``; needs pandas)."""
+        from dpgate.frames import release_dataframe
+
+        return release_dataframe(self)
+
+    def to_geodataframe(self) -> Any:
+        """The grids' H3 hexagons and values as a GeoPandas GeoDataFrame (needs geopandas)."""
+        from dpgate.frames import release_geodataframe
+
+        return release_geodataframe(self)
+
 
 class ReleasePreview(_Model):
     epsilon: float | None = None

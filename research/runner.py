@@ -194,7 +194,7 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
         default=None,
         help="Monte-Carlo runs per point (default 10^4 for 002/003, 2000 for peers)",
     )
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the simulated data and noise")
     p.add_argument("--draws", type=int, default=None, help="occupancy draws for 004-clip-user")
     p.add_argument(
         "--data",

@@ -45,6 +45,7 @@ def start_server(
     port: int | None = None,
     extra_env: dict[str, str] | None = None,
     timeout: float = 60,
+    log_level: str = "warning",
 ) -> LiveServer:
     port = port or free_port()
     env = {
@@ -66,7 +67,7 @@ def start_server(
             "--workers",
             str(workers),
             "--log-level",
-            "warning",
+            log_level,
         ],
         env=env,
         cwd=workdir,

@@ -126,6 +126,11 @@ def list_grids(
     )
 
 
+MULTIPART_REFUSAL = (
+    "a multipart form upload is not read: send the CSV as the raw request body with "
+    "Content-Type: text/csv (curl --data-binary @records.csv -H 'Content-Type: text/csv', "
+    "not curl -F)"
+)
 _CSV_BODY = {
     "requestBody": {
         "required": True,
@@ -171,6 +176,8 @@ async def upload(
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)
     ] = None,
 ) -> UploadResult:
+    if request.headers.get("content-type", "").lower().startswith("multipart/"):
+        raise InvalidRequest(MULTIPART_REFUSAL)
     dataset = service.parse_dataset_id(dataset_id)
     options = UploadOptions(
         columns=ColumnMap(user_col, time_col, lat_col, lon_col, value_col),

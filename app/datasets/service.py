@@ -161,7 +161,7 @@ def parse_h3_cell(text: str | None) -> str | None:
     if text is None:
         return None
     cell = text.strip().lower()
-    if not h3.is_valid_cell(cell):
+    if not re.fullmatch(r"[0-9a-f]{15,16}", cell) or not h3.is_valid_cell(cell):
         raise InvalidRequest(f"h3_cell {text[:20]!r} is not a valid H3 cell id")
     return cell
 

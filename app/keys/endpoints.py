@@ -5,7 +5,7 @@ from functools import partial
 from fastapi import APIRouter, Response, status
 
 from app.deps import AdminKey, AnalystKey, SessionDep
-from app.errors import Forbidden, NotFound, Unauthenticated, responses
+from app.errors import Conflict, Forbidden, NotFound, Unauthenticated, responses
 from app.ids import KeyId
 from app.keys import service
 from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyMe
@@ -55,8 +55,10 @@ def key_me(session: SessionDep, key: AnalystKey) -> KeyMe:
     "/keys/{key_id}",
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
-    responses=responses(Unauthenticated, Forbidden, NotFound),
+    responses=responses(Unauthenticated, Forbidden, NotFound, Conflict),
     summary="Revoke a key (admin): it answers 401 on every server process within 1 s",
+    description="The last active admin key cannot be revoked (409 `conflict`): create "
+    "another admin key first.",
 )
 def revoke_key(key_id: KeyId, session: SessionDep, _: AdminKey) -> Response:
     service.revoke_key(session, key_id)

@@ -32,6 +32,12 @@ class KeyRepository:
         self.session.flush()
         return key
 
+    def lock_active_admins(self) -> list[int]:
+        """The ids of the active admin keys, locked until the transaction ends (so two
+        revocations of admin keys are decided one after the other)."""
+        query = select(ApiKey.id).where(ApiKey.role == "admin", ApiKey.revoked_at.is_(None))
+        return list(self.session.scalars(query.with_for_update()).all())
+
     def revoke(self, key_id: int, when: datetime) -> None:
         self.session.execute(
             update(ApiKey)

@@ -15,7 +15,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from app.db.base import to_epsilon, utcnow
-from app.errors import Forbidden, NotFound, Unauthenticated
+from app.errors import Conflict, Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
 from app.keys.repository import KeyRepository
 from app.keys.schemas import KeyMe, KeyOut
@@ -194,8 +194,15 @@ def key_me(session: Session, identity: KeyIdentity, spent_of: SpentOf) -> KeyMe:
 
 def revoke_key(session: Session, key_id: int) -> None:
     """Revoke a key: from then on it answers 401 (this process at once, every other
-    within :data:`_AUTH_TTL_S`). Revoking a revoked key changes nothing."""
-    if KeyRepository(session).get(key_id) is None:
+    within :data:`_AUTH_TTL_S`). Revoking a revoked key changes nothing; the last active
+    admin key is never revoked (409), so the service always keeps an administrator."""
+    repo = KeyRepository(session)
+    if repo.get(key_id) is None:
         raise NotFound(f"no key {key_id}")
-    KeyRepository(session).revoke(key_id, utcnow())
+    if repo.lock_active_admins() == [key_id]:
+        raise Conflict(
+            f"key {key_id} is the last active admin key; create another admin key first "
+            "(POST /keys or dpgate keys create --role admin)"
+        )
+    repo.revoke(key_id, utcnow())
     forget_key(key_id)

@@ -18,6 +18,7 @@ from app.errors import (
     responses,
 )
 from app.keys.service import KeyIdentity
+from app.observability.metrics import ANSWERS
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
 from app.queries.schemas import QuoteOut, StoredAnswerList
@@ -88,6 +89,7 @@ async def _answer(
         answer = await service.answer_statistic(
             store, key, grid_id, statistic, mechanism, epsilon, options
         )
+    ANSWERS.labels(statistic, answer["mechanism"], "true" if answer["cached"] else "false").inc()
     return Response(orjson.dumps(answer), media_type="application/json")
 
 

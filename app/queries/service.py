@@ -35,6 +35,7 @@ from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_s
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
 from app.ledger.rule import Verdict
+from app.observability.metrics import record_charge
 from app.queries.refusal import budget_refusal
 from app.queries.repository import AnswerRecord, GridContext
 from app.queries.store import QueryStore
@@ -133,6 +134,7 @@ async def answer_statistic(
             await store.ensure_accounts(ctx, users)
             outcome = await store.commit(ctx, key, record, users)
         if outcome.verdict is Verdict.OK:
+            record_charge(ctx.dataset_id, "query", eps.charged)
             return answer
         if outcome.verdict is Verdict.TWIN:
             return _cached(outcome.stored or {})

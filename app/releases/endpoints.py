@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query
@@ -10,6 +11,7 @@ from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.gc_pause import gc_paused
 from app.ids import DatasetId
+from app.observability.metrics import record_release
 from app.query_params import CheckedRoute
 from app.releases import listing, service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
@@ -33,8 +35,11 @@ router = APIRouter(tags=["releases"], route_class=CheckedRoute)
 def create_release(
     dataset_id: DatasetId, body: ReleaseIn, session: SessionDep, key: AnalystKey
 ) -> dict:
+    started = time.perf_counter()
     with gc_paused():  # ~10^6 short-lived objects: no collector walks meanwhile
-        return service.release_slot(session, key, dataset_id, body)
+        answer = service.release_slot(session, key, dataset_id, body)
+    record_release(dataset_id, answer, time.perf_counter() - started)
+    return answer
 
 
 @router.post(

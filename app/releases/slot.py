@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse import GridLevel, coarse_grids
 from app.datasets.models import Dataset, Grid
 from app.errors import NotFound
+from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.releases.repository import ReleaseRepository
 
 
@@ -30,5 +31,6 @@ def slot_grids(
     else:
         grids = coarse_grids(session, dataset, level, start)
     if not grids:
-        raise NotFound(f"no grid of dataset {dataset.id} starts at {start.isoformat()}")
+        local = format_local(datetime_to_us(start), get_zone(dataset.timezone))
+        raise NotFound(f"no grid of dataset {dataset.id} starts at {local} ({dataset.timezone})")
     return SlotGrids(start, level, grids)

@@ -62,17 +62,17 @@ BAD_FIELDS = [
 def test_create_validates_every_field(client: TestClient) -> None:
     for patch in BAD_FIELDS:
         body = {"name": "x", "value_bound": 65, "budget_per_user": 1, **patch}
-        _error(client.post("/datasets", json=body), 422, "invalid_request")
+        _error(client.post("/datasets", json=body), 400, "invalid_request")
     assert client.get("/datasets").json()["datasets"] == []
 
 
 def test_non_finite_json_numbers_are_refused(client: TestClient) -> None:
     raw = b'{"name": "x", "value_bound": NaN, "budget_per_user": 1}'
     resp = client.post("/datasets", content=raw, headers={"content-type": "application/json"})
-    _error(resp, 422, "invalid_request")
+    _error(resp, 400, "invalid_request")
     raw = b'{"name": "x", "value_bound": 1e999, "budget_per_user": 1}'
     resp = client.post("/datasets", content=raw, headers={"content-type": "application/json"})
-    _error(resp, 422, "invalid_request")
+    _error(resp, 400, "invalid_request")
 
 
 def test_roles_and_unknown_datasets(client: TestClient) -> None:
@@ -136,9 +136,9 @@ def test_grids_listing_filters_pages_and_local_offsets(client: TestClient) -> No
     assert p1["next"] == 4 and p2["next"] is None and p1["total"] == p2["total"] == 6
     assert [g["grid_id"] for g in p1["grids"] + p2["grids"]] == [g["grid_id"] for g in grids]
 
-    _error(client.get(f"/datasets/{ds['id']}/grids", params={"limit": 0}), 422, "invalid_request")
+    _error(client.get(f"/datasets/{ds['id']}/grids", params={"limit": 0}), 400, "invalid_request")
     _error(
-        client.get(f"/datasets/{ds['id']}/grids", params={"limit": 10001}), 422, "invalid_request"
+        client.get(f"/datasets/{ds['id']}/grids", params={"limit": 10001}), 400, "invalid_request"
     )
     _error(
         client.get(f"/datasets/{ds['id']}/grids", params={"slot_start": "soon"}),

@@ -222,7 +222,7 @@ def test_reset_opens_new_epoch_and_keeps_history(client: TestClient, grids, app)
     q = {"epsilon": 1.0, "mechanism": "baseline"}
     assert client.get(f"/grids/{a}/mean", params=q).status_code == 200
     _error(client.get(f"/grids/{a}/variance", params=q), 403, "budget_exhausted")
-    _error(client.post(f"/datasets/{ds}/budget/reset", json={}), 422, "invalid_request")
+    _error(client.post(f"/datasets/{ds}/budget/reset", json={}), 400, "invalid_request")
     assert client.post(f"/datasets/{ds}/budget/reset", json={"reason": "new month"}).json() == {
         "epoch": 2
     }
@@ -271,8 +271,8 @@ def test_key_quota_is_enforced(client: TestClient, grids) -> None:
         ({"epsilon": 0}, 400),
         ({"epsilon": -1}, 400),
         ({"epsilon": 10.5}, 400),
-        ({"epsilon": "abc"}, 422),
-        ({}, 422),
+        ({"epsilon": "abc"}, 400),
+        ({}, 400),
         ({"epsilon": 0.1, "mechanism": "nope"}, 400),
         ({"epsilon": 0.1, "mechanism": "baseline", "gamma": 0.3}, 400),
         ({"epsilon": 0.1, "colour": "red"}, 400),

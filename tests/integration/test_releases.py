@@ -57,7 +57,7 @@ def test_preview_matches_the_engine_and_maps_ids(client: TestClient) -> None:
     # public counts only: nothing is charged and no dataset is needed
     bad = client.post("/plans/preview", json={**body, "occupancy": [["g", "u", 0]]})
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_request"
-    assert client.post("/plans/preview", json={**body, "epsilon": "nan"}).status_code == 422
+    assert client.post("/plans/preview", json={**body, "epsilon": "nan"}).status_code == 400
 
 
 def _ledger(app, kind: str = "release") -> Counter:
@@ -178,7 +178,7 @@ def test_release_needs_exactly_one_budget(client: TestClient) -> None:
     base = {"slot_start": HOUR.isoformat(), "min_users": 1}
     for extra in ({}, {"epsilon": 0.1, "max_user_cost": 1.0}, {"epsilon": 0.1, "x": 1}):
         resp = client.post(f"/datasets/{ds}/releases", json={**base, **extra})
-        assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
     resp = client.post(f"/datasets/{ds}/releases?x=1", json={**base, "epsilon": 0.1})
     assert resp.status_code == 400
 

@@ -33,6 +33,8 @@ APP_DIR = Path(__file__).resolve().parents[2] / "app"
 ROLES = {
     ("GET", "/healthz"): "anyone",
     ("GET", "/readyz"): "anyone",
+    ("GET", "/version"): "anyone",
+    ("GET", "/metrics"): "admin",  # DPGATE_METRICS=admin, the default
     ("POST", "/keys"): "admin",
     ("GET", "/keys"): "admin",
     ("GET", "/keys/me"): "analyst",

@@ -118,12 +118,12 @@ def test_bad_epsilons_in_json_bodies(client: TestClient, world: World) -> None:
             content=text.encode(),
             headers={**ADMIN, "content-type": "application/json"},
         )
-        assert_error(resp, 422, "invalid_request")
+        assert_error(resp, 400, "invalid_request")
     quota = '{"name": "k", "role": "analyst", "epsilon_quota": NaN}'
     resp = client.post(
         "/keys", content=quota.encode(), headers={**ADMIN, "content-type": "application/json"}
     )
-    assert_error(resp, 422, "invalid_request")
+    assert_error(resp, 400, "invalid_request")
     for target in ("nan", "inf", "-1", "0", "1e309"):
         resp = client.get(
             f"/grids/{world.grid_ids[0]}/quote", params={"target_error": target}, headers=ADMIN
@@ -158,7 +158,7 @@ def test_large_but_valid_budgets_are_stored_exactly(client: TestClient) -> None:
             json={"name": "x", "value_bound": 1, "budget_per_user": 1} | {field: 1e6 * 1.0001},
             headers=ADMIN,
         )
-        assert_error(over, 422, "invalid_request")
+        assert_error(over, 400, "invalid_request")
 
 
 # ------------------------------------------------------------------------ ids
@@ -177,28 +177,28 @@ def test_unknown_and_malformed_ids(client: TestClient, world: World) -> None:
     for gid in BAD_GRID_IDS:
         for stat in ("mean", "variance"):
             resp = client.get(f"/grids/{gid}/{stat}", params={"epsilon": 1}, headers=ADMIN)
-            assert resp.status_code in (404, 422), (gid, resp.text)
+            assert resp.status_code in (400, 404), (gid, resp.text)
             assert_error(resp)
         resp = client.get(f"/grids/{gid}/quote", params={"target_error": 1}, headers=ADMIN)
-        assert resp.status_code in (404, 422), (gid, resp.text)
+        assert resp.status_code in (400, 404), (gid, resp.text)
     for did in BAD_DATASET_IDS:
         for path in ("", "/grids", "/budget", "/ledger"):
             resp = client.get(f"/datasets/{did}{path}", headers=ADMIN)
-            assert resp.status_code in (404, 422), (did, path, resp.text)
+            assert resp.status_code in (400, 404), (did, path, resp.text)
             assert_error(resp)
         resp = client.post(
             f"/datasets/{did}/records",
             content=b"user_id,timestamp,lat,lon,value\n",
             headers={**ADMIN, "content-type": "text/csv"},
         )
-        assert resp.status_code in (404, 422), (did, resp.text)
+        assert resp.status_code in (400, 404), (did, resp.text)
         assert_error(resp)
         for path, body in (
             ("/budget/reset", {"reason": "x"}),
             ("/releases", {"slot_start": world.slot_start, "epsilon": 1}),
         ):
             resp = client.post(f"/datasets/{did}{path}", json=body, headers=ADMIN)
-            assert resp.status_code in (404, 422), (did, path, resp.text)
+            assert resp.status_code in (400, 404), (did, path, resp.text)
             assert_error(resp)
     # a well-formed id one character away from a real one reaches the lookup: 404
     real = world.grid_ids[0]
@@ -211,7 +211,7 @@ def test_unknown_and_malformed_ids(client: TestClient, world: World) -> None:
             resp = client.get(
                 f"/datasets/{world.dataset_id}/ledger", params={name: value}, headers=ADMIN
             )
-            assert_error(resp, 422, "invalid_request")
+            assert_error(resp, 400, "invalid_request")
 
 
 # ------------------------------------------------------------- SQL injection

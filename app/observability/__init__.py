@@ -1,0 +1,1 @@
+"""Operating dpgate: request ids, structured logs, Prometheus metrics, versions."""

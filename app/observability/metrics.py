@@ -1,0 +1,147 @@
+"""dpgate's Prometheus metrics (``prometheus-client``) and the ``/metrics`` exposition.
+
+One server process keeps its metrics in memory. With several worker processes
+(``dpgate serve --workers N``, N > 1) every worker writes its own to files in
+``PROMETHEUS_MULTIPROC_DIR`` (the client library's multiprocess mode; ``dpgate serve``
+makes a fresh directory and removes it at exit unless the variable is set), and a
+scrape of any worker reports the sum over all of them. The database pools' gauges are
+read when scraped, from the process that answers.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from decimal import Decimal
+from typing import Any
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
+
+__all__ = [
+    "ANSWERS",
+    "BUDGET_REFUSALS",
+    "CONTENT_TYPE_LATEST",
+    "EPSILON_CHARGED",
+    "MULTIPROC_ENV",
+    "RELEASES",
+    "RELEASE_SECONDS",
+    "REQUESTS",
+    "REQUEST_SECONDS",
+    "exposition",
+    "record_charge",
+    "record_release",
+]
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+REQUESTS = Counter(
+    "dpgate_http_requests",
+    "HTTP requests answered, by method, route template and status.",
+    ["method", "route", "status"],
+)
+REQUEST_SECONDS = Histogram(
+    "dpgate_http_request_duration_seconds",
+    "Time from a request's arrival to the end of its answer, by method and route template.",
+    ["method", "route"],
+    buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+ANSWERS = Counter(
+    "dpgate_answers",
+    "Statistic answers sent (cached: a stored answer served again, charging nothing).",
+    ["statistic", "mechanism", "cached"],
+)
+EPSILON_CHARGED = Counter(
+    "dpgate_epsilon_charged",
+    "Sum of the epsilons of fresh answers (queries, and each grid of a release), each "
+    "charged to every user the answer used, by dataset.",
+    ["dataset", "kind"],
+)
+BUDGET_REFUSALS = Counter(
+    "dpgate_budget_refusals",
+    "Requests refused with budget_exhausted (a user's budget or a key's quota), by route.",
+    ["route"],
+)
+RELEASES = Counter(
+    "dpgate_releases",
+    "Whole-slot releases answered (cached: a stored release served again).",
+    ["partition", "cached"],
+)
+RELEASE_SECONDS = Histogram(
+    "dpgate_release_duration_seconds",
+    "Time to plan, release, store and charge one fresh whole-slot release.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+
+
+def record_charge(dataset_id: int, kind: str, epsilon: Decimal | float) -> None:
+    EPSILON_CHARGED.labels(str(dataset_id), kind).inc(float(epsilon))
+
+
+def record_release(dataset_id: int | str, answer: dict[str, Any], seconds: float) -> None:
+    """Count a release answer; a fresh one also its duration and its grids' epsilon."""
+    cached = bool(answer.get("cached"))
+    RELEASES.labels(str(answer.get("partition", "fixed")), str(cached).lower()).inc()
+    if not cached:
+        RELEASE_SECONDS.observe(seconds)
+        per_grid = answer.get("epsilon") or 0.0
+        record_charge(int(dataset_id), "release", per_grid * len(answer.get("grids", ())))
+
+
+class PoolCollector(Collector):
+    """Connections of this process's two database pools, read when scraped."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        size = GaugeMetricFamily(
+            "dpgate_db_pool_size",
+            "Most connections a pool of this process may hold.",
+            None,
+            ["pool"],
+        )
+        busy = GaugeMetricFamily(
+            "dpgate_db_pool_in_use", "Connections of a pool in use by requests now.", None, ["pool"]
+        )
+        waiting = GaugeMetricFamily(
+            "dpgate_db_pool_waiting",
+            "Requests waiting for a connection of the query pool now.",
+            None,
+            ["pool"],
+        )
+        engine = getattr(self.state, "engine", None)
+        if engine is not None and hasattr(engine.pool, "checkedout"):
+            pool = engine.pool
+            size.add_metric(["main"], pool.size() + max(pool._max_overflow, 0))
+            busy.add_metric(["main"], pool.checkedout())
+        query_pool = getattr(self.state, "query_pool", None)
+        if query_pool is not None:
+            stats = query_pool.get_stats()
+            size.add_metric(["query"], query_pool.max_size)
+            busy.add_metric(["query"], stats.get("pool_size", 0) - stats.get("pool_available", 0))
+            waiting.add_metric(["query"], stats.get("requests_waiting", 0))
+        yield from (size, busy, waiting)
+
+
+def exposition(state: Any) -> bytes:
+    """The Prometheus text of every metric: the process's (or, in multiprocess mode,
+    all workers') counters and histograms, and this process's pool gauges."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry)
+        shared = generate_latest(registry)
+    else:
+        shared = generate_latest(REGISTRY)
+    pools = CollectorRegistry(auto_describe=False)
+    pools.register(PoolCollector(state))
+    return shared + generate_latest(pools)
