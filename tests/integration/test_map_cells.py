@@ -30,7 +30,7 @@ def test_bad_cells_are_refused_with_a_reason(client: TestClient) -> None:
     assert error["code"] == "invalid_request" and "'abc'" in error["message"]
     for body in ({"cells": ["x" * 17]}, {"cells": [CENTRE] * 20_001}, {}, {"cells": [1]}):
         resp = client.post("/map/cells", json=body)
-        assert resp.status_code == 422 and resp.json()["error"]["code"] == "invalid_request"
+        assert resp.status_code == 400 and resp.json()["error"]["code"] == "invalid_request"
     resp = client.post("/map/cells", params={"format": "wkt"}, json={"cells": [CENTRE]})
     assert resp.status_code == 400
 
