@@ -14,7 +14,8 @@ from decimal import Decimal
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.base import to_epsilon, utcnow
+from app import budget
+from app.db.base import utcnow
 from app.errors import Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
 from app.keys.repository import KeyRepository
@@ -41,7 +42,8 @@ def create_key(
     epsilon_quota: float | None = None,
     secret: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the secret (shown once)."""
+    """Create a key; returns the row and the secret (shown once). A quota is stored
+    rounded down to the ledger's precision (``app.budget.limit``)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
     secret = secret or new_secret()
@@ -50,7 +52,7 @@ def create_key(
         role=role,
         key_hash=hash_key(secret),
         prefix=secret[:10],
-        epsilon_quota=None if epsilon_quota is None else to_epsilon(epsilon_quota),
+        epsilon_quota=None if epsilon_quota is None else budget.limit(epsilon_quota),
     )
     return KeyRepository(session).add(key), secret
 
@@ -150,7 +152,7 @@ def quota_remaining(session: Session, key_id: int) -> Decimal | None:
     key = KeyRepository(session).get(key_id)
     if key is None or key.epsilon_quota is None:
         return None
-    return max(Decimal(0), key.epsilon_quota - key.epsilon_spent)
+    return budget.remaining(key.epsilon_spent, key.epsilon_quota)
 
 
 #: What a key spent: its quota's tally, or for a key without one, what the ledger says
@@ -188,7 +190,7 @@ def key_me(session: Session, identity: KeyIdentity, spent_of: SpentOf) -> KeyMe:
         role=key.role,
         epsilon_quota=None if quota is None else float(quota),
         epsilon_spent=float(spent),
-        epsilon_remaining=None if quota is None else float(max(Decimal(0), quota - spent)),
+        epsilon_remaining=None if quota is None else float(budget.remaining(spent, quota)),
     )
 
 
