@@ -18,6 +18,7 @@ def _prepared_settings() -> Settings:
     """Valid settings, the database migrated, and its hashing secret the pinned one."""
     from pydantic import ValidationError
 
+    from app.db.embedded import export_database_url
     from app.db.migrate import upgrade
     from app.instance.service import SecretMismatch, check_hashing_secret
 
@@ -28,7 +29,7 @@ def _prepared_settings() -> Settings:
             f"DPGATE_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
         )
         raise StartupRefused(f"invalid settings: {problems}") from None
-    upgrade(settings.database_url)
+    upgrade(export_database_url(settings.database_url))
     try:
         check_hashing_secret(settings)
     except SecretMismatch as exc:
@@ -59,13 +60,14 @@ def _migrate(_: argparse.Namespace) -> int:
 
 
 def _keys_create(args: argparse.Namespace) -> int:
+    from app.db.embedded import database_url
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
     from app.keys.service import create_key
 
-    settings = get_settings()
-    upgrade(settings.database_url)
-    engine = make_engine(settings.database_url)
+    url = database_url(get_settings().database_url)
+    upgrade(url)
+    engine = make_engine(url)
     try:
         with make_sessionmaker(engine).begin() as session:
             key, secret = create_key(
@@ -140,7 +142,8 @@ def build_parser() -> argparse.ArgumentParser:
         "demo",
         help="load a demo dataset into the database, print keys and curl commands, serve",
         description="Load a synthetic ITMS-like city (or a CapMetrics day with --data) into "
-        "the database of DPGATE_DATABASE_URL (default ./dpgate.db), create an admin and an "
+        "the database of DPGATE_DATABASE_URL (default: an embedded Postgres in "
+        "./dpgate-postgres), create an admin and an "
         "analyst key, print them with ready-to-paste curl commands, and serve. Running it "
         "again in the same directory reuses the loaded dataset.",
     )

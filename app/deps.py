@@ -7,9 +7,9 @@ error (an answer therefore never leaves before its charge is durable):
 * :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
   commits after it returns (``scope="function"``);
 * :func:`database` — the process's :class:`app.db.unit.Database`, whose ``run``
-  makes a whole unit of work of one function: the steps of a query on SQLite, and
-  its rarer steps on Postgres (``app.queries.store``; there its look-up and commit
-  go from the event loop to ``app.state.query_pool``).
+  makes a whole unit of work of one function: a query's rarer steps
+  (``app.queries.store``; its look-up and commit go from the event loop to
+  ``app.state.query_pool``).
 """
 
 from __future__ import annotations

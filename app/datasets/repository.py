@@ -1,9 +1,7 @@
 """All SQL about datasets, their users, grids, records, snapshots and uploads.
 
-Bulk paths differ by dialect, each in one module (``bulk_postgres``: binary
-``COPY`` and array statements; ``bulk_sqlite``: ``executemany``), chosen once per
-:class:`IngestRepository`. Both count what was really inserted, so duplicates are
-exact.
+Ingestion's bulk statements are ``app.datasets.bulk``'s (binary ``COPY`` and array
+statements); they count what was really inserted, so duplicates are exact.
 """
 
 from __future__ import annotations
@@ -16,10 +14,8 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.datasets.bulk_postgres import PostgresBulk
-from app.datasets.bulk_sqlite import SqliteBulk
+from app.datasets.bulk import BulkWriter
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
-from app.db.dialect import Backend, backend_of
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500
@@ -45,9 +41,9 @@ class DatasetRepository:
     def lock(self, dataset_id: int) -> Dataset | None:
         """The dataset row, locked for an upload until the transaction ends.
 
-        Postgres: ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which
+        ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which
         take ``FOR UPDATE``) but not queries, which take ``FOR KEY SHARE`` and so keep
-        running during a long upload. SQLite transactions already hold the write lock.
+        running during a long upload.
         """
         return self.session.scalars(
             select(Dataset)
@@ -148,18 +144,15 @@ class GridRepository:
 class IngestRepository:
     """Bulk SQL of ingestion, on the session's own connection (so inside its transaction).
 
-    The dialect's statements are chosen once, here: :class:`PostgresBulk` (binary
-    ``COPY`` and array statements) or :class:`SqliteBulk` (``executemany``). Writers to
-    one dataset must hold its lock (:meth:`DatasetRepository.lock`): duplicate
+    The statements are :class:`BulkWriter`'s (binary ``COPY`` and array statements).
+    Writers to one dataset must hold its lock (:meth:`DatasetRepository.lock`): duplicate
     detection relies on it.
     """
 
     def __init__(self, session: Session) -> None:
         self.session = session
         driver = session.connection().connection.driver_connection
-        self.bulk: PostgresBulk | SqliteBulk = (
-            PostgresBulk(driver) if backend_of(session) is Backend.POSTGRES else SqliteBulk(driver)
-        )
+        self.bulk = BulkWriter(driver)
 
     # ------------------------------------------------------------------ users
     def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> list[int]:
@@ -171,8 +164,8 @@ class IngestRepository:
 
     # ------------------------------------------------------------------ grids
     def allocate_grid_ids(self, n: int) -> list[int]:
-        """``n`` fresh grid ids for grids inserted later in this transaction (Postgres: from
-        the id sequence, in blocks; SQLite: after the largest id, safe under its write lock)."""
+        """``n`` fresh grid ids for grids inserted later in this transaction (from the id
+        sequence, in blocks)."""
         return [] if n <= 0 else self.bulk.allocate_grid_ids(n)
 
     def insert_grids(
@@ -219,8 +212,7 @@ class IngestRepository:
         The rows must not repeat a (user, ts) among themselves (see
         ``first_occurrences``); they are best given in (user, ts) order. ``check``
         (bool per row, default all) marks the rows that may repeat a stored one; the
-        others are inserted without looking (Postgres; the unique constraint still
-        guards them).
+        others are inserted without looking (the unique constraint still guards them).
         """
         if len(grid_ids) == 0:
             return 0

@@ -9,7 +9,7 @@ Three ways in, each visible where it is used; no repository commits on its own.
 * :func:`separate_transaction`: work that must be committed on its own before the
   caller's transaction goes on (creating budget accounts outside the lock order).
 
-The Postgres query hot path sends two autocommit statements from the event loop
+The query hot path sends two autocommit statements from the event loop
 (``app.db.pg_async``); each statement is its own transaction.
 """
 
@@ -23,8 +23,6 @@ from typing import Any, TypeVar
 
 from anyio import CapacityLimiter, to_thread
 from sqlalchemy.orm import Session, sessionmaker
-
-from app.db.dialect import Backend, backend_of
 
 R = TypeVar("R")
 
@@ -71,16 +69,8 @@ class Database:
 
 @contextmanager
 def separate_transaction(session: Session) -> Iterator[Session]:
-    """A transaction beside ``session``'s, committed when the block ends.
-
-    On Postgres a second session on the same engine (rolled back if the block
-    raises). SQLite serialises writers (every transaction is ``BEGIN IMMEDIATE``), so
-    a second writer would wait for this one forever: there the work joins
-    ``session``'s transaction and commits with it.
-    """
-    if backend_of(session) is Backend.SQLITE:
-        yield session
-        return
+    """A transaction beside ``session``'s (a second session on the same engine),
+    committed when the block ends, rolled back if it raises."""
     with Session(bind=session.get_bind()) as own:
         try:
             yield own

@@ -17,8 +17,8 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
+from app import budget
 from app.datasets.models import Dataset
-from app.db.base import to_epsilon
 from app.db.unit import separate_transaction
 from app.errors import BudgetExhausted, NotFound
 from app.keys.models import ApiKey
@@ -45,7 +45,7 @@ class LockedBudget:
 
     def exhausted(self, user_ids: npt.ArrayLike, epsilon: Decimal) -> npt.NDArray[np.bool_]:
         """Bool per user: would ``epsilon`` more pass the cap? (ledger only, never values)"""
-        return rule.exhausted(self.spent, user_ids, epsilon, self.cap)
+        return budget.exhausted(self.spent, user_ids, epsilon, self.cap)
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
@@ -63,7 +63,7 @@ def lock_budget(
     session: Session, dataset: Dataset, epoch: int, user_ids: npt.ArrayLike
 ) -> LockedBudget:
     """Lock every account of ``user_ids`` (ascending id order) for this transaction,
-    creating the missing ones first in a transaction of their own (Postgres), so this
+    creating the missing ones first in a transaction of their own, so this
     one never holds an insert lock outside the ascending order — the one way two
     charges over overlapping users could deadlock."""
     users = [int(u) for u in np.asarray(user_ids)]
@@ -87,12 +87,11 @@ def exhausted_now(
     charge itself re-checks the others under lock)."""
     users = [int(u) for u in np.asarray(user_ids)]
     spent = LedgerRepository(session).spent(dataset_id, epoch, users)
-    return rule.exhausted(spent, users, epsilon, cap)
+    return budget.exhausted(spent, users, epsilon, cap)
 
 
 def ensure_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
-    """Create the missing budget accounts of ``user_ids``, committed on their own
-    (Postgres; on SQLite they join ``session``'s transaction)."""
+    """Create the missing budget accounts of ``user_ids``, committed on their own."""
     users = [int(u) for u in user_ids]
     missing = LedgerRepository(session).missing_accounts(dataset_id, epoch, users)
     if not missing:
@@ -179,8 +178,8 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
     """
     if not key.has_quota:
         return
-    if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
+    if not KeyRepository(session).spend(key.id, budget.charged(epsilon)):
         raise BudgetExhausted(
             f"key '{key.name}' would exceed its epsilon quota",
-            largest_epsilon=float(quota_remaining(session, key.id) or 0),
+            largest_epsilon=budget.float_at_most(quota_remaining(session, key.id) or budget.ZERO),
         )

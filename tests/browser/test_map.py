@@ -128,16 +128,16 @@ def test_map_draws_one_hexagon_per_released_grid(
     assert shot.stat().st_size > 20_000, "the screenshot looks blank"
 
 
-def test_map_says_why_a_release_cannot_be_drawn(page: Page, sqlite_live_url: str) -> None:
-    page.navigate(f"{sqlite_live_url}/map#release=nope&key=not-a-key")
+def test_map_says_why_a_release_cannot_be_drawn(page: Page, live_url: str) -> None:
+    page.navigate(f"{live_url}/map#release=nope&key=not-a-key")
     page.wait_for("document.body.dataset.state === 'error'", what="the map's error message")
     status = page.evaluate("document.getElementById('status').textContent")
     assert "401" in status and "unauthenticated" in status
     assert page.evaluate("document.querySelectorAll('#map path').length") == 0
 
 
-def test_map_page_is_served_with_a_strict_policy(sqlite_live_url: str) -> None:
-    resp = httpx.get(f"{sqlite_live_url}/map", trust_env=False)
+def test_map_page_is_served_with_a_strict_policy(live_url: str) -> None:
+    resp = httpx.get(f"{live_url}/map", trust_env=False)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
     csp = resp.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "connect-src 'self'" in csp

@@ -1,4 +1,4 @@
-"""CSV ingestion end to end, on SQLite and Postgres: exact tallies on a real day,
+"""CSV ingestion end to end: exact tallies on a real day,
 look-ups, concurrency, grids and their snapshots (all or nothing, streaming and
 idempotency: ``test_ingest_atomic.py``)."""
 
@@ -24,7 +24,6 @@ from app.datasets.models import DatasetUser, Grid, GridSnapshot
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.db.migrate import upgrade
 from app.errors import NotFound
-from tests.conftest import DATABASES
 from tests.helpers import create_dataset, make_csv, upload_csv
 from tests.integration.ingest_support import (
     CAPMETRICS,
@@ -345,10 +344,8 @@ def test_snapshot_paths_agree(
     assert results[0] == results[1] == results[2] == results[3]
 
 
-@pytest.mark.postgres_only
-@pytest.mark.skipif("postgres" not in DATABASES, reason="Postgres tests disabled")
 def test_upload_lock_blocks_uploads_not_queries(postgres_url: str) -> None:
-    """On Postgres an upload holds the dataset row FOR NO KEY UPDATE: a second upload
+    """An upload holds the dataset row FOR NO KEY UPDATE: a second upload
     waits, a query's FOR KEY SHARE does not."""
     from sqlalchemy.exc import OperationalError
 

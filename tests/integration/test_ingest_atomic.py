@@ -1,4 +1,4 @@
-"""CSV ingestion end to end, on SQLite and Postgres: all or nothing (malformed files,
+"""CSV ingestion end to end: all or nothing (malformed files,
 crashes, bodies over the limit), streaming and idempotent retries."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Who may call what, how keys are kept, and that raw identifiers and records never leave.
 
-On SQLite and real Postgres. The list of admin-only operations is checked against
+The list of admin-only operations is checked against
 ``/openapi.json``, so a new endpoint cannot slip in without a decision here.
 """
 
@@ -271,7 +271,7 @@ def test_ledger_shows_keyed_hashes_only(client: TestClient, world: World, app: F
 
 
 def _database_text(app: FastAPI) -> str:
-    """Every table's every row, as text (and, on SQLite, the raw file bytes too)."""
+    """Every table's every row, as text."""
     url = app.state.settings.database_url
     engine = create_engine(url)
     parts: list[str] = []
@@ -282,11 +282,6 @@ def _database_text(app: FastAPI) -> str:
                     parts.append(repr(tuple(row)))
     finally:
         engine.dispose()
-    if url.startswith("sqlite:///"):
-        for suffix in ("", "-wal"):
-            path = Path(url.removeprefix("sqlite:///") + suffix)
-            if path.exists():
-                parts.append(path.read_bytes().decode("latin-1"))
     return "\n".join(parts)
 
 

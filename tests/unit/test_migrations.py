@@ -1,4 +1,4 @@
-"""The Alembic revisions create exactly the models' schema, on SQLite and Postgres."""
+"""The Alembic revisions create exactly the models' schema."""
 
 from __future__ import annotations
 

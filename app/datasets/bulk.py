@@ -1,4 +1,4 @@
-"""Ingestion's bulk SQL on Postgres: binary ``COPY`` and array (``unnest``) statements.
+"""Bulk SQL: binary ``COPY`` and array (``unnest``) statements (ingestion, coarse grids).
 
 Records go through binary ``COPY`` into a temporary staging table and one
 ``INSERT ... SELECT ... WHERE NOT EXISTS`` (an anti-join on the unique key: cheaper
@@ -44,7 +44,7 @@ _PG_FETCH_ROW = np.dtype(
 )  # fmt: skip
 
 
-class PostgresBulk:
+class BulkWriter:
     """One transaction's bulk statements (``driver`` is its psycopg connection)."""
 
     def __init__(self, driver: Any) -> None:
@@ -199,21 +199,30 @@ class PostgresBulk:
             return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]
 
     def read_grids(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
-        sql = (
-            "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
-            f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
-            "ORDER BY grid_id, user_id, ts, id) TO STDOUT (FORMAT BINARY)"
-        )
-        buf = bytearray()
-        with self.driver.cursor() as cur, cur.copy(sql) as copy:
-            for block in copy:
-                buf += block
-        ext = struct.unpack(">i", buf[15:19])[0]
-        body = memoryview(buf)[19 + ext : len(buf) - 2]
-        rows = np.frombuffer(body, dtype=_PG_FETCH_ROW)
-        return (
-            rows["grid"].astype(np.int64),
-            rows["user"].astype(np.int64),
-            rows["value"].astype(np.float64),
-        )
+        return copy_records(self.driver, ids, "grid_id, user_id, ts, id")
+
+
+def copy_records(
+    driver: Any, ids: list[int], order_by: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(grid_id, user_id, value)`` arrays of the records of grids ``ids`` in
+    ``order_by`` order (a fixed column list of the caller's), by binary ``COPY`` on
+    ``driver`` (a psycopg connection)."""
+    id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
+    sql = (
+        "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
+        f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
+        f"ORDER BY {order_by}) TO STDOUT (FORMAT BINARY)"
+    )
+    buf = bytearray()
+    with driver.cursor() as cur, cur.copy(sql) as copy:
+        for block in copy:
+            buf += block
+    ext = struct.unpack(">i", buf[15:19])[0]
+    body = memoryview(buf)[19 + ext : len(buf) - 2]
+    rows = np.frombuffer(body, dtype=_PG_FETCH_ROW)
+    return (
+        rows["grid"].astype(np.int64),
+        rows["user"].astype(np.int64),
+        rows["value"].astype(np.float64),
+    )

@@ -1,0 +1,48 @@
+"""The embedded Postgres: what ``DPGATE_DATABASE_URL`` unset means.
+
+Postgres is dpgate's only database. Without a URL, ``dpgate demo``, ``dpgate serve``
+and the other commands start a private server from the ``pgserver`` pip package
+(PostgreSQL binaries in a wheel, pinned in ``pyproject.toml``) whose data directory is
+``./dpgate-postgres`` in the working directory, so a second run finds its data again.
+It listens on a Unix socket only (nothing on the network) and stops when the process
+that started it exits. The code path is the production one: the same migrations,
+commit function and connection pools as on any other server.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import warnings
+from pathlib import Path
+
+from sqlalchemy.engine import make_url
+
+DATA_DIR = "dpgate-postgres"
+URL_VARIABLE = "DPGATE_DATABASE_URL"
+
+
+def database_url(configured: str | None) -> str:
+    """``configured`` (``DPGATE_DATABASE_URL``), else the embedded server's URL."""
+    return configured if configured is not None else embedded_url()
+
+
+@functools.cache
+def embedded_url(data_dir: str = DATA_DIR) -> str:
+    """Start (or join) the embedded server on ``data_dir``; its SQLAlchemy URL."""
+    with warnings.catch_warnings():  # platformdirs: "XDG_RUNTIME_DIR is not set" (harmless)
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+        import pgserver
+
+    path = Path(data_dir).resolve()
+    server = pgserver.get_server(path, cleanup_mode="stop")
+    url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
+    return url.render_as_string(hide_password=False)
+
+
+def export_database_url(configured: str | None) -> str:
+    """:func:`database_url`, also put in the environment so that server processes
+    started from this one (uvicorn's workers) use the same server."""
+    url = database_url(configured)
+    os.environ[URL_VARIABLE] = url
+    return url
