@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from app.datasets.models import Dataset
     from app.datasets.schemas import DatasetCreate
-    from app.datasets.upload import UploadOptions
+    from app.uploads.service import UploadOptions
 
 __all__ = ["DemoSetup", "demo_commands", "port_problem", "prepare_demo", "run_demo"]
 
@@ -75,8 +75,8 @@ def _dataset_spec(
 ) -> tuple[DatasetCreate, UploadOptions, Callable[[], Iterator[bytes]]]:
     """The dataset to create, the upload options and a factory of the CSV's byte chunks."""
     from app.datasets.schemas import DatasetCreate
-    from app.datasets.upload import UploadOptions
     from app.ingest.csv_records import ColumnMap
+    from app.uploads.service import UploadOptions
 
     if data is None:
         spec = DatasetCreate(
@@ -138,12 +138,12 @@ def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, in
 def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetup:
     """Migrate, load (or reuse) the demo dataset and create an admin and an analyst key."""
     from app.datasets import service
-    from app.datasets.upload import upload_records
     from app.db.embedded import export_database_url
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
     from app.instance.service import resolve_hashing_secret
     from app.keys.service import create_key
+    from app.uploads.service import upload_records
 
     path = None if data is None else Path(data)
     if path is not None and not path.is_file():

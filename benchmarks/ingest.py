@@ -2,7 +2,7 @@
 
 Generates a synthetic CSV (2,000 buses doing random walks in a 40 km box around
 Austin, one day of timestamps with a UTC offset, 40% zero speeds), uploads it
-through the service layer (``app.datasets.upload.upload_records``, the function
+through the service layer (``app.uploads.service.upload_records``, the function
 the HTTP endpoint runs, fed 64 KiB chunks) into a fresh database per run, and
 reports the median rows per second of ``--runs`` runs (parsing, writing, grid
 snapshots and commit included). ``--http`` adds one run through
@@ -113,8 +113,8 @@ def fresh_database(
 
 
 def _options() -> Any:
-    from app.datasets.upload import UploadOptions
     from app.ingest.csv_records import ColumnMap
+    from app.uploads.service import UploadOptions
 
     return UploadOptions(
         columns=ColumnMap(*(COLUMNS[k] for k in ("user_col", "time_col", "lat_col", "lon_col")),
@@ -126,9 +126,9 @@ def run_service(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
     """One upload through the service layer into a fresh database: (seconds, answer)."""
     from app.datasets.schemas import DatasetCreate
     from app.datasets.service import create_dataset
-    from app.datasets.upload import upload_records
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
+    from app.uploads.service import upload_records
 
     url, drop = fresh_database(kind, tmp)
     try:

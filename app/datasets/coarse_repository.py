@@ -23,8 +23,8 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
-from app.datasets.bulk import copy_records
 from app.datasets.models import Dataset, Grid, GridSnapshot
+from app.datasets.repository import copy_records
 
 IN_CHUNK = 500
 
@@ -106,12 +106,7 @@ class CoarseGridRepository:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(grid_id, user_id, value)`` of these grids' records, ordered by user,
         timestamp, record id (each user's records earliest first across the grids)."""
-        ids = sorted({int(g) for g in grid_ids})
-        if not ids:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty, np.empty(0, dtype=np.float64)
-        driver = self.session.connection().connection.driver_connection
-        return copy_records(driver, ids, "user_id, ts, id")
+        return copy_records(self.session, grid_ids, "user_id, ts, id")
 
     def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:
         """Insert coarser grids not stored yet (a concurrent twin is kept as it is)."""

@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy import inspect as sa_inspect
 
 import app.keys.service as key_service
-from app.datasets.upload import hash_user
+from app.uploads.repository import hash_user
 from tests.conftest import ADMIN_KEY
 from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR
 from tests.security.support import ADMIN, RAW_USERS, World, assert_error, bearer, populate
