@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from anyio import CapacityLimiter
 from fastapi import FastAPI
@@ -69,13 +70,14 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         )
         await app.state.query_pool.open()
         if settings.admin_key is not None:
-            with sessionmaker.begin() as session:
-                ensure_key(
-                    session,
+            await app.state.database.run(
+                partial(
+                    ensure_key,
                     secret=settings.admin_key.get_secret_value(),
                     role="admin",
                     name="bootstrap admin (DPGATE_ADMIN_KEY)",
                 )
+            )
         if freeze_gc:
             # Modules, routes, OpenDP and numpy objects live as long as the process: a
             # full collection walking them all paused every request in flight for

@@ -24,6 +24,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.config import LEGACY_SECRET_FILE, Settings
+from app.db.engine import make_engine, make_sessionmaker
 from app.instance.repository import InstanceRepository
 
 log = logging.getLogger("dpgate.instance")
@@ -112,7 +113,7 @@ def resolve_hashing_secret(settings: Settings, engine: Engine) -> bytes:
     """:func:`resolve_in_session` in a transaction of its own on ``engine`` (whose pool
     is emptied afterwards: a construction-time connection is never handed to a request)."""
     try:
-        with Session(engine) as session, session.begin():
+        with make_sessionmaker(engine).begin() as session:
             return resolve_in_session(session, settings)
     finally:
         engine.dispose()
@@ -121,7 +122,6 @@ def resolve_hashing_secret(settings: Settings, engine: Engine) -> bytes:
 def check_hashing_secret(settings: Settings) -> None:
     """Start-up check for ``dpgate serve`` and ``dpgate migrate`` (database migrated)."""
     from app.db.embedded import database_url
-    from app.db.engine import make_engine
 
     engine = make_engine(database_url(settings.database_url))
     try:

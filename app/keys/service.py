@@ -10,7 +10,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
+from psycopg import AsyncConnection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -18,7 +20,7 @@ from app import budget
 from app.db.base import utcnow
 from app.errors import Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
-from app.keys.repository import KeyRepository
+from app.keys.repository import KeyRepository, find_key
 from app.keys.schemas import KeyMe, KeyOut
 
 log = logging.getLogger("dpgate.keys")
@@ -113,15 +115,17 @@ def cached_identity(digest: str) -> KeyIdentity | None:
     return None
 
 
-def lookup_identity(session: Session, digest: str) -> KeyIdentity:
-    """Find the key by its digest in the database (and remember it), or ``Unauthenticated``."""
-    key = KeyRepository(session).by_hash(digest)
+async def lookup_identity(conn: AsyncConnection[Any], digest: str) -> KeyIdentity:
+    """Find the key by its digest in the database (and remember it), or ``Unauthenticated``
+    (``conn``: a connection of the query pool)."""
+    key = await find_key(conn, digest)
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
-    if key is None or not hmac.compare_digest(key.key_hash, digest):
+    if key is None or not hmac.compare_digest(key[3], digest):
         raise Unauthenticated("unknown API key")
-    if key.revoked_at is not None:
+    key_id, name, role, _, revoked, has_quota = key
+    if revoked:
         raise Unauthenticated("this API key was revoked")
-    identity = KeyIdentity(key.id, key.name, key.role, key.epsilon_quota is not None)
+    identity = KeyIdentity(key_id, name, role, has_quota)
     if len(_auth_cache) >= _AUTH_CACHE_MAX:
         _auth_cache.clear()
     _auth_cache[digest] = (time.monotonic(), identity)
@@ -135,24 +139,10 @@ def forget_key(key_id: int) -> None:
             _auth_cache.pop(digest, None)
 
 
-def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
-    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``."""
-    digest = bearer_digest(authorization)
-    return cached_identity(digest) or lookup_identity(session, digest)
-
-
 def require_role(key: KeyIdentity, *roles: str) -> KeyIdentity:
     if key.role not in roles:
         raise Forbidden(f"this needs a key with role {' or '.join(roles)}")
     return key
-
-
-def quota_remaining(session: Session, key_id: int) -> Decimal | None:
-    """What is left of the key's quota (``None``: no quota)."""
-    key = KeyRepository(session).get(key_id)
-    if key is None or key.epsilon_quota is None:
-        return None
-    return budget.remaining(key.epsilon_spent, key.epsilon_quota)
 
 
 #: What a key spent: its quota's tally, or for a key without one, what the ledger says

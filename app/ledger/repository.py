@@ -13,11 +13,13 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, func, select, text, update
+from sqlalchemy import CursorResult, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from app.budget import Budget
 from app.datasets.models import Dataset, DatasetUser
+from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 
 CHUNK = 5000
@@ -123,6 +125,30 @@ class LedgerRepository:
         ).scalar_one()
         if needs_analyze(known, added):
             self.session.execute(text("ANALYZE budget_accounts"))
+
+    def key_quota(self, key_id: int) -> Budget | None:
+        """The key's quota and what it spent of it (None: a key without a quota)."""
+        row = self.session.execute(
+            select(ApiKey.epsilon_quota, ApiKey.epsilon_spent).where(ApiKey.id == key_id)
+        ).first()
+        return None if row is None or row[0] is None else Budget(cap=row[0], spent=row[1])
+
+    def spend_quota(self, key_id: int, epsilon: Decimal) -> bool:
+        """Atomically add ``epsilon`` to the key's spend unless that passes its quota (the
+        cap test of ``app.budget``, in SQL: ``spent + epsilon <= quota``)."""
+        result = self.session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == key_id)
+            .where(
+                or_(
+                    ApiKey.epsilon_quota.is_(None),
+                    ApiKey.epsilon_spent + epsilon <= ApiKey.epsilon_quota,
+                )
+            )
+            .values(epsilon_spent=ApiKey.epsilon_spent + epsilon)
+            .execution_options(synchronize_session=False)
+        )
+        return cast("CursorResult[Any]", result).rowcount == 1
 
     def key_spent(self, key_id: int) -> Decimal:
         """What a key without a quota spent, counted as a quota would count it: each

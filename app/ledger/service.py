@@ -22,8 +22,7 @@ from app.datasets.models import Dataset
 from app.db.unit import separate_transaction
 from app.errors import BudgetExhausted, NotFound
 from app.keys.models import ApiKey
-from app.keys.repository import KeyRepository
-from app.keys.service import KeyIdentity, quota_remaining
+from app.keys.service import KeyIdentity
 from app.ledger import rule
 from app.ledger.committer import apply_charge
 from app.ledger.repository import LedgerRepository
@@ -170,6 +169,12 @@ def key_spent(session: Session, key: ApiKey) -> Decimal:
     return LedgerRepository(session).key_spent(key.id)
 
 
+def quota_left(session: Session, key_id: int) -> Decimal | None:
+    """What is left of the key's quota (``None``: no quota)."""
+    quota = LedgerRepository(session).key_quota(key_id)
+    return None if quota is None else quota.remaining
+
+
 def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
     """Charge ``epsilon`` against the key's quota atomically, or refuse (a release's
     largest cost to one user; queries spend it inside their commit, ``app.ledger.committer``).
@@ -178,8 +183,10 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
     """
     if not key.has_quota:
         return
-    if not KeyRepository(session).spend(key.id, budget.charged(epsilon)):
+    repo = LedgerRepository(session)
+    if not repo.spend_quota(key.id, budget.charged(epsilon)):
+        left = quota_left(session, key.id) or budget.ZERO
         raise BudgetExhausted(
             f"key '{key.name}' would exceed its epsilon quota",
-            largest_epsilon=budget.float_at_most(quota_remaining(session, key.id) or budget.ZERO),
+            largest_epsilon=budget.float_at_most(left),
         )

@@ -24,8 +24,9 @@ from sqlalchemy.orm import Session
 from app import budget
 from app.answers.epsilon import MIN_EPSILON
 from app.errors import BudgetExhausted
-from app.keys.service import KeyIdentity, quota_remaining
+from app.keys.service import KeyIdentity
 from app.ledger.repository import LedgerRepository
+from app.ledger.service import quota_left
 from app.queries.repository import GridContext
 from app.queries.store import QueryStore
 
@@ -43,7 +44,7 @@ def largest_epsilon(
     spent = LedgerRepository(session).spent(ctx.dataset_id, ctx.epoch, user_ids.tolist())
     left = [budget.remaining(s, ctx.budget_per_user) for s in spent.values()]
     limits = [users_limit(ctx, left), ctx.max_epsilon_per_query]
-    quota = quota_remaining(session, key_id)
+    quota = quota_left(session, key_id)
     if quota is not None:
         limits.append(quota)
     return budget.largest_affordable(limits, MIN_EPSILON)
