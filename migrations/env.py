@@ -8,7 +8,7 @@ from sqlalchemy import Connection
 from app.config import get_settings
 from app.db.embedded import database_url
 from app.db.engine import make_engine
-from app.db.models import Base
+from migrations.models import Base
 
 config = context.config
 target_metadata = Base.metadata
