@@ -18,6 +18,7 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -89,6 +90,13 @@ def postgres_url(postgres_base_url: str, postgres_admin: Engine) -> Iterator[str
         yield url
 
 
+def _pg_dumps() -> list[str]:
+    import pgserver
+
+    bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    return [str(bundled), "pg_dump"] if bundled.is_file() else ["pg_dump"]
+
+
 class PostgresTemplate:
     """A schema migrated once, and the SQL that rebuilds it under another name."""
 
@@ -110,25 +118,32 @@ class PostgresTemplate:
             ]
 
     def _dump(self) -> str | None:
-        """The template's DDL, or None without a matching ``pg_dump`` (then each copy
-        is migrated, as before)."""
+        """The template's DDL, or None without a ``pg_dump`` that can dump this server
+        (then each copy is migrated, as before). The ``pgserver`` package's own
+        ``pg_dump`` is tried first (it dumps its own server and older ones), then the
+        one on the PATH."""
         u = make_url(self.base_url)
-        command = [
-            "pg_dump", "--schema-only", "--no-owner", "--no-privileges",
-            f"--schema={self.schema}", "-h", u.host or "127.0.0.1", "-p", str(u.port or 5432),
-            "-U", u.username or "postgres", u.database or "postgres",
+        host = u.host or u.query.get("host") or "127.0.0.1"
+        args = [
+            "--schema-only", "--no-owner", "--no-privileges", f"--schema={self.schema}",
+            "-h", str(host), "-p", str(u.port or 5432), "-U", u.username or "postgres",
+            u.database or "postgres",
         ]  # fmt: skip
         env = {**os.environ, "PGPASSWORD": u.password or ""}
-        try:
-            out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
-        except (OSError, subprocess.CalledProcessError):
-            return None
-        lines = [
-            line
-            for line in out.stdout.splitlines()
-            if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
-        ]
-        return "\n".join(lines)
+        for pg_dump in _pg_dumps():
+            try:
+                out = subprocess.run(
+                    [pg_dump, *args], capture_output=True, text=True, check=True, env=env
+                )
+            except (OSError, subprocess.CalledProcessError):
+                continue
+            lines = [
+                line
+                for line in out.stdout.splitlines()
+                if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
+            ]
+            return "\n".join(lines)
+        return None
 
     def copy(self) -> tuple[str, str]:
         url, schema = _new_schema_url(self.base_url)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -176,13 +176,3 @@ class CoarseGridRepository:
                 where=GridSnapshot.version < stmt.excluded.version,
             )
             self.session.execute(stmt)
-
-    def count_coarse(self, dataset_id: int) -> int:
-        return int(
-            self.session.scalar(
-                select(func.count(Grid.id)).where(
-                    Grid.dataset_id == dataset_id, Grid.slot_minutes > 0
-                )
-            )
-            or 0
-        )

@@ -109,13 +109,6 @@ def plan_at(
     return SlotPlan(eps, G1, _grids_per_user(occ.user[kept > 0]), kept)
 
 
-def epsilon_amount(value: Decimal, max_epsilon: Decimal) -> EpsilonAmount:
-    """An exact ledger amount, at least the minimum epsilon (else 400)."""
-    if value < MIN_EPSILON:
-        raise InvalidRequest(f"the per-grid epsilon would be {value:.3g}, below {MIN_EPSILON}")
-    return parse_epsilon(float(min(value, max_epsilon)), max_epsilon)
-
-
 def _exact(value: Decimal) -> EpsilonAmount:
     amount = parse_epsilon(float(value))
     return amount if amount.charged <= value else EpsilonAmount(value, float(value) * (1 - 1e-15))
