@@ -66,8 +66,11 @@ def lock_budget(
     one never holds an insert lock outside the ascending order — the one way two
     charges over overlapping users could deadlock."""
     users = [int(u) for u in np.asarray(user_ids)]
-    ensure_accounts(session, dataset.id, epoch, users)
-    spent = LedgerRepository(session).lock_accounts(dataset.id, epoch, users)
+    repo = LedgerRepository(session)
+    if repo.missing_accounts(dataset.id, epoch, users):
+        with separate_transaction(session) as own:
+            create_accounts(own, dataset.id, epoch, users)
+    spent = repo.lock_accounts(dataset.id, epoch, users)
     if len(spent) != len(set(users)):
         raise RuntimeError("budget accounts vanished while locking them")
     return LockedBudget(dataset.id, epoch, dataset.budget_per_user, spent)
@@ -89,14 +92,12 @@ def exhausted_now(
     return budget.exhausted(spent, users, epsilon, cap)
 
 
-def ensure_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
-    """Create the missing budget accounts of ``user_ids``, committed on their own."""
-    users = [int(u) for u in user_ids]
-    missing = LedgerRepository(session).missing_accounts(dataset_id, epoch, users)
-    if not missing:
-        return
-    with separate_transaction(session) as own:
-        repo = LedgerRepository(own)
+def create_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
+    """Create the missing budget accounts of ``user_ids`` in ``session``'s transaction
+    (a unit of its own: a grid's first query, or :func:`lock_budget`'s side transaction)."""
+    repo = LedgerRepository(session)
+    missing = repo.missing_accounts(dataset_id, epoch, [int(u) for u in user_ids])
+    if missing:
         repo.insert_accounts(dataset_id, epoch, missing)
         repo.analyze_after_growth(len(missing))
 

@@ -71,7 +71,7 @@ class QueryStore:
 
     async def ensure_accounts(self, ctx: GridContext, users: list[int]) -> None:
         """Create the users' missing budget accounts (a grid's first query)."""
-        await self.run(ledger.ensure_accounts, ctx.dataset_id, ctx.epoch, users)
+        await self.run(ledger.create_accounts, ctx.dataset_id, ctx.epoch, users)
 
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
