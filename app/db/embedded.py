@@ -11,8 +11,10 @@ commit function and connection pools as on any other server.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import os
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -27,6 +29,11 @@ def database_url(configured: str | None) -> str:
     return configured if configured is not None else embedded_url()
 
 
+#: Tries to start the server: pgserver's ``pg_ctl start`` waits at most 10 s, which a
+#: heavily loaded machine can exceed while the server itself comes up fine.
+START_ATTEMPTS = 3
+
+
 @functools.cache
 def embedded_url(data_dir: str = DATA_DIR) -> str:
     """Start (or join) the embedded server on ``data_dir``; its SQLAlchemy URL."""
@@ -35,7 +42,18 @@ def embedded_url(data_dir: str = DATA_DIR) -> str:
         import pgserver
 
     path = Path(data_dir).resolve()
-    server = pgserver.get_server(path, cleanup_mode="stop")
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            server = pgserver.get_server(path, cleanup_mode="stop")
+            break
+        except subprocess.TimeoutExpired:
+            # pgserver keeps the half-made handle (and its exit hook): drop both, then
+            # join the server, which is usually up by now, on the next attempt.
+            stale = pgserver.PostgresServer._instances.pop(path, None)
+            if stale is not None:
+                atexit.unregister(stale._cleanup)
+            if attempt == START_ATTEMPTS:
+                raise
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
 
