@@ -5,7 +5,7 @@ and the other commands start a private server from the ``pgserver`` pip package
 (PostgreSQL binaries in a wheel, pinned in ``pyproject.toml``) whose data directory is
 ``./dpgate-postgres`` in the working directory, so a second run finds its data again.
 It listens on a Unix socket only (nothing on the network) and stops when the process
-that started it exits. The code path is the production one: the same migrations,
+that started it exits (SIGTERM included). The code path is the production one: the same migrations,
 commit function and connection pools as on any other server.
 """
 
@@ -14,7 +14,10 @@ from __future__ import annotations
 import atexit
 import functools
 import os
+import signal
 import subprocess
+import sys
+import threading
 import warnings
 from pathlib import Path
 
@@ -54,8 +57,19 @@ def embedded_url(data_dir: str = DATA_DIR) -> str:
                 atexit.unregister(stale._cleanup)
             if attempt == START_ATTEMPTS:
                 raise
+    _exit_on_sigterm()
     url = make_url(server.get_uri()).set(drivername="postgresql+psycopg")
     return url.render_as_string(hide_password=False)
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM a normal exit, so the exit hook that stops the server runs: its
+    default action ends the process without exit hooks, and uvicorn raises the signal
+    again under the handler it found once its own shutdown is done."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, _frame: sys.exit(128 + signum))
 
 
 def export_database_url(configured: str | None) -> str:
