@@ -48,11 +48,12 @@ def _metrics_directory(workers: int) -> Iterator[None]:
 
 def _preparedsettings_or_refusal() -> Settings:
     """Valid settings, the database migrated, and its hashing secret the pinned one."""
+    from app.db.embedded import export_database_url
     from app.db.migrate import upgrade
     from app.instance.service import SecretMismatch, check_hashing_secret
 
     settings = settings_or_refusal()
-    upgrade(settings.database_url)
+    upgrade(export_database_url(settings.database_url))
     try:
         check_hashing_secret(settings)
     except SecretMismatch as exc:
@@ -161,7 +162,8 @@ def _add_demo(sub: argparse._SubParsersAction) -> None:
         "demo",
         help="load a demo dataset into the database, print keys and curl commands, serve",
         description="Load a synthetic ITMS-like city (or a CapMetrics day with --data) into "
-        "the database of DPGATE_DATABASE_URL (default ./dpgate.db), create an admin and an "
+        "the database of DPGATE_DATABASE_URL (default: an embedded Postgres in "
+        "./dpgate-postgres), create an admin and an "
         "analyst key, print them with ready-to-paste curl commands, and serve. Running it "
         "again in the same directory reuses the loaded dataset.",
         formatter_class=DefaultsHelp,

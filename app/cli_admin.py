@@ -15,13 +15,14 @@ from app.cli_support import DefaultsHelp, settings_or_refusal
 
 @contextmanager
 def _admin_session() -> Iterator[Any]:
-    """A transaction on the migrated database of ``DPGATE_DATABASE_URL``."""
+    """A transaction on the migrated database of ``DPGATE_DATABASE_URL`` (else the embedded one)."""
+    from app.db.embedded import database_url
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
 
-    settings = settings_or_refusal()
-    upgrade(settings.database_url)
-    engine = make_engine(settings.database_url)
+    url = database_url(settings_or_refusal().database_url)
+    upgrade(url)
+    engine = make_engine(url)
     try:
         with make_sessionmaker(engine).begin() as session:
             yield session

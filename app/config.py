@@ -25,9 +25,10 @@ class Settings(BaseSettings):
         env_prefix="DPGATE_", env_file=".env", extra="ignore", env_ignore_empty=True
     )
 
-    database_url: str = Field(
-        default="sqlite:///./dpgate.db",
-        description="SQLAlchemy URL; postgresql+psycopg://... selects Postgres.",
+    database_url: str | None = Field(
+        default=None,
+        description="A Postgres URL (postgresql+psycopg://...). When unset, dpgate starts "
+        "an embedded Postgres whose data directory is ./dpgate-postgres (app.db.embedded).",
     )
     admin_key: SecretStr | None = Field(
         default=None, description="When set, an admin key with exactly this value exists."
@@ -37,8 +38,7 @@ class Settings(BaseSettings):
         description=(
             "Secret for the keyed hashing (HMAC-SHA256) of user identifiers; it can never "
             "change for a database's lifetime (start-up refuses another one). When unset: "
-            "`secret_file`, else a random secret created once beside an SQLite database file "
-            "(`<name>-secret.key`, mode 0600) or kept in a Postgres database."
+            "`secret_file`, else a random secret created once and kept in the database."
         ),
     )
     secret_file: Path | None = Field(
@@ -70,16 +70,16 @@ class Settings(BaseSettings):
     query_pool_size: int = Field(
         default=10,
         ge=1,
-        description="Postgres: connections per server process for the query hot path "
+        description="Connections per server process for the query hot path "
         "(look-up and commit, sent from the event loop).",
     )
     db_connect_timeout_seconds: float = Field(
-        default=5.0, gt=0, description="Postgres: longest wait to open a connection (then 503)."
+        default=5.0, gt=0, description="Longest wait to open a connection (then 503)."
     )
     db_statement_timeout_seconds: float = Field(
         default=60.0,
         ge=0,
-        description="Postgres: longest run of one statement, lock waits included, before it "
+        description="Longest run of one statement, lock waits included, before it "
         "is cancelled and the request answers 503 (0: no limit).",
     )
 
@@ -129,10 +129,6 @@ class Settings(BaseSettings):
                 f"must be at least {MIN_ADMIN_KEY_LENGTH} characters (e.g. openssl rand -hex 32)"
             )
         return value
-
-    @property
-    def is_sqlite(self) -> bool:
-        return self.database_url.startswith("sqlite")
 
 
 @lru_cache

@@ -1,7 +1,7 @@
 """``dpgate demo``: a dataset, two keys and a running server on the embedded database.
 
-On the database of :func:`app.config.get_settings` (by default the SQLite file
-``./dpgate.db`` in the working directory) the demo
+On the database of :func:`app.config.get_settings` (by default the embedded Postgres
+of :mod:`app.db.embedded`, data in ``./dpgate-postgres``) the demo
 
 1. brings the schema to the newest revision;
 2. finds its dataset by name, or creates it and loads it in **one transaction**
@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
     from app.datasets.models import Dataset
     from app.datasets.schemas import DatasetCreate
-    from app.datasets.upload import UploadOptions
+    from app.uploads.service import UploadOptions
 
 __all__ = ["DemoSetup", "demo_commands", "port_problem", "prepare_demo", "run_demo"]
 
@@ -75,8 +75,8 @@ def _dataset_spec(
 ) -> tuple[DatasetCreate, UploadOptions, Callable[[], Iterator[bytes]]]:
     """The dataset to create, the upload options and a factory of the CSV's byte chunks."""
     from app.datasets.schemas import DatasetCreate
-    from app.datasets.upload import UploadOptions
     from app.ingest.csv_records import ColumnMap
+    from app.uploads.service import UploadOptions
 
     if data is None:
         spec = DatasetCreate(
@@ -138,18 +138,20 @@ def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, in
 def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetup:
     """Migrate, load (or reuse) the demo dataset and create an admin and an analyst key."""
     from app.datasets import service
-    from app.datasets.upload import upload_records
+    from app.db.embedded import export_database_url
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
     from app.instance.service import resolve_hashing_secret
     from app.keys.service import create_key
+    from app.uploads.service import upload_records
 
     path = None if data is None else Path(data)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"no such data file: {path}")
-    upgrade(settings.database_url)
+    url = export_database_url(settings.database_url)
+    upgrade(url)
     spec, options, chunks = _dataset_spec(path)
-    engine = make_engine(settings.database_url)
+    engine = make_engine(url)
     try:
         secret = resolve_hashing_secret(settings, engine)
         sessions = make_sessionmaker(engine)

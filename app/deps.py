@@ -6,23 +6,20 @@ error (an answer therefore never leaves before its charge is durable):
 
 * :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
   commits after it returns (``scope="function"``);
-* :func:`database` — the process's :class:`app.db.unit.Database`, whose ``run``
-  makes a whole unit of work of one function: the steps of a query on SQLite, and
-  its rarer steps on Postgres (``app.queries.store``; there its look-up and commit
-  go from the event loop to ``app.state.query_pool``).
+* :class:`KeyAuth` — the caller's key, looked up on the query pool from the event
+  loop (and cached for half a second).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Annotated, cast
+from typing import Annotated
 
 from anyio import to_thread
 from fastapi import Depends, Request
 from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
-from app.db.unit import Database
 from app.keys.service import (
     KeyIdentity,
     bearer_digest,
@@ -30,11 +27,6 @@ from app.keys.service import (
     lookup_identity,
     require_role,
 )
-
-
-def database(request: Request) -> Database:
-    """The process's :class:`Database` (made at start-up)."""
-    return cast(Database, request.app.state.database)
 
 
 def _finish(session: Session, ok: bool) -> None:
@@ -91,8 +83,9 @@ class KeyAuth(HTTPBearer):
     async def __call__(self, request: Request) -> KeyIdentity:  # type: ignore[override]
         digest = bearer_digest(request.headers.get("Authorization"))
         key = cached_identity(digest)
-        if key is None:
-            key = await database(request).run_ungated(lookup_identity, digest)
+        if key is None:  # a look-up on the query pool, from the event loop
+            async with request.app.state.query_pool.connection() as conn:
+                key = await lookup_identity(conn, digest)
         limiter = getattr(request.app.state, "rate_limiter", None)
         if limiter is not None:
             limiter.check(key.id)

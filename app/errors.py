@@ -6,7 +6,6 @@ Every error body has the shape ``{"error": {"code": ..., "message": ...}}`` (API
 from __future__ import annotations
 
 import logging
-import sqlite3
 from typing import Any, ClassVar
 
 import psycopg
@@ -198,8 +197,8 @@ def _not_found_message(request: Request) -> str:
 
 #: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,
 #: so they arrive without SQLAlchemy's DBAPIError wrapper).
-_DRIVER_UNAVAILABLE = (sqlite3.OperationalError, psycopg.OperationalError)
-_DRIVER_DATA = (sqlite3.DataError, psycopg.DataError)
+_DRIVER_UNAVAILABLE = psycopg.OperationalError
+_DRIVER_DATA = psycopg.DataError
 
 
 def _is_unavailable(exc: DBAPIError) -> bool:
@@ -281,7 +280,6 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.orig, unavailable=_is_unavailable(exc), data=isinstance(exc, DataError)
         )
 
-    @app.exception_handler(sqlite3.Error)
     @app.exception_handler(psycopg.Error)
     async def _driver(_: Request, exc: Exception):
         return _database_error(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from functools import partial
 
 from anyio import CapacityLimiter
 from fastapi import FastAPI
@@ -13,6 +14,7 @@ from app import __version__
 from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
+from app.db.embedded import database_url
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import make_async_pool
 from app.db.unit import Database
@@ -46,8 +48,9 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     """The application. ``freeze_gc`` (for a serving process, see :func:`create_server_app`)
     moves everything alive after start-up out of the garbage collector's sight."""
     settings = settings or get_settings()
+    url = database_url(settings.database_url)
     engine = make_engine(
-        settings.database_url,
+        url,
         pool_size=settings.db_pool_size,
         connect_timeout=settings.db_connect_timeout_seconds,
         statement_timeout=settings.db_statement_timeout_seconds,
@@ -57,31 +60,25 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         # Created here, inside the serving event loop (see app.deps.get_session).
-        app.state.db_gate = CapacityLimiter(
-            4 if settings.is_sqlite else settings.db_pool_size  # the overflow stays free
-        )
+        app.state.db_gate = CapacityLimiter(settings.db_pool_size)  # the overflow stays free
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
         app.state.database = Database(sessionmaker, app.state.db_gate)
-        app.state.query_pool = (
-            None
-            if settings.is_sqlite
-            else make_async_pool(
-                settings.database_url,
-                size=settings.query_pool_size,
-                connect_timeout=settings.db_connect_timeout_seconds,
-                statement_timeout=settings.db_statement_timeout_seconds,
-            )
+        app.state.query_pool = make_async_pool(
+            url,
+            size=settings.query_pool_size,
+            connect_timeout=settings.db_connect_timeout_seconds,
+            statement_timeout=settings.db_statement_timeout_seconds,
         )
-        if app.state.query_pool is not None:
-            await app.state.query_pool.open()
+        await app.state.query_pool.open()
         if settings.admin_key is not None:
-            with sessionmaker.begin() as session:
-                ensure_key(
-                    session,
+            await app.state.database.run(
+                partial(
+                    ensure_key,
                     secret=settings.admin_key.get_secret_value(),
                     role="admin",
                     name="bootstrap admin (DPGATE_ADMIN_KEY)",
                 )
+            )
         if freeze_gc:
             # Modules, routes, OpenDP and numpy objects live as long as the process: a
             # full collection walking them all paused every request in flight for
@@ -89,8 +86,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             gc.collect()
             gc.freeze()
         yield
-        if app.state.query_pool is not None:
-            await app.state.query_pool.close()
+        await app.state.query_pool.close()
         app.state.database.close()
         engine.dispose()
 

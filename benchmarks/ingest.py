@@ -1,8 +1,8 @@
-"""Ingestion throughput and peak memory, on SQLite and Postgres.
+"""Ingestion throughput and peak memory (Postgres: a fresh schema per run).
 
 Generates a synthetic CSV (2,000 buses doing random walks in a 40 km box around
 Austin, one day of timestamps with a UTC offset, 40% zero speeds), uploads it
-through the service layer (``app.datasets.upload.upload_records``, the function
+through the service layer (``app.uploads.service.upload_records``, the function
 the HTTP endpoint runs, fed 64 KiB chunks) into a fresh database per run, and
 reports the median rows per second of ``--runs`` runs (parsing, writing, grid
 snapshots and commit included). ``--http`` adds one run through
@@ -11,7 +11,7 @@ snapshots and commit included). ``--http`` adds one run through
 N-row file (about a million rows per day, so grids grow with it), to show that
 memory does not grow with the file.
 
-    python benchmarks/ingest.py                              # 1e6 rows, both databases
+    python benchmarks/ingest.py                              # 1e6 rows
     python benchmarks/ingest.py --runs 0 --memory 1000000 5000000
 """
 
@@ -81,24 +81,18 @@ def file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def fresh_database(kind: str, tmp: Path) -> tuple[str, Callable[[], None]]:
-    """A new empty database (SQLite file, or Postgres schema) and how to drop it."""
-    if kind == "sqlite":
-        db = tmp / f"bench-{uuid.uuid4().hex[:8]}.db"
-
-        def unlink() -> None:
-            for p in tmp.glob(db.name + "*"):
-                p.unlink()
-
-        return f"sqlite:///{db}", unlink
-
+def fresh_database(
+    kind: str, tmp: Path, server: str | None = None
+) -> tuple[str, Callable[[], None]]:
+    """A new empty database (a Postgres schema) and how to drop it."""
     from sqlalchemy import create_engine
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.pool import NullPool
 
     schema = "bench_" + uuid.uuid4().hex[:12]
-    admin = create_engine(PG_URL, poolclass=NullPool)
+    server = server or PG_URL
+    admin = create_engine(server, poolclass=NullPool)
     for attempt in range(60):  # a shared server may be out of connections for a while
         try:
             with admin.begin() as conn:
@@ -108,7 +102,7 @@ def fresh_database(kind: str, tmp: Path) -> tuple[str, Callable[[], None]]:
             if attempt == 59:
                 raise
             time.sleep(2)
-    url = make_url(PG_URL).update_query_dict({"options": f"-csearch_path={schema}"})
+    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
 
     def drop() -> None:
         with admin.begin() as conn:
@@ -119,8 +113,8 @@ def fresh_database(kind: str, tmp: Path) -> tuple[str, Callable[[], None]]:
 
 
 def _options() -> Any:
-    from app.datasets.upload import UploadOptions
     from app.ingest.csv_records import ColumnMap
+    from app.uploads.service import UploadOptions
 
     return UploadOptions(
         columns=ColumnMap(*(COLUMNS[k] for k in ("user_col", "time_col", "lat_col", "lon_col")),
@@ -132,9 +126,9 @@ def run_service(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
     """One upload through the service layer into a fresh database: (seconds, answer)."""
     from app.datasets.schemas import DatasetCreate
     from app.datasets.service import create_dataset
-    from app.datasets.upload import upload_records
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
+    from app.uploads.service import upload_records
 
     url, drop = fresh_database(kind, tmp)
     try:
@@ -262,13 +256,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3, help="0 skips the throughput runs")
-    parser.add_argument("--db", choices=("sqlite", "postgres", "both"), default="both")
     parser.add_argument("--pg-url", default=PG_URL)
     parser.add_argument("--http", action="store_true", help="also one run through HTTP")
     parser.add_argument("--memory", type=int, nargs="*", default=[], metavar="ROWS")
     args = parser.parse_args(argv)
     PG_URL = args.pg_url
-    kinds = ["sqlite", "postgres"] if args.db == "both" else [args.db]
+    kinds = ["postgres"]
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 
     with tempfile.TemporaryDirectory(prefix="dpgate-bench-") as d:

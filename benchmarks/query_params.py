@@ -3,9 +3,10 @@
 Run ``python benchmarks/query_params.py`` (options: ``--repeats N``, ``--calls N``).
 Prints the median time of the check alone (``app.query_params``) on a cached mean
 query's request (grid, epsilon, mechanism and three options), and the median time of
-that whole cached query through the ASGI app in process (SQLite), each over repeated
-runs, so the check's share of a request is read off directly (parsing the query string is
-measured apart: FastAPI parses it once per request for the endpoint as well).
+that whole cached query through the ASGI app in process (on a fresh Postgres schema),
+each over repeated runs, so the check's share of a request is read off directly
+(parsing the query string is measured apart: FastAPI parses it once per request for
+the endpoint as well).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from app.queries.endpoints import router as queries_router
 from app.query_params import refuse_unknown_query_params
+from benchmarks.ingest import fresh_database
 
 ADMIN = "dpg_benchmark_admin_key_0123456789"
 QUERY = "epsilon=0.5&mechanism=levy&gamma=0.3&m_ub=2&user_mean_fill=true"
@@ -69,7 +71,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=500)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        url = f"sqlite:///{tmp}/bench.db"
+        url, drop = fresh_database("postgres", Path(tmp))
         upgrade(url)
         settings = Settings(database_url=url, admin_key=ADMIN, secret_key="bench")
         app = create_app(settings)
@@ -99,6 +101,7 @@ def main() -> None:
                 _check_seconds(route, args.calls, parse_only=True) for _ in range(args.repeats)
             ]
             queries = [_query_seconds(client, query_url, args.calls) for _ in range(args.repeats)]
+        drop()
     check, query = statistics.median(checks), statistics.median(queries)
     parse = statistics.median(parses)
     print(f"unknown-parameter check: median {check * 1e6:.1f} µs per request")

@@ -4,7 +4,8 @@ Run ``python benchmarks/release.py`` (options: ``--sizes``, ``--repeats``, ``--u
 ``--profile``). For each size (records; default 10^5, 3·10^5 and 10^6) it builds one
 hour of a city: ``records/20`` buses (50,000 at 10^6), 20 readings each along a short
 walk over neighbouring cells of a res-8 disk of about ``records/200`` cells (5,000 at
-10^6), uploads it through the HTTP API (in-process, an SQLite file by default), then
+10^6), uploads it through the HTTP API (in-process, a fresh schema on the Postgres
+server of ``--url``), then
 times, through HTTP:
 
 * ``preview r8`` / ``preview r7``: ``POST /datasets/{id}/releases/preview`` with
@@ -45,6 +46,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
+from benchmarks.ingest import PG_URL, fresh_database  # noqa: E402
 
 ADMIN = "dpg_release_benchmark_admin_key"  # at least 24 characters (app.config)
 CENTER = (30.2672, -97.7431)
@@ -152,14 +154,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[100_000, 300_000, 1_000_000])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--url", default=None, help="database URL (default: a fresh SQLite file)")
+    parser.add_argument(
+        "--url", default=PG_URL, help="Postgres server URL (each size gets a fresh schema)"
+    )
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     rows: list[tuple[int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:
-            url = args.url or f"sqlite:///{tmp}/bench-{size}.db"
-            rows.append((size, run_size(url, size, args.repeats, args.profile)))
+            url, drop = fresh_database("postgres", Path(tmp), args.url)
+            try:
+                rows.append((size, run_size(url, size, args.repeats, args.profile)))
+            finally:
+                drop()
     names = list(rows[0][1])
     print(f"\nmedian seconds over {args.repeats} runs (coarsen r7: once)")
     print(f"{'records':>10} " + " ".join(f"{n:>12}" for n in names))

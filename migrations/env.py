@@ -6,22 +6,22 @@ from alembic import context
 from sqlalchemy import Connection
 
 from app.config import get_settings
+from app.db.embedded import database_url
 from app.db.engine import make_engine
-from app.db.models import Base
+from migrations.models import Base
 
 config = context.config
 target_metadata = Base.metadata
 
 
 def _url() -> str:
-    return config.get_main_option("sqlalchemy.url") or get_settings().database_url
+    return config.get_main_option("sqlalchemy.url") or database_url(get_settings().database_url)
 
 
 def _configure(connection: Connection) -> None:
     context.configure(
         connection=connection,
         target_metadata=target_metadata,
-        render_as_batch=connection.dialect.name == "sqlite",
         compare_type=True,
     )
 

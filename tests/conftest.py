@@ -1,23 +1,23 @@
-"""Shared fixtures: every database test runs on SQLite and on a real Postgres.
+"""Shared fixtures: every database test runs on a real Postgres (``tests.postgres``
+says which: ``DPGATE_TEST_POSTGRES_URL``, else a throwaway embedded one).
 
-Migrating a database costs 0.2-0.3 s, so each xdist worker migrates one template per
-backend once and every test gets a copy of it: on SQLite the template file copied, on
-Postgres a new schema built from the template's DDL (``pg_dump --schema-only``, its
-schema name replaced) plus the template's few rows (Alembic's version). The templates
-are made by the migrations themselves, so a copy is exactly what ``upgrade`` makes.
-``postgres_url`` and ``sqlite_url`` stay fresh, empty databases (for tests of the
-migrations themselves); ``db_url`` and everything built on it (``settings``, ``app``,
+Each test gets a schema of its own. Migrating one costs 0.2-0.3 s, so each xdist
+worker migrates one template once and every test gets a copy of it: a new schema
+built from the template's DDL (``pg_dump --schema-only``, its schema name replaced)
+plus the template's few rows (Alembic's version). The template is made by the
+migrations themselves, so a copy is exactly what ``upgrade`` makes. ``postgres_url``
+stays a fresh, empty schema (for tests of the migrations themselves and for servers
+that migrate on start); ``db_url`` and everything built on it (``settings``, ``app``,
 ``client``) get a migrated copy.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import sqlite3
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -33,25 +33,14 @@ from app.main import create_app
 from tests.postgres import postgres_target
 
 ADMIN_KEY = "dpg_test_admin_key_0123456789"
-DATABASES = [
-    d.strip() for d in os.environ.get("DPGATE_TEST_DATABASES", "sqlite,postgres").split(",")
-]
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
-    if "postgres" not in DATABASES:
-        return ["dpgate: Postgres tests DISABLED by DPGATE_TEST_DATABASES"]
-    target = postgres_target()
-    return [f"dpgate: Postgres tests run against {target.source}"]
+    return [f"dpgate: database tests run against {postgres_target().source}"]
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
-    if "postgres" in DATABASES:
-        terminalreporter.write_line(
-            f"dpgate: Postgres tests ran against {postgres_target().source}"
-        )
-    else:
-        terminalreporter.write_line("dpgate: WARNING: Postgres tests were NOT run", red=True)
+    terminalreporter.write_line(f"dpgate: database tests ran against {postgres_target().source}")
 
 
 @pytest.fixture(scope="session")
@@ -82,16 +71,30 @@ def _drop_schema(admin: Engine, schema: str) -> None:
         conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
 
 
-@pytest.fixture
-def postgres_url(postgres_base_url: str, postgres_admin: Engine) -> Iterator[str]:
-    """A fresh, empty schema on the real Postgres server (dropped afterwards)."""
-    url, schema = _new_schema_url(postgres_base_url)
-    with postgres_admin.begin() as conn:
+@contextmanager
+def new_schema(base_url: str, admin: Engine) -> Iterator[str]:
+    """The URL of a fresh, empty schema on the test server (dropped afterwards)."""
+    url, schema = _new_schema_url(base_url)
+    with admin.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
     try:
         yield url
     finally:
-        _drop_schema(postgres_admin, schema)
+        _drop_schema(admin, schema)
+
+
+@pytest.fixture
+def postgres_url(postgres_base_url: str, postgres_admin: Engine) -> Iterator[str]:
+    """A fresh, empty schema on the real Postgres server (dropped afterwards)."""
+    with new_schema(postgres_base_url, postgres_admin) as url:
+        yield url
+
+
+def _pg_dumps() -> list[str]:
+    import pgserver
+
+    bundled = Path(pgserver.__file__).parent / "pginstall" / "bin" / "pg_dump"
+    return [str(bundled), "pg_dump"] if bundled.is_file() else ["pg_dump"]
 
 
 class PostgresTemplate:
@@ -115,25 +118,32 @@ class PostgresTemplate:
             ]
 
     def _dump(self) -> str | None:
-        """The template's DDL, or None without a matching ``pg_dump`` (then each copy
-        is migrated, as before)."""
+        """The template's DDL, or None without a ``pg_dump`` that can dump this server
+        (then each copy is migrated, as before). The ``pgserver`` package's own
+        ``pg_dump`` is tried first (it dumps its own server and older ones), then the
+        one on the PATH."""
         u = make_url(self.base_url)
-        command = [
-            "pg_dump", "--schema-only", "--no-owner", "--no-privileges",
-            f"--schema={self.schema}", "-h", u.host or "127.0.0.1", "-p", str(u.port or 5432),
-            "-U", u.username or "postgres", u.database or "postgres",
+        host = u.host or u.query.get("host") or "127.0.0.1"
+        args = [
+            "--schema-only", "--no-owner", "--no-privileges", f"--schema={self.schema}",
+            "-h", str(host), "-p", str(u.port or 5432), "-U", u.username or "postgres",
+            u.database or "postgres",
         ]  # fmt: skip
         env = {**os.environ, "PGPASSWORD": u.password or ""}
-        try:
-            out = subprocess.run(command, capture_output=True, text=True, check=True, env=env)
-        except (OSError, subprocess.CalledProcessError):
-            return None
-        lines = [
-            line
-            for line in out.stdout.splitlines()
-            if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
-        ]
-        return "\n".join(lines)
+        for pg_dump in _pg_dumps():
+            try:
+                out = subprocess.run(
+                    [pg_dump, *args], capture_output=True, text=True, check=True, env=env
+                )
+            except (OSError, subprocess.CalledProcessError):
+                continue
+            lines = [
+                line
+                for line in out.stdout.splitlines()
+                if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
+            ]
+            return "\n".join(lines)
+        return None
 
     def copy(self) -> tuple[str, str]:
         url, schema = _new_schema_url(self.base_url)
@@ -173,31 +183,9 @@ def migrated_postgres_url(
 
 
 @pytest.fixture
-def sqlite_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'dpgate.db'}"
-
-
-@pytest.fixture(scope="session")
-def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("template") / "dpgate.db"
-    upgrade(f"sqlite:///{path}")
-    with sqlite3.connect(path) as conn:  # everything in the main file, none in the WAL
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return path
-
-
-@pytest.fixture
-def migrated_sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
-    """A database file at the newest revision, copied from the worker's template."""
-    path = tmp_path / "dpgate.db"
-    shutil.copyfile(sqlite_template, path)
-    return f"sqlite:///{path}"
-
-
-@pytest.fixture(params=DATABASES)
-def db_url(request: pytest.FixtureRequest) -> str:
-    """A database at the newest revision, on each backend in turn."""
-    return request.getfixturevalue(f"migrated_{request.param}_url")
+def db_url(migrated_postgres_url: str) -> str:
+    """A database (a schema of its own) at the newest revision."""
+    return migrated_postgres_url
 
 
 @pytest.fixture

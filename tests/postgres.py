@@ -1,9 +1,9 @@
 """Find a real Postgres for the test session, or start a throwaway one.
 
 Order: ``DPGATE_TEST_POSTGRES_URL`` (default: the local server at 127.0.0.1:5432,
-database ``test``); if that does not answer, a private server from the
-``pgserver`` pip package. If neither works the session **fails** — Postgres
-tests are never skipped silently.
+database ``test``); if that does not answer, a throwaway server from the
+``pgserver`` pip package (a dependency of dpgate itself: ``app.db.embedded``). If
+neither works the session **fails** — Postgres tests are never skipped silently.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass
 from decimal import Decimal
 
-from app.db.base import to_epsilon
+from app import budget
 from app.errors import InvalidRequest
 
 MIN_EPSILON = Decimal("1e-6")
@@ -27,13 +27,10 @@ def parse_epsilon(value: float, max_epsilon: Decimal | None = None) -> EpsilonAm
         raise InvalidRequest(f"epsilon must be at most max_epsilon_per_query = {max_epsilon}")
     if value >= MAX_EPSILON:  # more than the ledger's NUMERIC(24, 12) holds
         raise InvalidRequest(f"epsilon must be below {MAX_EPSILON:g} (and its dataset's maximum)")
-    charged = to_epsilon(value)
+    charged = budget.charged(value)
     if charged < MIN_EPSILON:
         raise InvalidRequest(f"epsilon must be at least {MIN_EPSILON}")
-    used = float(charged)
-    if Decimal(used) > charged:  # binary rounding went up: step down one ulp
-        used = math.nextafter(used, 0.0)
-    eps = EpsilonAmount(charged=charged, used=used)
+    eps = EpsilonAmount(charged=charged, used=budget.float_at_most(charged))
     if max_epsilon is not None:
         check_max_epsilon(eps, max_epsilon)
     return eps

@@ -7,37 +7,26 @@ grids it covers: every upload that changes one of them raises the sum, so the
 version moves exactly when the coarser grid's records do.
 
 Creation is race-safe: rows are inserted with ``ON CONFLICT DO NOTHING`` on the
-unique key and read back; on Postgres the builder holds the dataset row
-``FOR SHARE`` (uploads take ``FOR NO KEY UPDATE``, so none can commit between
-reading the records and writing the grid); SQLite transactions are
-``BEGIN IMMEDIATE`` and already serialised.
+unique key and read back; the builder holds the dataset row ``FOR SHARE``
+(uploads take ``FOR NO KEY UPDATE``, so none can commit between reading the
+records and writing the grid).
 """
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid, GridSnapshot
+from app.datasets.repository import copy_records
 
 IN_CHUNK = 500
-_FETCH_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l1", ">i4"), ("grid", ">i8"),
-        ("l2", ">i4"), ("user", ">i8"),
-        ("l3", ">i4"), ("value", ">f8"),
-    ]
-)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -67,14 +56,12 @@ class CoarseRow:
 class CoarseGridRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.postgres = session.get_bind().dialect.name == "postgresql"
 
     def share_lock(self, dataset_id: int) -> None:
-        """Keep uploads of the dataset out until this transaction ends (Postgres)."""
-        if self.postgres:
-            self.session.execute(
-                select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True)
-            )
+        """Keep uploads of the dataset out until this transaction ends."""
+        self.session.execute(
+            select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True)
+        )
 
     def fine_grids(
         self, dataset_id: int, start: datetime | None, end: datetime | None
@@ -119,65 +106,14 @@ class CoarseGridRepository:
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(grid_id, user_id, value)`` of these grids' records, ordered by user,
         timestamp, record id (each user's records earliest first across the grids)."""
-        ids = sorted({int(g) for g in grid_ids})
-        if not ids:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty, np.empty(0, dtype=np.float64)
-        if self.postgres:
-            return self._records_postgres(ids)
-        return self._records_sqlite(ids)
-
-    def _driver_connection(self) -> Any:
-        """The session's DB-API connection (psycopg or sqlite3; untyped, never None here)."""
-        return self.session.connection().connection.driver_connection
-
-    def _records_postgres(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
-        sql = (
-            "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
-            f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
-            "ORDER BY user_id, ts, id) TO STDOUT (FORMAT BINARY)"
-        )
-        buf = bytearray()
-        driver = self._driver_connection()
-        with driver.cursor() as cur, cur.copy(sql) as copy:
-            for block in copy:
-                buf += block
-        ext = struct.unpack(">i", buf[15:19])[0]
-        rows = np.frombuffer(memoryview(buf)[19 + ext : len(buf) - 2], dtype=_FETCH_ROW)
-        return (
-            rows["grid"].astype(np.int64),
-            rows["user"].astype(np.int64),
-            rows["value"].astype(np.float64),
-        )
-
-    def _records_sqlite(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        row = np.dtype([("g", "<i8"), ("u", "<i8"), ("v", "<f8")])
-        cur = self._driver_connection().cursor()
-        parts = []
-        try:
-            marks = ",".join("?" * len(ids))
-            cur.execute(
-                f"SELECT grid_id, user_id, value FROM records WHERE grid_id IN ({marks}) "  # noqa: S608
-                "ORDER BY user_id, ts, id",
-                ids,
-            )
-            while fetched := cur.fetchmany(50_000):
-                parts.append(np.array(fetched, dtype=row))
-        finally:
-            cur.close()
-        arr = np.concatenate(parts) if parts else np.empty(0, dtype=row)
-        return arr["g"].copy(), arr["u"].copy(), arr["v"].copy()
-
-    def _insert(self):
-        return pg_insert if self.postgres else sqlite_insert
+        return copy_records(self.session, grid_ids, "user_id, ts, id")
 
     def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:
         """Insert coarser grids not stored yet (a concurrent twin is kept as it is)."""
         for i in range(0, len(rows), IN_CHUNK):
             part = rows[i : i + IN_CHUNK]
             stmt = (
-                self._insert()(Grid)
+                insert(Grid)
                 .values(
                     [
                         {
@@ -217,7 +153,7 @@ class CoarseGridRepository:
         """Store ``(grid id, row)`` snapshots, replacing older versions only."""
         for i in range(0, len(rows), IN_CHUNK):
             part = rows[i : i + IN_CHUNK]
-            stmt = self._insert()(GridSnapshot).values(
+            stmt = insert(GridSnapshot).values(
                 [
                     {
                         "grid_id": gid,
@@ -240,13 +176,3 @@ class CoarseGridRepository:
                 where=GridSnapshot.version < stmt.excluded.version,
             )
             self.session.execute(stmt)
-
-    def count_coarse(self, dataset_id: int) -> int:
-        return int(
-            self.session.scalar(
-                select(func.count(Grid.id)).where(
-                    Grid.dataset_id == dataset_id, Grid.slot_minutes > 0
-                )
-            )
-            or 0
-        )

@@ -18,7 +18,6 @@ from app.datasets.schemas import (
     GridList,
     UploadResult,
 )
-from app.datasets.upload import UploadOptions, upload_records
 from app.deps import AdminKey, AnalystKey, SessionDep
 from app.errors import (
     Forbidden,
@@ -33,6 +32,7 @@ from app.idempotency.service import RequestIdentity
 from app.ids import DatasetId
 from app.ingest.csv_records import ColumnMap
 from app.query_params import CheckedRoute
+from app.uploads.service import UploadOptions, upload_records
 
 router = APIRouter(tags=["datasets"], route_class=CheckedRoute)
 

@@ -101,7 +101,7 @@ class Record(Base):
         Index("ix_records_grid_user_ts", "grid_id", "user_id", "ts"),
     )
 
-    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     dataset_id: Mapped[int] = mapped_column(Integer)  # datasets.id (no FK: see above)
     grid_id: Mapped[int] = mapped_column(Integer)  # grids.id
     user_id: Mapped[int] = mapped_column(Integer)  # dataset_users.id

@@ -1,13 +1,10 @@
-"""All SQL about datasets, their users, grids, records, snapshots and uploads.
-
-Bulk paths differ by dialect, each in one module (``bulk_postgres``: binary
-``COPY`` and array statements; ``bulk_sqlite``: ``executemany``), chosen once per
-:class:`IngestRepository`. Both count what was really inserted, so duplicates are
-exact.
-"""
+"""All SQL about datasets, their grids, snapshots and uploads, and the reading of a
+grid's records by binary ``COPY`` (:func:`copy_records`). Ingestion's bulk writes are
+``app.uploads.repository``'s."""
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
@@ -16,10 +13,7 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from app.datasets.bulk_postgres import PostgresBulk
-from app.datasets.bulk_sqlite import SqliteBulk
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
-from app.db.dialect import Backend, backend_of
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500
@@ -45,9 +39,9 @@ class DatasetRepository:
     def lock(self, dataset_id: int) -> Dataset | None:
         """The dataset row, locked for an upload until the transaction ends.
 
-        Postgres: ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which
+        ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which
         take ``FOR UPDATE``) but not queries, which take ``FOR KEY SHARE`` and so keep
-        running during a long upload. SQLite transactions already hold the write lock.
+        running during a long upload.
         """
         return self.session.scalars(
             select(Dataset)
@@ -145,96 +139,42 @@ class GridRepository:
         return out
 
 
-class IngestRepository:
-    """Bulk SQL of ingestion, on the session's own connection (so inside its transaction).
+_FETCH_ROW = np.dtype(
+    [
+        ("n", ">i2"),
+        ("l1", ">i4"), ("grid", ">i8"),
+        ("l2", ">i4"), ("user", ">i8"),
+        ("l3", ">i4"), ("value", ">f8"),
+    ]
+)  # fmt: skip
 
-    The dialect's statements are chosen once, here: :class:`PostgresBulk` (binary
-    ``COPY`` and array statements) or :class:`SqliteBulk` (``executemany``). Writers to
-    one dataset must hold its lock (:meth:`DatasetRepository.lock`): duplicate
-    detection relies on it.
-    """
 
-    def __init__(self, session: Session) -> None:
-        self.session = session
-        driver = session.connection().connection.driver_connection
-        self.bulk: PostgresBulk | SqliteBulk = (
-            PostgresBulk(driver) if backend_of(session) is Backend.POSTGRES else SqliteBulk(driver)
-        )
-
-    # ------------------------------------------------------------------ users
-    def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> list[int]:
-        """``dataset_users.id`` of each keyed hash, creating the missing users."""
-        if not hashes:
-            return []
-        found = self.bulk.user_ids(dataset_id, hashes)
-        return [found[h] for h in hashes]
-
-    # ------------------------------------------------------------------ grids
-    def allocate_grid_ids(self, n: int) -> list[int]:
-        """``n`` fresh grid ids for grids inserted later in this transaction (Postgres: from
-        the id sequence, in blocks; SQLite: after the largest id, safe under its write lock)."""
-        return [] if n <= 0 else self.bulk.allocate_grid_ids(n)
-
-    def insert_grids(
-        self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
-    ) -> None:
-        """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
-        max_user_records, version)``."""
-        if rows:
-            self.bulk.insert_grids(dataset_id, rows)
-
-    def update_grids(self, rows: Sequence[tuple[int, int, int, int, int]]) -> None:
-        """Set ``(id, n_users, n_records, max_user_records, version)`` of grids."""
-        if rows:
-            self.bulk.update_grids(rows)
-
-    def write_snapshots(
-        self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]], *, replace: bool
-    ) -> None:
-        """Store snapshots ``(grid_id, version, user_ids, counts, values)``; ``replace``
-        overwrites existing ones (grids that had records before)."""
-        if not rows:
-            return
-        conflict = (
-            " ON CONFLICT (grid_id) DO UPDATE SET version = excluded.version, "
-            "user_ids = excluded.user_ids, counts = excluded.counts, "
-            '"values" = excluded."values"'
-            if replace
-            else ""
-        )
-        self.bulk.write_snapshots(rows, conflict=conflict)
-
-    # ---------------------------------------------------------------- records
-    def insert_records(
-        self,
-        dataset_id: int,
-        grid_ids: np.ndarray,
-        user_ids: np.ndarray,
-        ts_us: np.ndarray,
-        values: np.ndarray,
-        check: np.ndarray | None = None,
-    ) -> int:
-        """Store records whose (user, ts) is not stored yet; returns how many were inserted.
-
-        The rows must not repeat a (user, ts) among themselves (see
-        ``first_occurrences``); they are best given in (user, ts) order. ``check``
-        (bool per row, default all) marks the rows that may repeat a stored one; the
-        others are inserted without looking (Postgres; the unique constraint still
-        guards them).
-        """
-        if len(grid_ids) == 0:
-            return 0
-        return self.bulk.insert_records(dataset_id, grid_ids, user_ids, ts_us, values, check)
-
-    def latest_ts(self, dataset_id: int, user_ids: Sequence[int]) -> list[int | None]:
-        """Per user, the latest stored record time (µs), or None (one index probe each)."""
-        return self.bulk.latest_ts(dataset_id, user_ids) if user_ids else []
-
-    def read_grids(self, grid_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(grid_id, user_id, value)`` arrays of these grids' records, ordered by grid,
-        user (ascending ``dataset_users.id``), timestamp, record id."""
-        ids = sorted(int(g) for g in grid_ids)
-        if not ids:
-            empty = np.empty(0, dtype=np.int64)
-            return empty, empty, np.empty(0, dtype=np.float64)
-        return self.bulk.read_grids(ids)
+def copy_records(
+    session: Session, grid_ids: Sequence[int], order_by: str
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(grid_id, user_id, value)`` arrays of the records of grids ``grid_ids`` in
+    ``order_by`` order (a fixed column list of the caller's), by binary ``COPY`` on the
+    session's connection."""
+    ids = sorted({int(g) for g in grid_ids})
+    if not ids:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty, np.empty(0, dtype=np.float64)
+    driver: Any = session.connection().connection.driver_connection
+    id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
+    sql = (
+        "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
+        f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
+        f"ORDER BY {order_by}) TO STDOUT (FORMAT BINARY)"
+    )
+    buf = bytearray()
+    with driver.cursor() as cur, cur.copy(sql) as copy:
+        for block in copy:
+            buf += block
+    ext = struct.unpack(">i", buf[15:19])[0]
+    body = memoryview(buf)[19 + ext : len(buf) - 2]
+    rows = np.frombuffer(body, dtype=_FETCH_ROW)
+    return (
+        rows["grid"].astype(np.int64),
+        rows["user"].astype(np.int64),
+        rows["value"].astype(np.float64),
+    )

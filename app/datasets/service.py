@@ -15,6 +15,7 @@ import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app import budget
 from app.datasets.coarse import coarse_grids, grid_level
 from app.datasets.grid_store import (
     GridArrays,
@@ -25,7 +26,6 @@ from app.datasets.grid_store import (
 from app.datasets.models import Dataset, Grid
 from app.datasets.repository import DatasetRepository, GridRepository
 from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
-from app.db.base import to_epsilon
 from app.errors import InvalidRequest, NotFound
 from app.ids import parse_path_id
 from app.ingest.timeslots import (
@@ -58,7 +58,17 @@ _PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
-    """Create a dataset (epoch 1, no records)."""
+    """Create a dataset (epoch 1, no records). Its limits are stored rounded down to the
+    ledger's precision (``app.budget.limit``): a user is never charged past the number given."""
+    limits = {
+        name: budget.limit(getattr(spec, name))
+        for name in ("budget_per_user", "max_epsilon_per_query")
+    }
+    for name, value in limits.items():
+        if value <= 0:
+            raise InvalidRequest(
+                f"{name} must be at least {budget.QUANTUM} (the ledger's precision)"
+            )
     return DatasetRepository(session).add(
         Dataset(
             name=spec.name,
@@ -66,8 +76,8 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             h3_resolution=spec.h3_resolution,
             timeslot_minutes=spec.timeslot_minutes,
             timezone=spec.timezone,
-            budget_per_user=to_epsilon(spec.budget_per_user),
-            max_epsilon_per_query=to_epsilon(spec.max_epsilon_per_query),
+            budget_per_user=limits["budget_per_user"],
+            max_epsilon_per_query=limits["max_epsilon_per_query"],
             on_exhausted=spec.on_exhausted,
             value_filters_public=spec.value_filters_public,
             epoch=1,

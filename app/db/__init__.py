@@ -1,3 +1,4 @@
-"""Database plumbing: declarative base and column types (``base``), engine and sessions
-(``engine``), which database it is (``dialect``), units of work (``unit``), the query
-hot path's asyncio pool (``pg_async``) and migrations (``migrate``)."""
+"""Database plumbing (Postgres only): declarative base and column types (``base``), the
+embedded server used when no URL is set (``embedded``), engine and sessions (``engine``),
+units of work (``unit``), the query hot path's asyncio pool (``pg_async``) and
+migrations (``migrate``)."""

@@ -1,16 +1,22 @@
 """Units of work: who opens, commits and rolls back a transaction.
 
-Three ways in, each visible where it is used; no repository commits on its own.
+One rule: the caller that owns the work owns its transaction, and no repository
+commits on its own. In a server process:
 
-* A request's ``SessionDep`` (``app.deps.get_session``): the endpoint works in the
-  session, the request commits once after it returns, before the response leaves.
+* a request's ``SessionDep`` (``app.deps.get_session``): the endpoint works in the
+  session; the request commits once after it returns, before the response leaves;
 * :meth:`Database.run`: ``fn(session, *args)`` as a whole unit (open, work, commit or
-  roll back, close) in one hop to a database thread.
-* :func:`separate_transaction`: work that must be committed on its own before the
-  caller's transaction goes on (creating budget accounts outside the lock order).
+  roll back, close) in one hop to a database thread, for async code with no request
+  session (a query's rarer steps, ``app.queries.store``; the start-up key);
+* the query path's fast lane, the same look-up, commit and key look-up as
+  statements sent from the event loop on the query pool (``app.db.pg_async``), each
+  its own autocommit transaction;
+* :func:`separate_transaction`, the one exception: budget accounts are created and
+  committed on their own before a release's transaction locks them (so that one
+  never holds an insert lock outside the ascending lock order).
 
-The Postgres query hot path sends two autocommit statements from the event loop
-(``app.db.pg_async``); each statement is its own transaction.
+Outside a server (the CLI, the demo's set-up, start-up checks) a unit is
+``sessionmaker.begin()``.
 """
 
 from __future__ import annotations
@@ -21,10 +27,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from anyio import CapacityLimiter, to_thread
+from anyio import CapacityLimiter
 from sqlalchemy.orm import Session, sessionmaker
-
-from app.db.dialect import Backend, backend_of
 
 R = TypeVar("R")
 
@@ -50,11 +54,6 @@ class Database:
                 self.executor, self._unit, fn, args
             )
 
-    async def run_ungated(self, fn: Callable[..., R], *args: Any) -> R:
-        """A short unit outside the gate (a request already holding a gate token may
-        need one, e.g. the key look-up; it uses the pool's spare connections)."""
-        return await to_thread.run_sync(self._unit, fn, args)
-
     def _unit(self, fn: Callable[..., R], args: tuple[Any, ...]) -> R:
         with self.make_session() as session:
             try:
@@ -71,16 +70,8 @@ class Database:
 
 @contextmanager
 def separate_transaction(session: Session) -> Iterator[Session]:
-    """A transaction beside ``session``'s, committed when the block ends.
-
-    On Postgres a second session on the same engine (rolled back if the block
-    raises). SQLite serialises writers (every transaction is ``BEGIN IMMEDIATE``), so
-    a second writer would wait for this one forever: there the work joins
-    ``session``'s transaction and commits with it.
-    """
-    if backend_of(session) is Backend.SQLITE:
-        yield session
-        return
+    """A transaction beside ``session``'s (a second session on the same engine),
+    committed when the block ends, rolled back if it raises."""
     with Session(bind=session.get_bind()) as own:
         try:
             yield own

@@ -16,7 +16,7 @@ class InstanceSettings(Base):
     ``secret_fingerprint`` is HMAC-SHA256 of a fixed label under the secret: it shows
     whether a secret is the same one without revealing it. ``generated_secret`` holds
     the secret itself only when dpgate generated it and had nowhere else to keep it
-    (Postgres, or an in-memory SQLite database, without ``DPGATE_SECRET_KEY``).
+    (neither ``DPGATE_SECRET_KEY`` nor ``DPGATE_SECRET_FILE`` set).
     """
 
     __tablename__ = "dpgate_instance"

@@ -7,9 +7,8 @@ remembers a keyed fingerprint of the first secret it was used with
 (:class:`~app.instance.models.InstanceSettings`), and start-up refuses any other.
 
 Where the secret comes from, in order: ``DPGATE_SECRET_KEY``; the file
-``DPGATE_SECRET_FILE``; for an SQLite file database, ``<db name>-secret.key``
-beside the database file (created with mode 0600); otherwise (Postgres, in-memory
-SQLite) a secret generated once and kept in the database's instance row.
+``DPGATE_SECRET_FILE``; otherwise a secret generated once and kept in the
+database's instance row.
 """
 
 from __future__ import annotations
@@ -22,11 +21,10 @@ import secrets
 from pathlib import Path
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from app.config import LEGACY_SECRET_FILE, Settings
-from app.instance.models import InstanceSettings
+from app.db.engine import make_engine, make_sessionmaker
 from app.instance.repository import InstanceRepository
 
 log = logging.getLogger("dpgate.instance")
@@ -45,19 +43,6 @@ def fingerprint(secret: bytes) -> str:
     return hmac.new(secret, FINGERPRINT_LABEL, hashlib.sha256).hexdigest()
 
 
-def default_secret_file(database_url: str) -> Path | None:
-    """``<db name>-secret.key`` beside an SQLite database file (``dpgate.db`` →
-    ``dpgate-secret.key``); ``None`` for Postgres and in-memory databases."""
-    url = make_url(database_url)
-    if url.get_backend_name() != "sqlite":
-        return None
-    name = url.database or ""
-    if not name or name == ":memory:" or name.startswith("file:") or url.query.get("uri"):
-        return None
-    path = Path(name).expanduser().resolve()
-    return path.with_name(f"{path.stem}-secret.key")
-
-
 def read_or_create_secret_file(path: Path) -> bytes:
     """The secret in ``path``, created (random 256 bits, mode 0600) if the file is
     missing; two processes creating it at once agree on the first one written."""
@@ -74,30 +59,13 @@ def read_or_create_secret_file(path: Path) -> bytes:
     return secret.encode()
 
 
-def _adopt_legacy_file(target: Path) -> None:
-    """Before 0005 the default secret lived in the working directory: a database
-    without a fingerprint yet keeps using that file, copied beside it."""
-    legacy = Path(LEGACY_SECRET_FILE).resolve()
-    if target.exists() or not legacy.is_file() or legacy == target:
-        return
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(legacy.read_text().strip())
-    log.warning("hashing secret: adopted %s as %s (its new default place)", legacy, target)
-
-
-def _configured_secret(settings: Settings, row: InstanceSettings | None) -> bytes | None:
+def _configured_secret(settings: Settings) -> bytes | None:
     """The secret from the variable or a file, or ``None`` when it lives in the database."""
     if settings.secret_key is not None:
         return settings.secret_key.get_secret_value().encode()
     if settings.secret_file is not None:
         return read_or_create_secret_file(settings.secret_file)
-    path = default_secret_file(settings.database_url)
-    if path is None:
-        return None
-    if row is None:
-        _adopt_legacy_file(path)
-    return read_or_create_secret_file(path)
+    return None
 
 
 def _mismatch(settings: Settings) -> SecretMismatch:
@@ -121,9 +89,9 @@ def resolve_in_session(session: Session, settings: Settings) -> bytes:
     """
     repo = InstanceRepository(session)
     row = repo.get()
-    secret = _configured_secret(settings, row)
+    secret = _configured_secret(settings)
     generated: str | None = None
-    if secret is None:  # Postgres or in-memory SQLite without a configured secret
+    if secret is None:  # no configured secret: the database keeps one
         if row is not None and row.generated_secret is not None:
             secret = row.generated_secret.encode()
         elif row is None:
@@ -145,7 +113,7 @@ def resolve_hashing_secret(settings: Settings, engine: Engine) -> bytes:
     """:func:`resolve_in_session` in a transaction of its own on ``engine`` (whose pool
     is emptied afterwards: a construction-time connection is never handed to a request)."""
     try:
-        with Session(engine) as session, session.begin():
+        with make_sessionmaker(engine).begin() as session:
             return resolve_in_session(session, settings)
     finally:
         engine.dispose()
@@ -153,9 +121,9 @@ def resolve_hashing_secret(settings: Settings, engine: Engine) -> bytes:
 
 def check_hashing_secret(settings: Settings) -> None:
     """Start-up check for ``dpgate serve`` and ``dpgate migrate`` (database migrated)."""
-    from app.db.engine import make_engine
+    from app.db.embedded import database_url
 
-    engine = make_engine(settings.database_url)
+    engine = make_engine(database_url(settings.database_url))
     try:
         resolve_hashing_secret(settings, engine)
     finally:

@@ -27,7 +27,11 @@ def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
         session, name=body.name, role=body.role, epsilon_quota=body.epsilon_quota
     )
     return KeyCreated(
-        id=key.id, key=secret, role=key.role, name=key.name, epsilon_quota=body.epsilon_quota
+        id=key.id,
+        key=secret,
+        role=key.role,
+        name=key.name,
+        epsilon_quota=None if key.epsilon_quota is None else float(key.epsilon_quota),
     )
 
 

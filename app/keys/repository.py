@@ -1,14 +1,15 @@
-"""All SQL about API keys."""
+"""All SQL about API keys: :class:`KeyRepository` in a session, and the look-up of a
+key by its hash from the event loop (:func:`find_key`, on a connection of the query
+pool, its own autocommit transaction: no thread hop on the request path)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import or_, select, update
-from sqlalchemy.engine import CursorResult
+from psycopg import AsyncConnection
+from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from app.keys.models import ApiKey
@@ -46,19 +47,18 @@ class KeyRepository:
             .execution_options(synchronize_session=False)
         )
 
-    def spend(self, key_id: int, epsilon: Decimal) -> bool:
-        """Atomically add ``epsilon`` to the key's spend unless that passes its quota."""
-        result: CursorResult[Any] = self.session.execute(  # type: ignore[assignment]
-            update(ApiKey)
-            .where(ApiKey.id == key_id)
-            .where(
-                or_(
-                    ApiKey.epsilon_quota.is_(None),
-                    ApiKey.epsilon_spent + epsilon <= ApiKey.epsilon_quota,
-                )
-            )
-            .values(epsilon_spent=ApiKey.epsilon_spent + epsilon)
-            .execution_options(synchronize_session=False)
-        )
-        return result.rowcount == 1
 
+_BY_HASH_SQL = (
+    "SELECT id, name, role, key_hash, revoked_at IS NOT NULL, epsilon_quota IS NOT NULL "
+    "FROM api_keys WHERE key_hash = %s"
+)
+
+#: ``(id, name, role, key_hash, revoked, has_quota)`` of a key.
+KeyRow = tuple[int, str, str, str, bool, bool]
+
+
+async def find_key(conn: AsyncConnection[Any], key_hash: str) -> KeyRow | None:
+    """The key whose hash is ``key_hash``, if any (one read)."""
+    cur = await conn.execute(_BY_HASH_SQL, (key_hash,), prepare=True)
+    row = await cur.fetchone()
+    return None if row is None else (row[0], row[1], row[2], row[3], row[4], row[5])

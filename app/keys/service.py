@@ -10,14 +10,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
+from typing import Any
 
+from psycopg import AsyncConnection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from app.db.base import to_epsilon, utcnow
+from app import budget
+from app.db.base import utcnow
 from app.errors import Conflict, Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
-from app.keys.repository import KeyRepository
+from app.keys.repository import KeyRepository, find_key
 from app.keys.schemas import KeyMe, KeyOut
 
 log = logging.getLogger("dpgate.keys")
@@ -41,7 +44,8 @@ def create_key(
     epsilon_quota: float | None = None,
     secret: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the secret (shown once)."""
+    """Create a key; returns the row and the secret (shown once). A quota is stored
+    rounded down to the ledger's precision (``app.budget.limit``)."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
     secret = secret or new_secret()
@@ -50,7 +54,7 @@ def create_key(
         role=role,
         key_hash=hash_key(secret),
         prefix=secret[:10],
-        epsilon_quota=None if epsilon_quota is None else to_epsilon(epsilon_quota),
+        epsilon_quota=None if epsilon_quota is None else budget.limit(epsilon_quota),
     )
     return KeyRepository(session).add(key), secret
 
@@ -111,15 +115,17 @@ def cached_identity(digest: str) -> KeyIdentity | None:
     return None
 
 
-def lookup_identity(session: Session, digest: str) -> KeyIdentity:
-    """Find the key by its digest in the database (and remember it), or ``Unauthenticated``."""
-    key = KeyRepository(session).by_hash(digest)
+async def lookup_identity(conn: AsyncConnection[Any], digest: str) -> KeyIdentity:
+    """Find the key by its digest in the database (and remember it), or ``Unauthenticated``
+    (``conn``: a connection of the query pool)."""
+    key = await find_key(conn, digest)
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
-    if key is None or not hmac.compare_digest(key.key_hash, digest):
+    if key is None or not hmac.compare_digest(key[3], digest):
         raise Unauthenticated("unknown API key")
-    if key.revoked_at is not None:
+    key_id, name, role, _, revoked, has_quota = key
+    if revoked:
         raise Unauthenticated("this API key was revoked")
-    identity = KeyIdentity(key.id, key.name, key.role, key.epsilon_quota is not None)
+    identity = KeyIdentity(key_id, name, role, has_quota)
     if len(_auth_cache) >= _AUTH_CACHE_MAX:
         _auth_cache.clear()
     _auth_cache[digest] = (time.monotonic(), identity)
@@ -133,24 +139,10 @@ def forget_key(key_id: int) -> None:
             _auth_cache.pop(digest, None)
 
 
-def authenticate(session: Session, authorization: str | None) -> KeyIdentity:
-    """Resolve ``Authorization: Bearer <key>`` to a key, or raise ``Unauthenticated``."""
-    digest = bearer_digest(authorization)
-    return cached_identity(digest) or lookup_identity(session, digest)
-
-
 def require_role(key: KeyIdentity, *roles: str) -> KeyIdentity:
     if key.role not in roles:
         raise Forbidden(f"this needs a key with role {' or '.join(roles)}")
     return key
-
-
-def quota_remaining(session: Session, key_id: int) -> Decimal | None:
-    """What is left of the key's quota (``None``: no quota)."""
-    key = KeyRepository(session).get(key_id)
-    if key is None or key.epsilon_quota is None:
-        return None
-    return max(Decimal(0), key.epsilon_quota - key.epsilon_spent)
 
 
 #: What a key spent: its quota's tally, or for a key without one, what the ledger says
@@ -188,7 +180,7 @@ def key_me(session: Session, identity: KeyIdentity, spent_of: SpentOf) -> KeyMe:
         role=key.role,
         epsilon_quota=None if quota is None else float(quota),
         epsilon_spent=float(spent),
-        epsilon_remaining=None if quota is None else float(max(Decimal(0), quota - spent)),
+        epsilon_remaining=None if quota is None else float(budget.remaining(spent, quota)),
     )
 
 

@@ -1,13 +1,11 @@
-"""One committer for every charge, with a Postgres and a session adapter.
+"""The writes of a charge, in two places that make the same decisions.
 
-* :func:`commit_query` (any session; the SQLite query path, whose transaction is
-  ``BEGIN IMMEDIATE``): lock the dataset row and the users' accounts, read what
-  :func:`app.ledger.rule.query_verdict` needs, and on ``OK`` store the answer,
-  charge and append the ledger entry.
-* :class:`PostgresCommitter` (the Postgres query path, from the event loop): the same
-  decision and the same writes in one call of ``dpgate_commit_query``
-  (``app/ledger/sql/commit_query.sql``), so row locks live for one statement.
-* :func:`apply_charge` (any session, accounts already locked): the writes of a
+* :class:`QueryCommitter` (the query path, from the event loop): one call of
+  ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``) locks the dataset row
+  and the users' accounts, decides as :func:`app.ledger.rule.query_verdict` does and,
+  on ``ok``, stores the answer, charges and appends the ledger entry, so row locks
+  live for one statement.
+* :func:`apply_charge` (a session, accounts already locked): the writes of a
   charge; releases charge every grid of a timeslot through it.
 
 Lock order, everywhere: the dataset row, the accounts by ascending user id, the key row.
@@ -23,11 +21,9 @@ import orjson
 from psycopg import AsyncConnection
 from sqlalchemy.orm import Session
 
-from app.errors import NotFound
-from app.keys.repository import KeyRepository
 from app.ledger.models import LedgerEntry
 from app.ledger.repository import LedgerRepository
-from app.ledger.rule import Charge, Quota, Verdict, query_verdict
+from app.ledger.rule import Charge, Verdict
 
 
 class AnswerRow(Protocol):
@@ -47,13 +43,6 @@ class AnswerRow(Protocol):
     def options(self) -> dict[str, Any]: ...
     @property
     def answer(self) -> dict[str, Any]: ...
-
-
-class AnswerStore(Protocol):
-    """Where a session commit finds a twin answer and stores a new one."""
-
-    def twin(self, row: Any) -> dict[str, Any] | None: ...
-    def store(self, row: Any) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -88,45 +77,6 @@ def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None
     )
 
 
-def commit_query(
-    session: Session,
-    charge: Charge,
-    *,
-    cap: Decimal,
-    key_has_quota: bool,
-    answers: AnswerStore,
-    row: AnswerRow,
-) -> Committed:
-    """``dpgate_commit_query`` on a session: the same reads, verdict and writes."""
-    repo = LedgerRepository(session)
-    dataset = repo.lock_dataset(charge.dataset_id)
-    if dataset is None:
-        raise NotFound(f"dataset {charge.dataset_id} not found")
-    accounts = (
-        repo.lock_accounts(charge.dataset_id, charge.epoch, charge.users)
-        if dataset.epoch == charge.epoch
-        else {}
-    )
-    twin = answers.twin(row) if dataset.epoch == charge.epoch else None
-    quota: Quota | None = repo.key_quota(charge.key_id) if key_has_quota else None
-    verdict = query_verdict(
-        charge,
-        epoch_now=dataset.epoch,
-        accounts=accounts,
-        cap=cap,
-        twin=twin is not None,
-        quota=quota,
-    )
-    if verdict is Verdict.TWIN:
-        return Committed(verdict, twin)
-    if verdict is not Verdict.OK:
-        return Committed(verdict)
-    if quota is not None and not KeyRepository(session).spend(charge.key_id, charge.epsilon):
-        return Committed(Verdict.QUOTA)  # spent meanwhile (a session without a key lock)
-    apply_charge(session, charge, reference_id=answers.store(row))
-    return Committed(Verdict.OK)
-
-
 _COMMIT_SQL = (
     "SELECT status, stored FROM dpgate_commit_query("
     "%(dataset)s, %(epoch)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
@@ -142,7 +92,7 @@ def int_array_literal(values: tuple[int, ...] | list[int]) -> str:
     return "{" + ",".join(map(str, values)) + "}"
 
 
-class PostgresCommitter:
+class QueryCommitter:
     """The query commit as one autocommit statement on a connection of the query pool."""
 
     def __init__(self, conn: AsyncConnection[Any]) -> None:

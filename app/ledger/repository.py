@@ -3,9 +3,7 @@
 Lock order, everywhere: the dataset row, then budget accounts in ascending user
 id, then the API key row. Queries take the dataset row ``FOR KEY SHARE`` (many at
 once), a budget reset takes it ``FOR UPDATE`` (alone), so an epoch never changes
-under a query in flight. On SQLite every transaction is ``BEGIN IMMEDIATE``,
-which serialises writers; the ``FOR ...`` clauses are no-ops there. Nothing here
-commits: the caller's unit of work does (``app.db.unit``).
+under a query in flight. Nothing here commits: the caller's unit of work does (``app.db.unit``).
 """
 
 from __future__ import annotations
@@ -15,16 +13,14 @@ from collections.abc import Iterable, Sequence
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, func, select, text, update
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy import CursorResult, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
+from app.budget import Budget
 from app.datasets.models import Dataset, DatasetUser
-from app.db.dialect import Backend, backend_of
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
-from app.ledger.rule import Quota
 
 CHUNK = 5000
 T = TypeVar("T")
@@ -107,7 +103,6 @@ class LedgerRepository:
 
     def insert_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
         """Zero accounts for ``user_ids`` (idempotent: existing ones are left alone)."""
-        insert = pg_insert if backend_of(self.session) is Backend.POSTGRES else sqlite_insert
         rows = [
             {"dataset_id": dataset_id, "epoch": epoch, "user_id": u, "spent": Decimal(0)}
             for u in user_ids
@@ -116,8 +111,8 @@ class LedgerRepository:
             self.session.execute(insert(BudgetAccount).values(chunk).on_conflict_do_nothing())
 
     def analyze_after_growth(self, added: int) -> None:
-        """Refresh the planner's statistics of ``budget_accounts`` after it grew a lot
-        (Postgres; a no-op on SQLite).
+        """Refresh the planner's statistics of ``budget_accounts`` after it grew a lot.
+
 
         Without any (a server with autovacuum off or lagging, or a table just filled)
         Postgres believes the table tiny and, even with sequential scans ruled out for
@@ -125,22 +120,35 @@ class LedgerRepository:
         after an index scan on the dataset and epoch instead of probing the primary key:
         the commit then reads every account of the dataset to charge a grid's users.
         """
-        if backend_of(self.session) is not Backend.POSTGRES:
-            return
         known = self.session.execute(
             text("SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass")
         ).scalar_one()
         if needs_analyze(known, added):
             self.session.execute(text("ANALYZE budget_accounts"))
 
-    def key_quota(self, key_id: int) -> Quota | None:
-        """The key's epsilon quota and spend (None for a key without a quota)."""
+    def key_quota(self, key_id: int) -> Budget | None:
+        """The key's quota and what it spent of it (None: a key without a quota)."""
         row = self.session.execute(
             select(ApiKey.epsilon_quota, ApiKey.epsilon_spent).where(ApiKey.id == key_id)
         ).first()
-        if row is None or row[0] is None:
-            return None
-        return Quota(limit=row[0], spent=row[1])
+        return None if row is None or row[0] is None else Budget(cap=row[0], spent=row[1])
+
+    def spend_quota(self, key_id: int, epsilon: Decimal) -> bool:
+        """Atomically add ``epsilon`` to the key's spend unless that passes its quota (the
+        cap test of ``app.budget``, in SQL: ``spent + epsilon <= quota``)."""
+        result = self.session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == key_id)
+            .where(
+                or_(
+                    ApiKey.epsilon_quota.is_(None),
+                    ApiKey.epsilon_spent + epsilon <= ApiKey.epsilon_quota,
+                )
+            )
+            .values(epsilon_spent=ApiKey.epsilon_spent + epsilon)
+            .execution_options(synchronize_session=False)
+        )
+        return cast("CursorResult[Any]", result).rowcount == 1
 
     def key_spent(self, key_id: int) -> Decimal:
         """What a key without a quota spent, counted as a quota would count it: each

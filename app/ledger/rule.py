@@ -1,10 +1,9 @@
-"""The budget rule, pure: a charge, and whether it would pass a cap.
+"""The ledger's events and the decision of a query commit, pure.
 
 A :class:`Charge` is one event of the ledger (in the spirit of dp_accounting's
-``DpEvent``): ``epsilon`` to each of some users of one dataset and epoch. Budgets
-are exact decimals (Tumult Analytics' ``PrivacyBudget`` value types play this
-role there), so ``spent + epsilon > cap`` is decided without rounding. Which users
-are exhausted depends only on the ledger, never on values (API.md "Guarantees").
+``DpEvent``): ``epsilon`` to each of some users of one dataset and epoch. Amounts and
+the cap test are ``app.budget``'s. Which users are exhausted depends only on the
+ledger, never on values (API.md "Guarantees").
 
 :func:`query_verdict` is the order in which a query commit checks things; the
 Postgres function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
@@ -20,8 +19,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Literal
 
-import numpy as np
-import numpy.typing as npt
+from app import budget
+from app.budget import Budget
 
 ChargeKind = Literal["query", "release"]
 
@@ -61,29 +60,9 @@ class Charge:
         )
 
 
-def would_exceed(spent: Decimal, epsilon: Decimal, cap: Decimal) -> bool:
-    """Whether charging ``epsilon`` on top of ``spent`` passes ``cap`` (reaching it is fine)."""
-    return spent + epsilon > cap
-
-
-def exhausted(
-    spent: Mapping[int, Decimal], user_ids: npt.ArrayLike, epsilon: Decimal, cap: Decimal
-) -> npt.NDArray[np.bool_]:
-    """Bool per user of ``user_ids``: would ``epsilon`` more pass ``cap``? (users without
-    an entry in ``spent`` have spent nothing)"""
-    users = np.asarray(user_ids)
-    zero = Decimal(0)
-    return np.fromiter(
-        (would_exceed(spent.get(int(u), zero), epsilon, cap) for u in users),
-        dtype=bool,
-        count=len(users),
-    )
-
-
 def over_cap(charge: Charge, spent: Mapping[int, Decimal], cap: Decimal) -> list[int]:
     """The users of ``charge`` it would push past ``cap``."""
-    zero = Decimal(0)
-    return [u for u in charge.users if would_exceed(spent.get(u, zero), charge.epsilon, cap)]
+    return budget.over_cap(charge.users, spent, charge.epsilon, cap)
 
 
 class Verdict(enum.Enum):
@@ -97,14 +76,6 @@ class Verdict(enum.Enum):
     QUOTA = "quota"  # the key would pass its quota
 
 
-@dataclass(frozen=True)
-class Quota:
-    """An API key's epsilon quota and what it has spent."""
-
-    limit: Decimal
-    spent: Decimal
-
-
 def query_verdict(
     charge: Charge,
     *,
@@ -112,7 +83,7 @@ def query_verdict(
     accounts: Mapping[int, Decimal],
     cap: Decimal,
     twin: bool,
-    quota: Quota | None,
+    quota: Budget | None,
 ) -> Verdict:
     """The decision of a query commit, from what it read under its locks.
 
@@ -127,6 +98,6 @@ def query_verdict(
         return Verdict.TWIN
     if over_cap(charge, accounts, cap):
         return Verdict.EXHAUSTED
-    if quota is not None and would_exceed(quota.spent, charge.epsilon, quota.limit):
+    if quota is not None and not quota.fits(charge.epsilon):
         return Verdict.QUOTA
     return Verdict.OK

@@ -17,13 +17,12 @@ import numpy as np
 import numpy.typing as npt
 from sqlalchemy.orm import Session
 
+from app import budget
 from app.datasets.models import Dataset
-from app.db.base import to_epsilon
 from app.db.unit import separate_transaction
 from app.errors import BudgetExhausted, NotFound
 from app.keys.models import ApiKey
-from app.keys.repository import KeyRepository
-from app.keys.service import KeyIdentity, quota_remaining
+from app.keys.service import KeyIdentity
 from app.ledger import rule
 from app.ledger.committer import apply_charge
 from app.ledger.repository import LedgerRepository
@@ -45,7 +44,7 @@ class LockedBudget:
 
     def exhausted(self, user_ids: npt.ArrayLike, epsilon: Decimal) -> npt.NDArray[np.bool_]:
         """Bool per user: would ``epsilon`` more pass the cap? (ledger only, never values)"""
-        return rule.exhausted(self.spent, user_ids, epsilon, self.cap)
+        return budget.exhausted(self.spent, user_ids, epsilon, self.cap)
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
@@ -63,12 +62,15 @@ def lock_budget(
     session: Session, dataset: Dataset, epoch: int, user_ids: npt.ArrayLike
 ) -> LockedBudget:
     """Lock every account of ``user_ids`` (ascending id order) for this transaction,
-    creating the missing ones first in a transaction of their own (Postgres), so this
+    creating the missing ones first in a transaction of their own, so this
     one never holds an insert lock outside the ascending order — the one way two
     charges over overlapping users could deadlock."""
     users = [int(u) for u in np.asarray(user_ids)]
-    ensure_accounts(session, dataset.id, epoch, users)
-    spent = LedgerRepository(session).lock_accounts(dataset.id, epoch, users)
+    repo = LedgerRepository(session)
+    if repo.missing_accounts(dataset.id, epoch, users):
+        with separate_transaction(session) as own:
+            create_accounts(own, dataset.id, epoch, users)
+    spent = repo.lock_accounts(dataset.id, epoch, users)
     if len(spent) != len(set(users)):
         raise RuntimeError("budget accounts vanished while locking them")
     return LockedBudget(dataset.id, epoch, dataset.budget_per_user, spent)
@@ -87,18 +89,15 @@ def exhausted_now(
     charge itself re-checks the others under lock)."""
     users = [int(u) for u in np.asarray(user_ids)]
     spent = LedgerRepository(session).spent(dataset_id, epoch, users)
-    return rule.exhausted(spent, users, epsilon, cap)
+    return budget.exhausted(spent, users, epsilon, cap)
 
 
-def ensure_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
-    """Create the missing budget accounts of ``user_ids``, committed on their own
-    (Postgres; on SQLite they join ``session``'s transaction)."""
-    users = [int(u) for u in user_ids]
-    missing = LedgerRepository(session).missing_accounts(dataset_id, epoch, users)
-    if not missing:
-        return
-    with separate_transaction(session) as own:
-        repo = LedgerRepository(own)
+def create_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
+    """Create the missing budget accounts of ``user_ids`` in ``session``'s transaction
+    (a unit of its own: a grid's first query, or :func:`lock_budget`'s side transaction)."""
+    repo = LedgerRepository(session)
+    missing = repo.missing_accounts(dataset_id, epoch, [int(u) for u in user_ids])
+    if missing:
         repo.insert_accounts(dataset_id, epoch, missing)
         repo.analyze_after_growth(len(missing))
 
@@ -171,6 +170,12 @@ def key_spent(session: Session, key: ApiKey) -> Decimal:
     return LedgerRepository(session).key_spent(key.id)
 
 
+def quota_left(session: Session, key_id: int) -> Decimal | None:
+    """What is left of the key's quota (``None``: no quota)."""
+    quota = LedgerRepository(session).key_quota(key_id)
+    return None if quota is None else quota.remaining
+
+
 def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
     """Charge ``epsilon`` against the key's quota atomically, or refuse (a release's
     largest cost to one user; queries spend it inside their commit, ``app.ledger.committer``).
@@ -179,8 +184,10 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
     """
     if not key.has_quota:
         return
-    if not KeyRepository(session).spend(key.id, to_epsilon(epsilon)):
+    repo = LedgerRepository(session)
+    if not repo.spend_quota(key.id, budget.charged(epsilon)):
+        left = quota_left(session, key.id) or budget.ZERO
         raise BudgetExhausted(
             f"key '{key.name}' would exceed its epsilon quota",
-            largest_epsilon=float(quota_remaining(session, key.id) or 0),
+            largest_epsilon=budget.float_at_most(left),
         )

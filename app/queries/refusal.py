@@ -16,17 +16,17 @@ rounded down to the ledger's 12 decimals, and 0 below the smallest epsilon accep
 
 from __future__ import annotations
 
-import math
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app import budget
 from app.answers.epsilon import MIN_EPSILON
-from app.db.base import EPSILON_QUANTUM
 from app.errors import BudgetExhausted
-from app.keys.service import KeyIdentity, quota_remaining
+from app.keys.service import KeyIdentity
 from app.ledger.repository import LedgerRepository
+from app.ledger.service import quota_left
 from app.queries.repository import GridContext
 from app.queries.store import QueryStore
 
@@ -42,24 +42,12 @@ def largest_epsilon(
     session: Session, ctx: GridContext, key_id: int, user_ids: np.ndarray
 ) -> Decimal:
     spent = LedgerRepository(session).spent(ctx.dataset_id, ctx.epoch, user_ids.tolist())
-    limit = min(
-        users_limit(ctx, [ctx.budget_per_user - s for s in spent.values()]),
-        ctx.max_epsilon_per_query,
-    )
-    quota = quota_remaining(session, key_id)
+    left = [budget.remaining(s, ctx.budget_per_user) for s in spent.values()]
+    limits = [users_limit(ctx, left), ctx.max_epsilon_per_query]
+    quota = quota_left(session, key_id)
     if quota is not None:
-        limit = min(limit, quota)
-    limit = limit.quantize(EPSILON_QUANTUM, rounding=ROUND_FLOOR)
-    return limit if limit >= MIN_EPSILON else Decimal(0)
-
-
-def as_float_at_most(amount: Decimal) -> float:
-    """``amount`` as the largest double not above it (so sending it back never asks for
-    more than is left)."""
-    value = float(amount)
-    while value > 0 and Decimal(value) > amount:
-        value = math.nextafter(value, 0.0)
-    return value
+        limits.append(quota)
+    return budget.largest_affordable(limits, MIN_EPSILON)
 
 
 async def budget_refusal(
@@ -71,4 +59,4 @@ async def budget_refusal(
 ) -> BudgetExhausted:
     """The ``BudgetExhausted`` to raise for a refused query, with ``largest_epsilon``."""
     largest = await store.run(largest_epsilon, ctx, key.id, user_ids)
-    return BudgetExhausted(message, largest_epsilon=as_float_at_most(largest))
+    return BudgetExhausted(message, largest_epsilon=budget.float_at_most(largest))

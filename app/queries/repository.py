@@ -1,14 +1,11 @@
-"""All SQL of single-grid queries: find the grid with its stored answer, commit an answer.
+"""All SQL of single-grid queries: find the grid with its stored answer.
 
-On Postgres (:class:`AsyncAnswerRepository`, on the event loop, autocommit) the
-look-up is one read; the commit is ``app.ledger.committer``'s (one call of
-``dpgate_commit_query`` there, the same steps in Python on SQLite, where
-:class:`AnswerRepository` finds twins and stores answers for it).
+The look-up (:class:`AnswerLookup`, on the event loop, autocommit) is one read; the
+commit is ``app.ledger.committer``'s (one call of ``dpgate_commit_query``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -16,7 +13,6 @@ from typing import Any
 from psycopg import AsyncConnection
 from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
 from app.queries.models import QueryAnswer
@@ -100,49 +96,9 @@ def _found(row: Any) -> Found | None:
     return None if row is None else (GridContext(*row[:9]), row[9])
 
 
-class AnswerRepository:
-    """SQLite (and any session): the look-up, and the steps of a commit."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def lookup(self, grid_public_id: str, fingerprint: str) -> Found | None:
-        """The grid and the answer stored for ``fingerprint`` at its current version and
-        its dataset's current epoch, in one round trip (no lock)."""
-        params = {"public_id": grid_public_id, "fingerprint": fingerprint}
-        return _found(self.session.execute(_LOOKUP, params).first())
-
-    def find(
-        self, grid_id: int, epoch: int, grid_version: int, fingerprint: str
-    ) -> QueryAnswer | None:
-        return self.session.scalars(
-            select(QueryAnswer).where(
-                QueryAnswer.grid_id == grid_id,
-                QueryAnswer.epoch == epoch,
-                QueryAnswer.grid_version == grid_version,
-                QueryAnswer.fingerprint == fingerprint,
-            )
-        ).first()
-
-    def add(self, record: AnswerRecord) -> QueryAnswer:
-        row = QueryAnswer(**dataclasses.asdict(record))
-        self.session.add(row)
-        self.session.flush()
-        return row
-
-    def twin(self, record: AnswerRecord) -> dict[str, Any] | None:
-        """The answer stored for ``record``'s query meanwhile, if any (``AnswerStore``)."""
-        found = self.find(record.grid_id, record.epoch, record.grid_version, record.fingerprint)
-        return None if found is None else found.answer
-
-    def store(self, record: AnswerRecord) -> int:
-        """Store ``record``; its id (``AnswerStore``)."""
-        return self.add(record).id
-
-
-class AsyncAnswerRepository:
-    """Postgres, from the event loop: the look-up, its own (autocommit) transaction on
-    a connection of the query pool (the commit is ``app.ledger.committer``'s)."""
+class AnswerLookup:
+    """From the event loop: the look-up, its own (autocommit) transaction on a
+    connection of the query pool, in one round trip (no lock)."""
 
     def __init__(self, conn: AsyncConnection[Any]) -> None:
         self.conn = conn

@@ -5,9 +5,8 @@ Order of work: find the grid, its dataset's epoch and any stored identical answe
 (``exclude`` datasets; ledger only, never values) → release with the vetted
 sampler from the grid's snapshot → commit: lock the dataset row and the users'
 accounts, re-check epoch, caps, twin answer and quota, charge and store. Only an
-``ok`` commit returns the fresh answer; on Postgres that commit is one atomic
-statement sent from the event loop, on SQLite the same steps run in one
-``BEGIN IMMEDIATE`` transaction on a database thread (``app.queries.store``). A
+``ok`` commit returns the fresh answer; that commit is one atomic statement sent
+from the event loop (``app.queries.store``). A
 release whose commit fails is discarded unseen, and a retry draws fresh noise
 (except on a grid's first query, whose release is committed again once its users'
 accounts exist: the only thing that failed was their absence, a public fact).

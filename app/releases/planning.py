@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from decimal import ROUND_FLOOR, Decimal
+from decimal import Decimal
 
 import numpy as np
 
+from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.clip_user import clip_user, plan_kept
-from app.db.base import EPSILON_QUANTUM
 from app.errors import InvalidRequest
-from app.ledger.rule import would_exceed
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a binary search.
 FULL_SCAN_GRIDS = 12
@@ -110,18 +109,6 @@ def plan_at(
     return SlotPlan(eps, G1, _grids_per_user(occ.user[kept > 0]), kept)
 
 
-def floor_epsilon(value: Decimal) -> Decimal:
-    """``value`` rounded down to the ledger's quantum (so ``k`` times it never passes)."""
-    return value.quantize(EPSILON_QUANTUM, rounding=ROUND_FLOOR)
-
-
-def epsilon_amount(value: Decimal, max_epsilon: Decimal) -> EpsilonAmount:
-    """An exact ledger amount, at least the minimum epsilon (else 400)."""
-    if value < MIN_EPSILON:
-        raise InvalidRequest(f"the per-grid epsilon would be {value:.3g}, below {MIN_EPSILON}")
-    return parse_epsilon(float(min(value, max_epsilon)), max_epsilon)
-
-
 def _exact(value: Decimal) -> EpsilonAmount:
     amount = parse_epsilon(float(value))
     return amount if amount.charged <= value else EpsilonAmount(value, float(value) * (1 - 1e-15))
@@ -139,7 +126,7 @@ def plan_for_cost(
     plan computed and checked."""
 
     def candidate(k: int) -> EpsilonAmount:
-        value = min(floor_epsilon(cost_cap / k), max_epsilon)
+        value = min(budget.per_part(cost_cap, k), max_epsilon)
         if value < MIN_EPSILON:
             raise InvalidRequest(
                 f"max_user_cost {cost_cap} is too small: a user in {G1} grids would get "
@@ -182,7 +169,7 @@ def largest_affordable(
         if users.size == 0:
             return float(plan.eps.charged)
         pairs = zip(users.tolist(), grids.tolist(), strict=True)
-        fit = min(floor_epsilon(remaining[u] / k) for u, k in pairs)
+        fit = min(budget.per_part(remaining[u], k) for u, k in pairs)
         fit = min(fit, max_epsilon, plan.eps.charged)
         if fit < MIN_EPSILON:
             return 0.0
@@ -195,14 +182,14 @@ def largest_affordable(
 def over_budget(
     occ: Occupancy, plan: SlotPlan, spent: Mapping[int, Decimal], cap: Decimal
 ) -> np.ndarray:
-    """Sorted ids of the users who cannot pay their cost in ``plan`` (the ledger's rule,
-    :func:`app.ledger.rule.would_exceed`, on each user's total for the slot)."""
+    """Sorted ids of the users who cannot pay their cost in ``plan`` (the cap test,
+    :func:`app.budget.would_exceed`, on each user's total for the slot)."""
     users, grids = plan.user_costs(occ)
     eps = plan.eps.charged
     zero = Decimal(0)
     over = [
         int(u)
         for u, k in zip(users, grids, strict=True)
-        if would_exceed(spent.get(int(u), zero), eps * int(k), cap)
+        if budget.would_exceed(spent.get(int(u), zero), eps * int(k), cap)
     ]
     return np.array(sorted(over), dtype=np.int64)

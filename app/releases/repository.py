@@ -34,12 +34,11 @@ class ReleaseRow:
     created_at: datetime
 
 
-def _listing_query(dataset_id: int, limit: int, offset: int, *, postgres: bool) -> Any:
+def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
     """Only the small fields of each stored answer, in ``ReleaseRow``'s order. An answer
     holds every grid's statistics (tens of kB): Postgres parses it once per row (as
-    ``jsonb``) rather than once per field, which halves a page's time; SQLite reads the
-    JSON paths directly."""
-    answer = cast(SlotRelease.answer, JSONB) if postgres else SlotRelease.answer
+    ``jsonb``) rather than once per field, which halves a page's time."""
+    answer = cast(SlotRelease.answer, JSONB)
     newest = (
         select(
             SlotRelease.id,
@@ -56,7 +55,7 @@ def _listing_query(dataset_id: int, limit: int, offset: int, *, postgres: bool) 
         .subquery()
     )
     a = newest.c.answer
-    array_length = func.jsonb_array_length if postgres else func.json_array_length
+    array_length = func.jsonb_array_length
     return select(
         newest.c.public_id,
         newest.c.slot_start,
@@ -108,9 +107,6 @@ class ReleaseRepository:
     def page(self, dataset_id: int, *, limit: int, offset: int) -> tuple[list[ReleaseRow], bool]:
         """One page of the dataset's releases, newest first (index
         ``ix_slot_releases_dataset_id_created_at``, migration 0008), and whether more follow."""
-        postgres = self.session.get_bind().dialect.name == "postgresql"
-        rows = self.session.execute(
-            _listing_query(dataset_id, limit + 1, offset, postgres=postgres)
-        ).all()
+        rows = self.session.execute(_listing_query(dataset_id, limit + 1, offset)).all()
         found = [ReleaseRow(*row) for row in rows[:limit]]
         return found, len(rows) > limit

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app import core
+from app import budget, core
 from app.answers.body import answer_body
 from app.answers.epsilon import EpsilonAmount, parse_epsilon
 from app.answers.options import parse_options
@@ -50,7 +50,6 @@ from app.releases.planning import (
     Occupancy,
     PlanOptions,
     SlotPlan,
-    floor_epsilon,
     largest_affordable,
     over_budget,
     plan_at,
@@ -120,14 +119,16 @@ def _choose(inp: SlotInput, body: ReleaseIn, excluded: np.ndarray) -> SlotPlan:
     make = _maker(inp, body, excluded)
     if body.epsilon is not None:
         return make(parse_epsilon(body.epsilon, max_eps))
-    cap = floor_epsilon(Decimal(str(body.max_user_cost)))
+    if body.max_user_cost is None:  # the schema asks for one of the two
+        raise InvalidRequest("give epsilon or max_user_cost")
+    cap = budget.limit(body.max_user_cost)
     live = inp.occ.user[~np.isin(inp.occ.user, excluded)]
     G1 = int(np.unique(live, return_counts=True)[1].max()) if live.size else 1
     return plan_for_cost(make, cap, max_eps, G1)
 
 
 def _remaining(dataset: Dataset, spent: dict[int, Decimal]) -> dict[int, Decimal]:
-    return {u: dataset.budget_per_user - s for u, s in spent.items()}
+    return {u: budget.remaining(s, dataset.budget_per_user) for u, s in spent.items()}
 
 
 def _plan_within_budget(inp: SlotInput, body: ReleaseIn, spent: dict[int, Decimal]) -> SlotPlan:

@@ -30,12 +30,12 @@ def upgrade() -> None:
         sa.Column("prefix", sa.String(length=16), nullable=False),
         sa.Column(
             "epsilon_quota",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=True,
         ),
         sa.Column(
             "epsilon_spent",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.Column("created_at", app.db.base.UTCDateTime(timezone=True), nullable=False),
@@ -52,12 +52,12 @@ def upgrade() -> None:
         sa.Column("timezone", sa.String(length=64), nullable=False),
         sa.Column(
             "budget_per_user",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.Column(
             "max_epsilon_per_query",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.Column("on_exhausted", sa.String(length=16), nullable=False),
@@ -67,7 +67,7 @@ def upgrade() -> None:
     )
     op.create_table(
         "records",
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), nullable=False),
+        sa.Column("id", sa.BigInteger(), nullable=False),
         sa.Column("dataset_id", sa.Integer(), nullable=False),
         sa.Column("grid_id", sa.Integer(), nullable=False),
         sa.Column("user_id", sa.Integer(), nullable=False),
@@ -149,7 +149,7 @@ def upgrade() -> None:
         sa.Column("fingerprint", sa.String(length=64), nullable=False),
         sa.Column(
             "epsilon",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.Column("answer", sa.JSON(), nullable=False),
@@ -194,7 +194,7 @@ def upgrade() -> None:
         sa.Column("user_id", sa.Integer(), nullable=False),
         sa.Column(
             "spent",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.ForeignKeyConstraint(
@@ -237,7 +237,7 @@ def upgrade() -> None:
         sa.Column("grid_id", sa.Integer(), nullable=True),
         sa.Column(
             "epsilon",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.Column("n_users", sa.Integer(), nullable=False),
@@ -275,7 +275,7 @@ def upgrade() -> None:
         sa.Column("mechanism", sa.String(length=32), nullable=False),
         sa.Column(
             "epsilon",
-            sa.Numeric(precision=24, scale=12).with_variant(app.db.base.PicoEpsilon(), "sqlite"),
+            sa.Numeric(precision=24, scale=12),
             nullable=False,
         ),
         sa.Column("options", sa.JSON(), nullable=False),

@@ -17,8 +17,6 @@ TABLES = ("ledger_entries", "budget_resets")
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return  # SQLite: the application never updates or deletes these rows
     op.execute(
         """
         CREATE FUNCTION dpgate_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -36,8 +34,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name != "postgresql":
-        return
     for table in TABLES:
         op.execute(f"DROP TRIGGER IF EXISTS {table}_append_only ON {table}")
     op.execute("DROP FUNCTION IF EXISTS dpgate_append_only()")

@@ -5,12 +5,11 @@
   so the cached-answer lookup joins on the grid's current version in the same
   round trip that finds the grid. (Answers stored before this revision keep
   their old fingerprints and are simply not found again.)
-* ``dpgate_commit_query`` (Postgres only): lock the dataset row (``FOR KEY
+* ``dpgate_commit_query``: lock the dataset row (``FOR KEY
   SHARE``), the users' budget accounts (ascending id) and the key row, check
   epoch, caps, twin answer and quota, then charge and store — all in the one
   statement the API sends, so locks are held for microseconds, not for
-  several round trips. SQLite runs the same steps in Python inside its
-  ``BEGIN IMMEDIATE`` transaction (``app.ledger.committer``). The function's text is
+  several round trips. The function's text is
   ``app/ledger/sql/commit_query.sql``.
 
 Revision ID: 0003
@@ -39,13 +38,11 @@ def upgrade() -> None:
     with op.batch_alter_table("query_answers") as batch:
         batch.drop_constraint(UQ, type_="unique")
         batch.create_unique_constraint(UQ, ["grid_id", "epoch", "grid_version", "fingerprint"])
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(COMMIT_QUERY)
+    op.execute(COMMIT_QUERY)
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(f"DROP FUNCTION IF EXISTS {SIGNATURE}")
+    op.execute(f"DROP FUNCTION IF EXISTS {SIGNATURE}")
     with op.batch_alter_table("query_answers") as batch:
         batch.drop_constraint(UQ, type_="unique")
         batch.create_unique_constraint(UQ, ["grid_id", "epoch", "fingerprint"])

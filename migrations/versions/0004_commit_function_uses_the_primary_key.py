@@ -28,10 +28,8 @@ SIGNATURE = COMMIT_QUERY_SIGNATURE
 
 
 def upgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(f"ALTER FUNCTION {SIGNATURE} SET enable_seqscan = off")
+    op.execute(f"ALTER FUNCTION {SIGNATURE} SET enable_seqscan = off")
 
 
 def downgrade() -> None:
-    if op.get_bind().dialect.name == "postgresql":
-        op.execute(f"ALTER FUNCTION {SIGNATURE} RESET enable_seqscan")
+    op.execute(f"ALTER FUNCTION {SIGNATURE} RESET enable_seqscan")

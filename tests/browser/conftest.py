@@ -8,13 +8,8 @@ from pathlib import Path
 import pytest
 import uvicorn
 from fastapi import FastAPI
-from pydantic import SecretStr
 
-from app.config import Settings
-from app.db.migrate import upgrade
-from app.main import create_app
 from tests.browser.cdp import Page, chromium_binary, offline_browser
-from tests.conftest import ADMIN_KEY
 from tests.live_server import free_port
 
 
@@ -49,22 +44,7 @@ def _chromium_installed() -> None:
 
 @pytest.fixture
 def live_url(app: FastAPI) -> Iterator[str]:
-    """The application (on each test database) served over real HTTP."""
-    with ThreadedServer(app) as server:
-        yield server.url
-
-
-@pytest.fixture
-def sqlite_live_url(tmp_path: Path) -> Iterator[str]:
-    """The application on SQLite only, for pages that read no data."""
-    settings = Settings(
-        database_url=f"sqlite:///{tmp_path / 'pages.db'}",
-        admin_key=SecretStr(ADMIN_KEY),
-        secret_key=SecretStr("test-secret"),
-        secret_file=tmp_path / "secret.key",
-    )
-    upgrade(settings.database_url)
-    app = create_app(settings)
+    """The application (on its test database) served over real HTTP."""
     with ThreadedServer(app) as server:
         yield server.url
 

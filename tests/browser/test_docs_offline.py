@@ -26,12 +26,12 @@ def assert_only_served_by(page: Page, base_url: str) -> None:
 
 
 def test_the_browser_really_has_no_network_but_the_test_server(
-    page: Page, sqlite_live_url: str
+    page: Page, live_url: str
 ) -> None:
     # On a page without a Content-Security-Policy, so only the network can refuse.
-    page.navigate(f"{sqlite_live_url}/healthz")
+    page.navigate(f"{live_url}/healthz")
     page.wait_for("document.readyState === 'complete'")
-    assert page.evaluate(FETCH.format(url=f"{sqlite_live_url}/healthz"), await_promise=True) == (
+    assert page.evaluate(FETCH.format(url=f"{live_url}/healthz"), await_promise=True) == (
         "reached"
     )
     for url in (
@@ -44,16 +44,16 @@ def test_the_browser_really_has_no_network_but_the_test_server(
 
 
 def test_docs_render_every_operation_offline(
-    page: Page, sqlite_live_url: str, tmp_path: Path
+    page: Page, live_url: str, tmp_path: Path
 ) -> None:
-    spec = httpx.get(f"{sqlite_live_url}/openapi.json", trust_env=False).json()
+    spec = httpx.get(f"{live_url}/openapi.json", trust_env=False).json()
     expected = sorted(
         [method, path]
         for path, item in spec["paths"].items()
         for method in item
         if method in HTTP_METHODS
     )
-    page.navigate(f"{sqlite_live_url}/docs")
+    page.navigate(f"{live_url}/docs")
     page.wait_for(
         f"document.querySelectorAll('.opblock').length >= {len(expected)}",
         what=f"Swagger UI to render {len(expected)} operations",
@@ -62,13 +62,13 @@ def test_docs_render_every_operation_offline(
     assert sorted(page.evaluate(OPERATIONS_IN_DOM)) == expected
     assert page.evaluate("document.querySelector('.info .title').textContent").startswith("dpgate")
     assert page.evaluate("!!document.querySelector('.auth-wrapper .btn.authorize')")
-    assert_only_served_by(page, sqlite_live_url)
+    assert_only_served_by(page, live_url)
     assert page.errors() == [], "the docs page logged errors (a blocked asset?)"
     assert shot.stat().st_size > 20_000, "the screenshot looks blank"
 
 
-def test_docs_authorize_sends_the_bearer_key(page: Page, sqlite_live_url: str) -> None:
-    page.navigate(f"{sqlite_live_url}/docs")
+def test_docs_authorize_sends_the_bearer_key(page: Page, live_url: str) -> None:
+    page.navigate(f"{live_url}/docs")
     page.wait_for("document.querySelectorAll('.opblock').length > 0")
     page.evaluate("document.querySelector('.auth-wrapper .btn.authorize').click()")
     page.wait_for("!!document.querySelector('.modal-ux input#auth-bearer-value')")
@@ -94,4 +94,4 @@ def test_docs_authorize_sends_the_bearer_key(page: Page, sqlite_live_url: str) -
     assert page.evaluate(f"{status}.textContent.trim()") == "200"
     curl = page.evaluate(f"{op}.querySelector('.curl-command').innerText")
     assert f"Authorization: Bearer {ADMIN_KEY}" in curl
-    assert_only_served_by(page, sqlite_live_url)
+    assert_only_served_by(page, live_url)

@@ -216,16 +216,16 @@ def test_map_draws_tiles_only_from_a_configured_tile_server(
     page.navigate("about:blank")  # chromium then quits promptly
 
 
-def test_map_says_why_a_release_cannot_be_drawn(page: Page, sqlite_live_url: str) -> None:
-    page.navigate(f"{sqlite_live_url}/map#release=nope&key=not-a-key")
+def test_map_says_why_a_release_cannot_be_drawn(page: Page, live_url: str) -> None:
+    page.navigate(f"{live_url}/map#release=nope&key=not-a-key")
     page.wait_for("document.body.dataset.state === 'error'", what="the map's error message")
     status = page.evaluate("document.getElementById('status').textContent")
     assert "401" in status and "unauthenticated" in status
     assert page.evaluate("document.querySelectorAll('#map path').length") == 0
 
 
-def test_map_page_is_served_with_a_strict_policy(sqlite_live_url: str) -> None:
-    resp = httpx.get(f"{sqlite_live_url}/map", trust_env=False)
+def test_map_page_is_served_with_a_strict_policy(live_url: str) -> None:
+    resp = httpx.get(f"{live_url}/map", trust_env=False)
     assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/html")
     csp = resp.headers["content-security-policy"]
     assert "default-src 'self'" in csp and "connect-src 'self'" in csp
@@ -234,11 +234,11 @@ def test_map_page_is_served_with_a_strict_policy(sqlite_live_url: str) -> None:
 
 
 def test_map_finds_the_released_cell_above_a_footprint_cell(
-    page: Page, sqlite_live_url: str
+    page: Page, live_url: str
 ) -> None:
     """An adaptive release's coarse cell covers the fine footprint cells below it: the
     page's H3 parent (from the index bits) agrees with h3's."""
-    page.navigate(f"{sqlite_live_url}/map")
+    page.navigate(f"{live_url}/map")
     fine = [*RELEASED[:3], h3.latlng_to_cell(-33.87, 151.21, 9), h3.get_pentagons(8)[0]]
     pairs = [(c, r) for c in fine for r in range(h3.get_resolution(c) + 1)]
     got = page.evaluate(

@@ -14,9 +14,10 @@ from typing import Any
 
 import httpx
 import pytest
+from sqlalchemy import Engine
 
 import dpgate
-from tests.conftest import ADMIN_KEY
+from tests.conftest import ADMIN_KEY, new_schema
 from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, csv_for
 from tests.live_server import LiveServer, live_server
 
@@ -36,10 +37,14 @@ class World:
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+def world(
+    tmp_path_factory: pytest.TempPathFactory, postgres_base_url: str, postgres_admin: Engine
+) -> Iterator[World]:
     workdir = tmp_path_factory.mktemp("client")
-    url = f"sqlite:///{workdir / 'dpgate.db'}"
-    with live_server(url, workdir, workers=1) as server:
+    with (
+        new_schema(postgres_base_url, postgres_admin) as url,
+        live_server(url, workdir, workers=1) as server,
+    ):
         admin = dpgate.Client(server.url, ADMIN_KEY)
         ds = admin.create_dataset(
             name="client test", value_bound=10.0, budget_per_user=10.0, timezone="UTC"

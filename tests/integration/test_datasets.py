@@ -1,4 +1,4 @@
-"""Datasets and grid listing over HTTP, on SQLite and Postgres."""
+"""Datasets and grid listing over HTTP."""
 
 from __future__ import annotations
 

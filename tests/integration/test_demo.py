@@ -1,9 +1,9 @@
 """``dpgate demo`` end to end: start it, paste its curl commands, run it again.
 
 The demo runs as a subprocess in a fresh working directory with every
-``DPGATE_*`` variable unset, so it uses the default SQLite file ``./dpgate.db``
-there (API.md: "embedded database ... No other set-up"). The keys and the three
-``curl`` commands are parsed from what it prints and run as printed (with
+``DPGATE_*`` variable unset, so it starts the embedded Postgres with its data in
+``./dpgate-postgres`` there (API.md: "embedded database ... No other set-up").
+The keys and the three ``curl`` commands are parsed from what it prints and run as printed (with
 ``curl`` when installed, else with httpx on the same URL and header).
 """
 
@@ -170,7 +170,7 @@ def test_demo_prints_working_keys_and_curl_commands_and_runs_twice(tmp_path):
         _check_first_run(first)
     finally:
         first.stop()
-    assert (tmp_path / "dpgate.db").is_file()  # the default embedded database
+    assert (tmp_path / "dpgate-postgres" / "PG_VERSION").is_file()  # the embedded database
 
     second = start_demo(tmp_path)  # same directory: reuses the dataset cleanly
     try:

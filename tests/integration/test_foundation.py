@@ -1,4 +1,4 @@
-"""The service skeleton: health, docs, error shape, keys and roles, on both databases."""
+"""The service skeleton: health, docs, error shape, keys and roles."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""CSV ingestion end to end, on SQLite and Postgres: exact tallies on a real day,
+"""CSV ingestion end to end: exact tallies on a real day,
 look-ups, concurrency, grids and their snapshots (all or nothing, streaming and
 idempotency: ``test_ingest_atomic.py``)."""
 
@@ -19,12 +19,12 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.datasets import upload as upload_module
 from app.datasets.models import DatasetUser, Grid, GridSnapshot
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.db.migrate import upgrade
 from app.errors import NotFound
-from tests.conftest import DATABASES
+from app.uploads import ingestor as ingestor_module
+from app.uploads import service as upload_module
 from tests.helpers import create_dataset, make_csv, upload_csv
 from tests.integration.ingest_support import (
     CAPMETRICS,
@@ -260,7 +260,7 @@ def test_concurrent_uploads_to_one_dataset_are_serialised(client: TestClient, ap
     and the tallies add up (the dataset lock serialises them)."""
     import threading
 
-    from app.datasets.upload import UploadOptions, upload_records
+    from app.uploads.service import UploadOptions, upload_records
 
     ds = create_dataset(client)
     body = rows_csv(300).encode()
@@ -323,18 +323,18 @@ def test_snapshot_paths_agree(
         return out
 
     spills: list[int] = []
-    real_spill = upload_module._NewGridRows._spill
+    real_spill = ingestor_module.NewGridRows._spill
 
     def spy(self, rows):
         spills.append(len(rows))
         return real_spill(self, rows)
 
-    monkeypatch.setattr(upload_module._NewGridRows, "_spill", spy)
-    monkeypatch.setattr(upload_module, "STORE_GRIDS", 4)  # several writes of grids
+    monkeypatch.setattr(ingestor_module.NewGridRows, "_spill", spy)
+    monkeypatch.setattr(ingestor_module, "STORE_GRIDS", 4)  # several writes of grids
     results = []
     for batch_rows, memory_rows in ((50_000, 10**9), (50_000, 5), (20, 10**9), (20, 30)):
         monkeypatch.setattr(upload_module, "BATCH_ROWS", batch_rows)
-        monkeypatch.setattr(upload_module, "MEMORY_REBUILD_ROWS", memory_rows)
+        monkeypatch.setattr(ingestor_module, "MEMORY_REBUILD_ROWS", memory_rows)
         ds = create_dataset(client)
         spills.clear()
         answer = upload_csv(client, ds["id"], text)
@@ -345,10 +345,8 @@ def test_snapshot_paths_agree(
     assert results[0] == results[1] == results[2] == results[3]
 
 
-@pytest.mark.postgres_only
-@pytest.mark.skipif("postgres" not in DATABASES, reason="Postgres tests disabled")
 def test_upload_lock_blocks_uploads_not_queries(postgres_url: str) -> None:
-    """On Postgres an upload holds the dataset row FOR NO KEY UPDATE: a second upload
+    """An upload holds the dataset row FOR NO KEY UPDATE: a second upload
     waits, a query's FOR KEY SHARE does not."""
     from sqlalchemy.exc import OperationalError
 

@@ -1,4 +1,4 @@
-"""CSV ingestion end to end, on SQLite and Postgres: all or nothing (malformed files,
+"""CSV ingestion end to end: all or nothing (malformed files,
 crashes, bodies over the limit), streaming and idempotent retries."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-from app.datasets import upload as upload_module
-from app.datasets.repository import IngestRepository
 from app.db.migrate import upgrade
 from app.main import create_app
+from app.uploads import service as upload_module
+from app.uploads.repository import IngestRepository
 from tests.conftest import ADMIN_KEY
 from tests.helpers import create_dataset, post_csv, upload_csv
 from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv

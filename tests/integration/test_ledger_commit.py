@@ -1,10 +1,10 @@
-"""The query commit decides and writes the same on every path: the Python rule
-(``app.ledger.rule.query_verdict``), the session committer (SQLite's path, run here on
-both databases) and the Postgres function ``dpgate_commit_query``.
+"""The Postgres function ``dpgate_commit_query`` decides and writes as the Python rule
+(``app.ledger.rule.query_verdict``, on ``app.budget``'s cap test) says, case by case:
+the function is the one allowed second copy of the budget rule.
 
 Each scenario builds a small world straight in the database (a dataset, a key, users
 with given spends, maybe a twin answer or a moved epoch), asks the rule what it
-expects from those inputs, commits on each path and checks the verdict and the
+expects from those inputs, commits through the function and checks the verdict and the
 writes: on ``ok`` each user's spend grew by exactly epsilon, one ledger entry and one
 answer were added and the key's quota was spent; otherwise nothing changed.
 """
@@ -24,16 +24,17 @@ from psycopg import AsyncConnection
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
+from app.budget import Budget, exhausted
 from app.datasets.models import Dataset, DatasetUser, Grid
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import conninfo_from_url
 from app.keys.models import ApiKey
 from app.ledger import service as ledger
-from app.ledger.committer import Committed, PostgresCommitter, commit_query
+from app.ledger.committer import Committed, QueryCommitter
 from app.ledger.models import BudgetAccount, LedgerEntry
-from app.ledger.rule import Charge, Quota, Verdict, exhausted, query_verdict
+from app.ledger.rule import Charge, Verdict, query_verdict
 from app.queries.models import QueryAnswer
-from app.queries.repository import AnswerRecord, AnswerRepository
+from app.queries.repository import AnswerRecord
 
 PICO = Decimal("0.000000000001")
 
@@ -44,7 +45,7 @@ class Scenario:
     charged: tuple[int, ...]  # user indices charged
     epsilon: Decimal
     cap: Decimal = Decimal(1)
-    quota: Quota | None = None
+    quota: Budget | None = None
     stale: bool = False
     twin: bool = False
     n_users: int = 5
@@ -71,7 +72,7 @@ def _build(session: Session, sc: Scenario) -> World:
     )  # fmt: skip
     key = ApiKey(
         name=f"k{tag}", role="analyst", key_hash=tag * 5, prefix=tag[:8],
-        epsilon_quota=None if sc.quota is None else sc.quota.limit,
+        epsilon_quota=None if sc.quota is None else sc.quota.cap,
         epsilon_spent=Decimal(0) if sc.quota is None else sc.quota.spent,
     )  # fmt: skip
     session.add_all([ds, key])
@@ -151,23 +152,11 @@ def _state(session: Session, w: World) -> State:
 Commit = Callable[[World], Committed]
 
 
-def _session_commit(make: sessionmaker[Session]) -> Commit:
-    def commit(w: World) -> Committed:
-        with make.begin() as session:
-            return commit_query(
-                session, w.charge, cap=w.scenario.cap,
-                key_has_quota=w.scenario.quota is not None,
-                answers=AnswerRepository(session), row=w.record,
-            )  # fmt: skip
-
-    return commit
-
-
 def _function_commit(url: str) -> Commit:
     async def call(w: World) -> Committed:
         conn = await AsyncConnection.connect(conninfo_from_url(url), autocommit=True)
         async with conn:
-            return await PostgresCommitter(conn).commit_query(
+            return await QueryCommitter(conn).commit_query(
                 w.charge, cap=w.scenario.cap, key_has_quota=w.scenario.quota is not None,
                 row=w.record,
             )  # fmt: skip
@@ -183,12 +172,9 @@ def database(db_url: str) -> Iterator[sessionmaker[Session]]:
 
 
 @pytest.fixture
-def commits(database: sessionmaker[Session], db_url: str) -> dict[str, Commit]:
-    """Every commit path this database has."""
-    paths = {"session": _session_commit(database)}
-    if db_url.startswith("postgresql"):
-        paths["function"] = _function_commit(db_url)
-    return paths
+def commit(db_url: str) -> Commit:
+    """The query commit: one call of the function."""
+    return _function_commit(db_url)
 
 
 def _check(make: sessionmaker[Session], commit: Commit, sc: Scenario) -> Verdict:
@@ -218,7 +204,7 @@ def _check(make: sessionmaker[Session], commit: Commit, sc: Scenario) -> Verdict
 
 
 CAP = Decimal(1)
-QUOTA = Quota(limit=Decimal("0.5"), spent=Decimal("0.4"))
+QUOTA = Budget(cap=Decimal("0.5"), spent=Decimal("0.4"))
 NAMED = {
     "ok": Scenario({0: Decimal("0.5"), 1: Decimal(0)}, (0, 1), Decimal("0.5")),
     "reaches the cap exactly": Scenario({0: Decimal("0.7")}, (0,), Decimal("0.3")),
@@ -235,10 +221,9 @@ NAMED = {
 
 @pytest.mark.parametrize("name", list(NAMED))
 def test_named_scenarios_agree_with_the_rule(
-    name: str, database: sessionmaker[Session], commits: dict[str, Commit]
+    name: str, database: sessionmaker[Session], commit: Commit
 ) -> None:
-    for commit in commits.values():
-        _check(database, commit, NAMED[name])
+    _check(database, commit, NAMED[name])
 
 
 def _random_scenario(rng: np.random.Generator) -> Scenario:
@@ -251,60 +236,57 @@ def _random_scenario(rng: np.random.Generator) -> Scenario:
     quota = None
     if rng.random() < 0.3:
         limit = Decimal(int(rng.integers(1, 10))) / 10
-        quota = Quota(limit, limit - eps + (PICO if rng.random() < 0.5 else 0))
+        quota = Budget(limit, limit - eps + (PICO if rng.random() < 0.5 else 0))
     return Scenario(
         spent, charged, eps, quota=quota, stale=rng.random() < 0.1, twin=rng.random() < 0.1
     )
 
 
 def test_random_scenarios_agree_with_the_rule(
-    database: sessionmaker[Session], commits: dict[str, Commit]
+    database: sessionmaker[Session], commit: Commit
 ) -> None:
     rng = np.random.default_rng(20261123)
     seen = set()
     for _ in range(40):
         sc = _random_scenario(rng)
-        for commit in commits.values():
-            seen.add(_check(database, commit, sc))
+        seen.add(_check(database, commit, sc))
     assert seen >= {Verdict.OK, Verdict.EXHAUSTED, Verdict.MISSING}, seen  # the draw covers them
 
 
 def test_a_replayed_commit_is_served_as_its_twin_and_charges_nothing_again(
-    database: sessionmaker[Session], commits: dict[str, Commit]
+    database: sessionmaker[Session], commit: Commit
 ) -> None:
     sc = NAMED["ok"]
-    for commit in commits.values():
-        with database.begin() as session:
-            w = _build(session, sc)
-        assert commit(w).verdict is Verdict.OK
-        with database() as session:
-            once = _state(session, w)
-        again = commit(w)
-        assert again.verdict is Verdict.TWIN and again.stored == w.record.answer
-        with database() as session:
-            assert _state(session, w) == once
+    with database.begin() as session:
+        w = _build(session, sc)
+    assert commit(w).verdict is Verdict.OK
+    with database() as session:
+        once = _state(session, w)
+    again = commit(w)
+    assert again.verdict is Verdict.TWIN and again.stored == w.record.answer
+    with database() as session:
+        assert _state(session, w) == once
 
 
 def test_excluding_the_exhausted_users_lets_the_rest_be_charged(
-    database: sessionmaker[Session], commits: dict[str, Commit]
+    database: sessionmaker[Session], commit: Commit
 ) -> None:
     """``exclude`` datasets: the ledger's reading of who is exhausted (no lock) is the
-    rule's, and a commit of the others goes through on every path."""
+    rule's, and a commit of the others goes through."""
     eps = Decimal("0.4")
     sc = Scenario({0: CAP, 1: Decimal("0.6") + PICO, 2: Decimal("0.6"), 3: Decimal(0)},
                   (0, 1, 2, 3), eps)  # fmt: skip
-    for commit in commits.values():
-        with database.begin() as session:
-            w = _build(session, sc)
-        ids = np.array(w.users[:4])
-        with database() as session:
-            read = ledger.exhausted_now(session, w.dataset_id, 1, sc.cap, ids, eps)
-        assert read.tolist() == exhausted(w.accounts, ids, eps, sc.cap).tolist()
-        assert read.tolist() == [True, True, False, False]
-        assert commit(w).verdict is Verdict.EXHAUSTED
-        kept = Charge.of(w.dataset_id, 1, ids[~read], eps, key_id=w.key_id, kind="query",
-                         grid_id=w.grid_id)  # fmt: skip
-        w.charge = kept
-        assert commit(w).verdict is Verdict.OK
+    with database.begin() as session:
+        w = _build(session, sc)
+    ids = np.array(w.users[:4])
+    with database() as session:
+        read = ledger.exhausted_now(session, w.dataset_id, 1, sc.cap, ids, eps)
+    assert read.tolist() == exhausted(w.accounts, ids, eps, sc.cap).tolist()
+    assert read.tolist() == [True, True, False, False]
+    assert commit(w).verdict is Verdict.EXHAUSTED
+    kept = Charge.of(w.dataset_id, 1, ids[~read], eps, key_id=w.key_id, kind="query",
+                     grid_id=w.grid_id)  # fmt: skip
+    w.charge = kept
+    assert commit(w).verdict is Verdict.OK
 
 

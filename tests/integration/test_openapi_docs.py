@@ -10,12 +10,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy import Engine
 
 from app import core
 from app.answers.examples import example_answer
 from app.answers.schemas import StatisticAnswer
 from app.queries.openapi import example_quote
 from app.queries.schemas import QuoteOut
+from tests.conftest import new_schema
 from tests.integration.grid_fixtures import CELL_A, analyst, load, make_dataset
 
 #: The mean mechanisms API.md names (the contract), besides the registry's additions.
@@ -30,16 +32,16 @@ STAT_PATHS = {"mean": "/grids/{grid_id}/mean", "variance": "/grids/{grid_id}/var
 
 
 @pytest.fixture(scope="module")
-def doc(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """The document of an app on a throwaway SQLite file (generation needs no data)."""
+def doc(postgres_base_url: str, postgres_admin: Engine) -> dict[str, Any]:
+    """The document of an app on a throwaway schema (generation needs no data)."""
     from app.config import Settings
     from app.db.migrate import upgrade
     from app.main import create_app
 
-    url = f"sqlite:///{tmp_path_factory.mktemp('openapi') / 'doc.db'}"
-    upgrade(url)
-    app = create_app(Settings(database_url=url, secret_key="s"))
-    return app.openapi()
+    with new_schema(postgres_base_url, postgres_admin) as url:
+        upgrade(url)
+        app = create_app(Settings(database_url=url, secret_key="s"))
+        return app.openapi()
 
 
 def _params(doc: dict[str, Any], path: str) -> dict[str, dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Queries and the ledger through HTTP, on SQLite and real Postgres (issue 5)."""
+"""Queries and the ledger through HTTP (issue 5)."""
 
 from __future__ import annotations
 
@@ -321,10 +321,6 @@ def test_quote_is_free_and_consistent(client: TestClient) -> None:
     assert var.status_code == 200 and var.json()["statistic"] == "variance"
 
 
-POSTGRES_ONLY = pytest.mark.parametrize("db_url", ["postgres"], indirect=True)
-
-
-@POSTGRES_ONLY
 def test_new_accounts_are_analyzed(client: TestClient, grids, app) -> None:
     """Postgres with autovacuum off (as on CI) never gathers statistics by itself; without
     them the commit function checks ``user_id = ANY(...)`` row by row over all of a
@@ -340,7 +336,6 @@ def test_new_accounts_are_analyzed(client: TestClient, grids, app) -> None:
         assert conn.exec_driver_sql(known).scalar_one() == 3  # grid A's three users
 
 
-@POSTGRES_ONLY
 def test_cached_answer_lookup_uses_all_four_index_keys(client: TestClient, grids, app) -> None:
     """Without statistics Postgres once planned the stored-answer look-up as a scan of
     the whole unique index filtered by fingerprint (slower with every answer stored);
@@ -424,7 +419,6 @@ def test_needs_analyze_when_never_analyzed_or_after_a_large_batch() -> None:
     assert needs_analyze(1000.0, 151)
 
 
-@POSTGRES_ONLY
 def test_commit_function_probes_the_primary_key_as_accounts_grow(
     client: TestClient, app
 ) -> None:

@@ -70,10 +70,9 @@ def test_serve_refuses_a_changed_secret(db_url: str, tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_without_a_secret_another_working_directory_keeps_the_identities(
-    tmp_path: Path,
+    postgres_url: str, tmp_path: Path
 ) -> None:
-    db_url = f"sqlite:///{tmp_path / 'db' / 'dpgate.db'}"
-    (tmp_path / "db").mkdir()
+    db_url = postgres_url  # the generated secret is kept in the database itself
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
     no_secret = {"DPGATE_SECRET_KEY": ""}  # empty: unset
@@ -81,7 +80,6 @@ def test_without_a_secret_another_working_directory_keeps_the_identities(
         world = _populate_at(s.url)
     with live_server(db_url, two, workers=1, extra_env=no_secret) as s:
         assert _upload_again(s.url, world.dataset_id) == {"accepted": 0, "n_users": 6}
-    assert (tmp_path / "db" / "dpgate-secret.key").is_file()
     assert not list(one.glob("*.key")) and not list(two.glob("*.key"))
 
 
@@ -121,9 +119,10 @@ def test_a_revoked_key_is_refused_by_every_process_within_a_second(
 
 
 @pytest.mark.slow
-def test_a_client_hanging_up_mid_upload_is_logged_as_such(tmp_path: Path) -> None:
-    db_url = f"sqlite:///{tmp_path / 'dpgate.db'}"
-    with live_server(db_url, tmp_path, workers=1) as s:
+def test_a_client_hanging_up_mid_upload_is_logged_as_such(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    with live_server(postgres_url, tmp_path, workers=1) as s:
         with httpx.Client(base_url=s.url, timeout=30) as c:
             world = populate(c)
         host, port = s.url.removeprefix("http://").split(":")
@@ -145,8 +144,10 @@ def test_a_client_hanging_up_mid_upload_is_logged_as_such(tmp_path: Path) -> Non
     assert "unhandled error" not in log and "Traceback" not in log, log[-3000:]
 
 
-def test_start_up_refuses_a_placeholder_or_short_admin_key(tmp_path: Path) -> None:
-    db_url = f"sqlite:///{tmp_path / 'dpgate.db'}"
+def test_start_up_refuses_a_placeholder_or_short_admin_key(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    db_url = postgres_url
     for bad in ("change-me-admin-key", "too-short-admin-key"):
         env = {**os.environ, "DPGATE_DATABASE_URL": db_url, "DPGATE_ADMIN_KEY": bad}
         refused = subprocess.run(

@@ -1,6 +1,6 @@
 """Who may call what, how keys are kept, and that raw identifiers and records never leave.
 
-On SQLite and real Postgres. The list of admin-only operations is checked against
+The list of admin-only operations is checked against
 ``/openapi.json``, so a new endpoint cannot slip in without a decision here.
 """
 
@@ -22,7 +22,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy import inspect as sa_inspect
 
 import app.keys.service as key_service
-from app.datasets.upload import hash_user
+from app.uploads.repository import hash_user
 from tests.conftest import ADMIN_KEY
 from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR
 from tests.security.support import ADMIN, RAW_USERS, World, assert_error, bearer, populate
@@ -276,7 +276,7 @@ def test_ledger_shows_keyed_hashes_only(client: TestClient, world: World, app: F
 
 
 def _database_text(app: FastAPI) -> str:
-    """Every table's every row, as text (and, on SQLite, the raw file bytes too)."""
+    """Every table's every row, as text."""
     url = app.state.settings.database_url
     engine = create_engine(url)
     parts: list[str] = []
@@ -287,11 +287,6 @@ def _database_text(app: FastAPI) -> str:
                     parts.append(repr(tuple(row)))
     finally:
         engine.dispose()
-    if url.startswith("sqlite:///"):
-        for suffix in ("", "-wal"):
-            path = Path(url.removeprefix("sqlite:///") + suffix)
-            if path.exists():
-                parts.append(path.read_bytes().decode("latin-1"))
     return "\n".join(parts)
 
 

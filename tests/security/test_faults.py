@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sqlite3
 import threading
 import time
 from collections import Counter
@@ -23,7 +22,8 @@ import httpx
 import psutil
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, event, text
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import make_url
 
 from app.config import Settings
 from app.db.migrate import upgrade
@@ -220,16 +220,23 @@ def test_read_only_postgres_answers_503(postgres_url: str, tmp_path: Path) -> No
         assert ok.status_code == 200, ok.text
 
 
-def test_read_only_sqlite_answers_503(tmp_path: Path) -> None:
-    path = tmp_path / "db.sqlite"
-    url = f"sqlite:///{path}"
-    upgrade(url)
-    app = create_app(_settings(url, tmp_path))
+def _with_session_option(url: str, option: str) -> str:
+    """``url`` with one more ``-c`` setting in its libpq ``options``."""
+    u = make_url(url)
+    own = u.query.get("options") or ""
+    own = " ".join(own) if isinstance(own, tuple) else own
+    return u.update_query_dict({"options": f"{own} -c {option}".strip()}).render_as_string(
+        hide_password=False
+    )
+
+
+def test_read_only_database_answers_503(db_url: str, tmp_path: Path) -> None:
+    app = create_app(_settings(db_url, tmp_path))
     with TestClient(app, raise_server_exceptions=False) as client:
         world = populate(client)
-    # SQLite's read-only open mode (chmod does not stop root). The bootstrap admin key
-    # is not ensured (that would be a write at start-up); the key exists already.
-    ro_url = f"sqlite:///file:{path}?mode=ro&uri=true"
+    # Every transaction read-only (as on a hot standby). The bootstrap admin key is not
+    # ensured (that would be a write at start-up); the key exists already.
+    ro_url = _with_session_option(db_url, "default_transaction_read_only=on")
     ro_app = create_app(_settings(ro_url, tmp_path, admin_key=None))
     with TestClient(ro_app, raise_server_exceptions=False) as client:
         codes = _exercise(client, world)
@@ -240,25 +247,23 @@ def test_read_only_sqlite_answers_503(tmp_path: Path) -> None:
         _unchanged(client, world)
 
 
-def test_full_sqlite_database_answers_503(tmp_path: Path) -> None:
-    """A database that cannot grow (``max_page_count`` at its current size: SQLite's
-    SQLITE_FULL, as on a full disk) refuses writes with 503 and keeps what it had."""
-    path = tmp_path / "db.sqlite"
-    url = f"sqlite:///{path}"
-    upgrade(url)
-    app = create_app(_settings(url, tmp_path))
+def test_full_database_answers_503(db_url: str, tmp_path: Path) -> None:
+    """A database that cannot grow (Postgres' ``disk_full`` error, SQLSTATE 53100, raised
+    on every insert of records, as on a full disk) refuses writes with 503 and keeps
+    what it had."""
+    app = create_app(_settings(db_url, tmp_path))
     with TestClient(app, raise_server_exceptions=False) as client:
         world = populate(client)
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        pages = conn.execute("PRAGMA page_count").fetchone()[0]
-    full_app = create_app(_settings(url, tmp_path))
-
-    @event.listens_for(full_app.state.engine, "connect")
-    def _cap(dbapi_conn: Any, _: Any) -> None:
-        dbapi_conn.execute(f"PRAGMA max_page_count = {pages}")
-
-    with TestClient(full_app, raise_server_exceptions=False) as client:
+    full = (
+        "CREATE FUNCTION disk_is_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+        "RAISE EXCEPTION 'could not extend file: No space left on device' "
+        "USING ERRCODE = 'disk_full'; END $$; "
+        "CREATE TRIGGER disk_is_full BEFORE INSERT ON records "
+        "FOR EACH STATEMENT EXECUTE FUNCTION disk_is_full()"
+    )
+    with app.state.engine.begin() as conn:
+        conn.exec_driver_sql(full)
+    with TestClient(app, raise_server_exceptions=False) as client:
         resp = client.post(
             f"/datasets/{world.dataset_id}/records",
             content=HEADER + _rows(20_000),
@@ -268,6 +273,8 @@ def test_full_sqlite_database_answers_503(tmp_path: Path) -> None:
         codes = _exercise(client, world)
         assert codes["upload"] == 503, codes
         assert client.get("/healthz").status_code == 200
+    with app.state.engine.begin() as conn:
+        conn.exec_driver_sql("DROP TRIGGER disk_is_full ON records")
     with TestClient(app, raise_server_exceptions=False) as client:
         n = client.get(f"/datasets/{world.dataset_id}", headers=ADMIN).json()["n_records"]
         assert n == 16
@@ -282,21 +289,15 @@ def test_full_sqlite_database_answers_503(tmp_path: Path) -> None:
 # ------------------------------------------------------- kill -9 mid-upload
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def live_db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'db.sqlite'}"
-    else:
-        with private_postgres() as pg:
-            yield pg.url
+@pytest.fixture
+def live_db() -> Iterator[str]:
+    with private_postgres() as pg:
+        yield pg.url
 
 
 def _upload_in_flight(url: str) -> bool:
-    """Evidence that rows are written but not committed: an open Postgres transaction
-    that has inserted records, or an SQLite write-ahead log holding megabytes."""
-    if url.startswith("sqlite:///"):
-        wal = Path(url.removeprefix("sqlite:///") + "-wal")
-        return wal.exists() and wal.stat().st_size > 1_000_000
+    """Evidence that rows are written but not committed: an open transaction that has
+    inserted records."""
     engine = create_engine(url)
     try:
         with engine.connect() as conn:

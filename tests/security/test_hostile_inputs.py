@@ -1,4 +1,4 @@
-"""Hand-written hostile requests, on SQLite and real Postgres.
+"""Hand-written hostile requests.
 
 Non-finite, huge, negative, zero and over-the-cap epsilons; unknown and malformed
 ids; SQL-injection-like strings in every path, query and JSON string field (and in
@@ -134,7 +134,7 @@ def test_bad_epsilons_in_json_bodies(client: TestClient, world: World) -> None:
 
 
 def test_large_but_valid_budgets_are_stored_exactly(client: TestClient) -> None:
-    """The documented maxima fit both databases (SQLite stores pico-epsilon in 64 bits)."""
+    """The documented maxima fit the ledger's ``NUMERIC(24, 12)``."""
     made = client.post(
         "/datasets",
         json={
@@ -171,6 +171,37 @@ BAD_DATASET_IDS = [
     "0", "-1", "2147483648", "99999999999999999999999", "1e3", "0x1", "1.5", "nan", "abc",
     "%00", "x" * 5000,
 ]  # fmt: skip
+
+
+
+def test_stored_limits_round_down_never_up(client: TestClient) -> None:
+    """A limit with more than the ledger's 12 decimals is stored rounded **down**: a
+    user is never charged past the ``budget_per_user`` given, and a key's quota reads
+    the same in ``POST /keys`` and ``/keys/me``."""
+    made = client.post(
+        "/datasets",
+        json={"name": "fine", "value_bound": 10.0, "budget_per_user": 0.0000010000001,
+              "max_epsilon_per_query": 0.0000010000001},
+        headers=ADMIN,
+    )  # fmt: skip
+    assert made.status_code == 201, made.text
+    got = client.get(f"/datasets/{made.json()['id']}", headers=ADMIN).json()
+    assert got["budget_per_user"] == 1e-6 and got["max_epsilon_per_query"] == 1e-6
+    tiny = client.post(
+        "/datasets",
+        json={"name": "tiny", "value_bound": 10.0, "budget_per_user": 1e-13},
+        headers=ADMIN,
+    )
+    assert_error(tiny, 400, "invalid_request")
+    third = 0.3333333333333333
+    key = client.post(
+        "/keys", json={"name": "third", "role": "analyst", "epsilon_quota": third},
+        headers=ADMIN,
+    )  # fmt: skip
+    assert key.status_code == 201, key.text
+    me = client.get("/keys/me", headers={"Authorization": f"Bearer {key.json()['key']}"})
+    assert me.json()["epsilon_quota"] == key.json()["epsilon_quota"] == 0.333333333333
+    assert me.json()["epsilon_remaining"] == 0.333333333333
 
 
 def test_unknown_and_malformed_ids(client: TestClient, world: World) -> None:

@@ -1,6 +1,6 @@
 """Limits: the per-key rate limit, request body sizes, and bodies that stall.
 
-In process (both databases) for the exact behaviour; against a live ``dpgate serve``
+In process for the exact behaviour; against a live ``dpgate serve``
 for what only real sockets show (a 2 GB body refused without being read, slow
 clients that must not hold up others).
 """
@@ -234,9 +234,8 @@ CHUNK = b"x" * (1 << 20)
 
 @pytest.fixture(scope="module")
 def small_limits_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveServer]:
-    """One worker process on a private Postgres (on SQLite every transaction takes the
-    single write lock, so a stalled upload holds up every writer until its body times
-    out: see SECURITY.md), a 4 MB upload limit and a 2 s body timeout."""
+    """One worker process on a private Postgres, a 4 MB upload limit and a 2 s body
+    timeout."""
     tmp = tmp_path_factory.mktemp("limits")
     env = {
         "DPGATE_MAX_BODY_BYTES": str(4 * 1024 * 1024),

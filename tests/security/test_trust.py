@@ -1,4 +1,4 @@
-"""Issue 16 (trust hardening), in process on SQLite and Postgres: the pinned hashing
+"""Issue 16 (trust hardening), in process: the pinned hashing
 secret, value filters as declared policy, key listing and revocation, idempotency
 conflicts, ``largest_epsilon``, odd ids and option values, 405 ``Allow``, readiness."""
 
@@ -16,7 +16,7 @@ from sqlalchemy import func, select, text, update
 
 from app.config import Settings
 from app.db.migrate import upgrade
-from app.instance.service import SecretMismatch, default_secret_file, fingerprint
+from app.instance.service import SecretMismatch, fingerprint
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetReset
 from app.main import create_app
@@ -64,29 +64,27 @@ def test_another_secret_is_refused_and_the_first_one_still_works(settings: Setti
     assert again.state.hash_secret == first.state.hash_secret == b"test-secret"
 
 
-def test_default_secret_lives_beside_the_sqlite_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_secret_file_is_created_once_and_pinned(
+    postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    db = tmp_path / "data" / "city.db"
-    db.parent.mkdir()
-    url = f"sqlite:///{db}"
-    assert default_secret_file(url) == db.with_name("city-secret.key")
+    key_file = tmp_path / "data" / "city-secret.key"
+    key_file.parent.mkdir()
     secrets = []
     for cwd in ("one", "two"):  # another working directory: the same secret
         (tmp_path / cwd).mkdir()
         monkeypatch.chdir(tmp_path / cwd)
-        app = _app(Settings(database_url=url, admin_key=ADMIN_KEY))
+        app = _app(Settings(database_url=postgres_url, admin_key=ADMIN_KEY, secret_file=key_file))
         secrets.append(app.state.hash_secret)
         assert not (tmp_path / cwd / "dpgate-secret.key").exists()
-    assert secrets[0] == secrets[1] == (db.with_name("city-secret.key")).read_bytes().strip()
-    assert (db.with_name("city-secret.key").stat().st_mode & 0o777) == 0o600
+    assert secrets[0] == secrets[1] == key_file.read_bytes().strip()
+    assert (key_file.stat().st_mode & 0o777) == 0o600
     # the file replaced by another secret: refused, not silently a second identity
-    db.with_name("city-secret.key").write_text("f" * 64)
+    key_file.write_text("f" * 64)
     with pytest.raises(SecretMismatch, match="DPGATE_SECRET_KEY"):
-        _app(Settings(database_url=url, admin_key=ADMIN_KEY))
+        _app(Settings(database_url=postgres_url, admin_key=ADMIN_KEY, secret_file=key_file))
 
 
-def test_postgres_without_a_secret_keeps_a_generated_one_in_the_database(
+def test_without_a_secret_a_generated_one_is_kept_in_the_database(
     postgres_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)

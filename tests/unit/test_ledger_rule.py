@@ -1,6 +1,6 @@
-"""The budget rule on its own: exact decimals, the cap reachable but never passed,
-and the order in which a query commit decides (checked against a brute-force reading
-of every combination of its inputs)."""
+"""The ledger's events and the order in which a query commit decides (checked against a
+brute-force reading of every combination of its inputs); the amounts and the cap test
+are ``app.budget``'s (``test_budget.py``)."""
 
 from __future__ import annotations
 
@@ -10,18 +10,10 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from app.ledger.rule import Charge, Quota, Verdict, exhausted, over_cap, query_verdict, would_exceed
+from app.budget import Budget, exhausted
+from app.ledger.rule import Charge, Verdict, over_cap, query_verdict
 
 CAP = Decimal("1.000000000000")
-PICO = Decimal("0.000000000001")
-
-
-def test_the_cap_can_be_reached_but_not_passed_by_one_pico_epsilon() -> None:
-    eps = Decimal("0.3")
-    assert not would_exceed(CAP - eps, eps, CAP)
-    assert would_exceed(CAP - eps + PICO, eps, CAP)
-    # floats would get this wrong: 0.1 + 0.2 > 0.3 in binary
-    assert not would_exceed(Decimal("0.1") + Decimal("0.2"), Decimal(0), Decimal("0.3"))
 
 
 def test_charge_users_are_distinct_and_ascending() -> None:
@@ -72,7 +64,7 @@ def test_query_verdict_follows_the_documented_order(
         accounts[11] = Decimal(0)
     quota = None
     if quota_over is not None:
-        quota = Quota(limit=Decimal(1), spent=Decimal(1) if quota_over else Decimal(0))
+        quota = Budget(cap=Decimal(1), spent=Decimal(1) if quota_over else Decimal(0))
     got = query_verdict(
         charge, epoch_now=2 if stale else 1, accounts=accounts, cap=CAP, twin=twin, quota=quota
     )

@@ -1,4 +1,4 @@
-"""The Alembic revisions create exactly the models' schema, on SQLite and Postgres."""
+"""The Alembic revisions create exactly the models' schema."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from sqlalchemy import inspect
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from app.db.models import Base
+from migrations.models import Base
 
 
 def test_migrations_match_models(db_url: str) -> None:

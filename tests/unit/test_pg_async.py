@@ -24,6 +24,6 @@ def test_conninfo_keeps_host_port_user_database_and_options() -> None:
     }
 
 
-def test_conninfo_refuses_a_sqlite_url() -> None:
+def test_conninfo_refuses_a_url_of_another_database() -> None:
     with pytest.raises(ValueError, match="not a Postgres URL"):
-        conninfo_from_url("sqlite:///./dpgate.db")
+        conninfo_from_url("mysql://root@localhost/dpgate")

@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 
 from app.datasets.grid_store import summarise_grids
-from app.datasets.upload import first_occurrences
 from app.ingest.csv_records import (
     MAX_COLUMNS,
     Batch,
@@ -20,6 +19,7 @@ from app.ingest.csv_records import (
     RecordReader,
     iter_lines,
 )
+from app.uploads.ingestor import first_occurrences
 
 OPTS = ParseOptions(
     value_bound=65.0, h3_resolution=8, timeslot_minutes=60, timezone=ZoneInfo("UTC")

@@ -1,4 +1,6 @@
-"""Every model, imported once so ``Base.metadata`` is complete (Alembic reads this)."""
+"""Every model, imported once so ``Base.metadata`` is complete: the registry Alembic reads
+(``migrations/env.py``), kept here beside it rather than in ``app.db``, which every
+feature package imports."""
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Record, Upload
 from app.db.base import Base

@@ -1,19 +1,22 @@
-"""Ingestion's bulk SQL on Postgres: binary ``COPY`` and array (``unnest``) statements.
+"""All SQL of ingestion: binary ``COPY`` and array (``unnest``) statements.
 
-Records go through binary ``COPY`` into a temporary staging table and one
-``INSERT ... SELECT ... WHERE NOT EXISTS`` (an anti-join on the unique key: cheaper
-than ``ON CONFLICT`` and exact because the dataset lock keeps other writers out).
-Every statement runs on the session's own connection, inside its transaction.
+Every statement runs on the session's own psycopg connection, inside its
+transaction; each counts what was really inserted, so duplicates are exact.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from sqlalchemy.orm import Session
+
+from app.datasets.repository import copy_records
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
@@ -34,25 +37,29 @@ _PG_STAGE_ROW = np.dtype(
         ("l5", ">i4"), ("check", "u1"),
     ]
 )  # fmt: skip
-_PG_FETCH_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l1", ">i4"), ("grid", ">i8"),
-        ("l2", ">i4"), ("user", ">i8"),
-        ("l3", ">i4"), ("value", ">f8"),
-    ]
-)  # fmt: skip
 
 
-class PostgresBulk:
-    """One transaction's bulk statements (``driver`` is its psycopg connection)."""
+def hash_user(secret: bytes, user_id: str) -> str:
+    """The stored form of a user identifier: HMAC-SHA256 with the service secret, hex."""
+    return hmac.new(secret, user_id.encode(), hashlib.sha256).hexdigest()
 
-    def __init__(self, driver: Any) -> None:
-        self.driver = driver
+
+class IngestRepository:
+    """Bulk SQL of ingestion, on the session's own psycopg connection (so inside its
+    transaction). Writers to one dataset must hold its lock
+    (:meth:`app.datasets.repository.DatasetRepository.lock`): duplicate detection
+    relies on it."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.driver: Any = session.connection().connection.driver_connection
         self._staged = False
         self._spare_ids: list[int] = []
 
-    def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> dict[str, int]:
+    def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> list[int]:
+        """``dataset_users.id`` of each keyed hash, creating the missing users."""
+        if not hashes:
+            return []
         with self.driver.cursor() as cur:
             cur.execute(
                 "INSERT INTO dataset_users (dataset_id, user_hash) "
@@ -64,10 +71,14 @@ class PostgresBulk:
                 "WHERE dataset_id = %s AND user_hash = ANY(%s::text[])",
                 (dataset_id, list(hashes)),
             )
-            return dict(cur.fetchall())
+            found = dict(cur.fetchall())
+        return [found[h] for h in hashes]
 
     def allocate_grid_ids(self, n: int) -> list[int]:
-        """From the id sequence, in blocks."""
+        """``n`` fresh grid ids for grids inserted later in this transaction (from the id
+        sequence, in blocks)."""
+        if n <= 0:
+            return []
         if len(self._spare_ids) < n:
             with self.driver.cursor() as cur:
                 cur.execute(
@@ -82,6 +93,10 @@ class PostgresBulk:
     def insert_grids(
         self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
     ) -> None:
+        """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
+        max_user_records, version)``."""
+        if not rows:
+            return
         with (
             self.driver.cursor() as cur,
             cur.copy(
@@ -98,6 +113,9 @@ class PostgresBulk:
                 )
 
     def update_grids(self, rows: Sequence[tuple[int, int, int, int, int]]) -> None:
+        """Set ``(id, n_users, n_records, max_user_records, version)`` of grids."""
+        if not rows:
+            return
         cols = [list(c) for c in zip(*rows, strict=True)]
         with self.driver.cursor() as cur:
             cur.execute(
@@ -108,9 +126,12 @@ class PostgresBulk:
             )
 
     def write_snapshots(
-        self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]], *, conflict: str
+        self, rows: Sequence[tuple[int, int, bytes, bytes, bytes]], *, replace: bool
     ) -> None:
-        replace = bool(conflict)
+        """Store snapshots ``(grid_id, version, user_ids, counts, values)``; ``replace``
+        overwrites existing ones (grids that had records before)."""
+        if not rows:
+            return
         target = "dpgate_snapshot_stage" if replace else "grid_snapshots"
         with self.driver.cursor() as cur:
             if replace:
@@ -129,7 +150,9 @@ class PostgresBulk:
                 cur.execute(
                     'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
                     'SELECT grid_id, version, user_ids, counts, "values" '
-                    "FROM dpgate_snapshot_stage" + conflict
+                    "FROM dpgate_snapshot_stage ON CONFLICT (grid_id) DO UPDATE SET "
+                    "version = excluded.version, user_ids = excluded.user_ids, "
+                    'counts = excluded.counts, "values" = excluded."values"'
                 )
                 cur.execute("TRUNCATE dpgate_snapshot_stage")
 
@@ -140,8 +163,20 @@ class PostgresBulk:
         user_ids: np.ndarray,
         ts_us: np.ndarray,
         values: np.ndarray,
-        check: np.ndarray | None,
+        check: np.ndarray | None = None,
     ) -> int:
+        """Store records whose (user, ts) is not stored yet; returns how many were inserted.
+
+        The rows must not repeat a (user, ts) among themselves (see
+        ``app.uploads.ingestor.first_occurrences``); they are best given in (user, ts)
+        order. ``check`` (bool per row, default all) marks the rows that may repeat a
+        stored one; the others are inserted without looking (the unique constraint
+        still guards them). Records go through binary ``COPY`` into a temporary staging
+        table and one ``INSERT ... SELECT ... WHERE NOT EXISTS`` (an anti-join on the
+        unique key: cheaper than ``ON CONFLICT`` and exact under the dataset lock).
+        """
+        if len(grid_ids) == 0:
+            return 0
         if check is None:
             check = np.ones(len(grid_ids), dtype=bool)
         rows = np.empty(len(grid_ids), dtype=_PG_STAGE_ROW)
@@ -189,6 +224,9 @@ class PostgresBulk:
         return inserted
 
     def latest_ts(self, dataset_id: int, user_ids: Sequence[int]) -> list[int | None]:
+        """Per user, the latest stored record time (µs), or None (one index probe each)."""
+        if not user_ids:
+            return []
         with self.driver.cursor() as cur:
             cur.execute(
                 "SELECT (SELECT max(r.ts) FROM records r "
@@ -198,22 +236,7 @@ class PostgresBulk:
             )
             return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]
 
-    def read_grids(self, ids: list[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
-        sql = (
-            "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
-            f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
-            "ORDER BY grid_id, user_id, ts, id) TO STDOUT (FORMAT BINARY)"
-        )
-        buf = bytearray()
-        with self.driver.cursor() as cur, cur.copy(sql) as copy:
-            for block in copy:
-                buf += block
-        ext = struct.unpack(">i", buf[15:19])[0]
-        body = memoryview(buf)[19 + ext : len(buf) - 2]
-        rows = np.frombuffer(body, dtype=_PG_FETCH_ROW)
-        return (
-            rows["grid"].astype(np.int64),
-            rows["user"].astype(np.int64),
-            rows["value"].astype(np.float64),
-        )
+    def read_grids(self, grid_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(grid_id, user_id, value)`` arrays of these grids' records, ordered by grid,
+        user (ascending ``dataset_users.id``), timestamp, record id."""
+        return copy_records(self.session, grid_ids, "grid_id, user_id, ts, id")

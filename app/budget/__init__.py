@@ -1,0 +1,125 @@
+"""The privacy budget as one value type: epsilon amounts, their rounding, the cap test.
+
+In the manner of Tumult Analytics' ``privacy_budget.py`` every rule about amounts of
+epsilon lives here, pure (no database, no request), and the rest of dpgate calls it:
+
+* amounts are exact decimals with :data:`EPSILON_SCALE` places (the ledger's
+  ``NUMERIC(24, 12)``);
+* rounding always favours privacy: what is **charged** rounds up (:func:`charged`),
+  a **limit** rounds down (:func:`limit`: a stored ``budget_per_user``, a quota, a
+  cap on one release's cost, every "largest epsilon that still fits"), and the
+  epsilon that calibrates noise is never above the one charged (:func:`float_at_most`);
+* the cap test is :func:`fits` (``spent + epsilon <= cap``: reaching the cap is fine),
+  and :class:`Budget` is one account's limit and spend.
+
+The PL/pgSQL function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
+makes the same cap test inside its one statement: the one allowed second copy,
+held to this module case by case by ``tests/integration/test_ledger_commit.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+
+import numpy as np
+import numpy.typing as npt
+
+EPSILON_SCALE = 12
+#: The smallest amount the ledger holds (``1e-12``).
+QUANTUM = Decimal(1).scaleb(-EPSILON_SCALE)
+ZERO = Decimal(0)
+
+Amount = float | int | Decimal | str
+
+
+def _decimal(value: Amount) -> Decimal:
+    # str() of a float is its shortest repr (0.1 -> "0.1"), the number the client wrote
+    return Decimal(str(value)) if isinstance(value, float) else Decimal(value)
+
+
+def charged(value: Amount) -> Decimal:
+    """``value`` as an amount to charge: rounded **up** to the ledger's quantum."""
+    return _decimal(value).quantize(QUANTUM, rounding=ROUND_CEILING)
+
+
+def limit(value: Amount) -> Decimal:
+    """``value`` as a limit (a cap, a quota, what is left, what fits): rounded **down**."""
+    return _decimal(value).quantize(QUANTUM, rounding=ROUND_FLOOR)
+
+
+def float_at_most(amount: Decimal) -> float:
+    """The largest double not above ``amount``: the epsilon that calibrates the noise of
+    a charge of ``amount``, and the number to send back as "at most this much"."""
+    value = float(amount)
+    while value > 0 and Decimal(value) > amount:
+        value = math.nextafter(value, 0.0)
+    return value
+
+
+def fits(spent: Decimal, epsilon: Decimal, cap: Decimal) -> bool:
+    """Whether ``epsilon`` more on top of ``spent`` stays within ``cap``."""
+    return spent + epsilon <= cap
+
+
+def would_exceed(spent: Decimal, epsilon: Decimal, cap: Decimal) -> bool:
+    """Whether charging ``epsilon`` on top of ``spent`` passes ``cap``."""
+    return not fits(spent, epsilon, cap)
+
+
+def remaining(spent: Decimal, cap: Decimal) -> Decimal:
+    """What is left under ``cap`` after ``spent`` (never negative)."""
+    return max(ZERO, cap - spent)
+
+
+def per_part(total: Decimal, parts: int) -> Decimal:
+    """The largest amount that ``parts`` charges of it never pass ``total``."""
+    return limit(total / parts)
+
+
+def largest_affordable(limits: Iterable[Decimal], minimum: Decimal) -> Decimal:
+    """The largest epsilon within every one of ``limits``, rounded down; 0 when that is
+    below ``minimum`` (the smallest epsilon accepted)."""
+    fit = limit(min(limits))
+    return fit if fit >= minimum else ZERO
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One account: a limit (a user's ``budget_per_user``, a key's quota) and its spend."""
+
+    cap: Decimal
+    spent: Decimal = ZERO
+
+    @property
+    def remaining(self) -> Decimal:
+        return remaining(self.spent, self.cap)
+
+    def fits(self, epsilon: Decimal) -> bool:
+        return fits(self.spent, epsilon, self.cap)
+
+    def after(self, epsilon: Decimal) -> Budget:
+        """The account once ``epsilon`` is charged (callers check :meth:`fits` first)."""
+        return Budget(self.cap, self.spent + epsilon)
+
+
+def exhausted(
+    spent: Mapping[int, Decimal], user_ids: npt.ArrayLike, epsilon: Decimal, cap: Decimal
+) -> npt.NDArray[np.bool_]:
+    """Bool per user of ``user_ids``: would ``epsilon`` more pass ``cap``? (a user
+    without an entry in ``spent`` has spent nothing)"""
+    users = np.asarray(user_ids)
+    return np.fromiter(
+        (would_exceed(spent.get(int(u), ZERO), epsilon, cap) for u in users),
+        dtype=bool,
+        count=len(users),
+    )
+
+
+def over_cap(
+    users: Iterable[int], spent: Mapping[int, Decimal], epsilon: Decimal, cap: Decimal
+) -> list[int]:
+    """The users whom ``epsilon`` more would push past ``cap``."""
+    return [u for u in users if would_exceed(spent.get(u, ZERO), epsilon, cap)]

@@ -1,0 +1,208 @@
+"""Uploading raw records: one CSV stream, one transaction, exact tallies.
+
+The caller owns the transaction (the request's session): everything here is
+flushed into it and nothing is committed, so any error (a malformed file, a body
+over the limit, a crash) leaves the dataset exactly as it was.
+
+Pipeline: the calling thread parses batches (:mod:`app.ingest.csv_records`)
+while a helper thread maps them to user and grid ids and bulk-writes them
+(:class:`app.uploads.ingestor.Ingestor`); at the end every grid that received
+records gets a fresh snapshot and summary. Memory is bounded by a few batches, the
+upload's distinct users and grids, and the rows kept to build new grids' snapshots
+(``app.uploads.ingestor.MEMORY_REBUILD_ROWS``; more are spilled to temporary files).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from sqlalchemy.orm import Session
+
+from app.datasets.coarse import refresh_after_upload
+from app.datasets.models import Dataset, Upload
+from app.datasets.repository import DatasetRepository
+from app.datasets.schemas import RowError, UploadResult
+from app.errors import InvalidRequest, NotFound
+from app.idempotency.service import BodyHasher, RequestIdentity, check_same_request
+from app.ingest.csv_records import (
+    MAX_REPORTED_ERRORS,
+    Batch,
+    ColumnMap,
+    CsvFormatError,
+    ParseOptions,
+    RecordReader,
+)
+from app.ingest.timeslots import get_zone
+from app.uploads.ingestor import Ingestor
+
+__all__ = ["BATCH_ROWS", "UploadOptions", "upload_records"]
+
+#: Kept rows per batch (parsed, then written with one bulk statement).
+BATCH_ROWS = 50_000
+@dataclass(frozen=True)
+class UploadOptions:
+    columns: ColumnMap = field(default_factory=ColumnMap)
+    drop_zero: bool = False
+    out_of_range: Literal["clamp", "reject"] = "clamp"
+    delimiter: str = ","
+
+
+class _Writer:
+    """Writes batches on a helper thread while the caller parses the next ones.
+
+    The queue holds at most ``depth`` batches, so memory stays bounded. The
+    session is used by this thread only between the first :meth:`submit` and
+    :meth:`close`, which waits for it: the caller touches the session again only
+    after ``close`` returns (also on error).
+    """
+
+    _STOP = object()
+
+    def __init__(self, write: Callable[[Batch], None], depth: int = 2) -> None:
+        self._write = write
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="dpgate-ingest-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is self._STOP:
+                return
+            if self.error is None:
+                try:
+                    self._write(item)
+                except BaseException as exc:  # re-raised in the caller's thread
+                    self.error = exc
+
+    def submit(self, batch: Batch) -> None:
+        if self.error is not None:
+            raise self.error
+        self._queue.put(batch)
+
+    def close(self) -> None:
+        """Wait until every submitted batch is written; re-raise a writer error."""
+        self._queue.put(self._STOP)
+        self._thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+def upload_records(
+    session: Session,
+    dataset_id: int,
+    chunks: Iterable[bytes],
+    options: UploadOptions,
+    *,
+    hash_secret: bytes,
+    idempotency_key: str | None = None,
+    request: RequestIdentity | None = None,
+) -> tuple[dict[str, Any], bool]:
+    """Ingest a CSV byte stream into a dataset inside the caller's transaction.
+
+    Locks the dataset (uploads to one dataset are serialised). With an
+    ``idempotency_key`` already used for this dataset, writes nothing and returns
+    the stored first answer if the body and ``request`` (method, path, query) are
+    the same, else raises ``IdempotencyConflict``. Returns ``(answer, replayed)``;
+    the answer is an :class:`UploadResult` as a dict. Raises ``NotFound``,
+    ``InvalidRequest`` (the file as a whole is unreadable, or a value filter the
+    dataset does not allow); exceptions from ``chunks`` propagate.
+    """
+    datasets = DatasetRepository(session)
+    dataset = datasets.lock(dataset_id)
+    if dataset is None:
+        raise NotFound(f"no dataset {dataset_id}")
+    check_value_filters(dataset, options)
+    if idempotency_key is not None:
+        previous = datasets.upload_by_key(dataset.id, idempotency_key)
+        if previous is not None:
+            return replay_upload(previous, chunks, request), True
+    body = BodyHasher(chunks)
+
+    parse = ParseOptions(
+        value_bound=dataset.value_bound,
+        h3_resolution=dataset.h3_resolution,
+        timeslot_minutes=dataset.timeslot_minutes,
+        timezone=get_zone(dataset.timezone),
+        columns=options.columns,
+        drop_zero=options.drop_zero,
+        reject_out_of_range=options.out_of_range == "reject",
+        delimiter=options.delimiter,
+    )
+    ingestor = Ingestor(session, dataset, hash_secret)
+    rows = rejected = clamped = dropped = 0
+    errors: list[tuple[int, str]] = []
+    try:
+        writer = _Writer(ingestor.write)
+        try:
+            reader = RecordReader(body, parse)
+            for batch in reader.batches(BATCH_ROWS):
+                rows += batch.rows
+                rejected += batch.rejected
+                clamped += batch.clamped
+                dropped += batch.dropped_zero
+                errors.extend(batch.errors[: MAX_REPORTED_ERRORS - len(errors)])
+                writer.submit(batch)
+        finally:
+            writer.close()  # the session is ours again only after this
+            body.drain()
+        changed = ingestor.finish()
+        refresh_after_upload(session, dataset, ingestor.slot_grids if changed else ())
+    except CsvFormatError as exc:
+        raise InvalidRequest(f"cannot read the CSV: {exc}") from None
+    finally:
+        ingestor.new_rows.close()
+
+    answer = UploadResult(
+        accepted=ingestor.inserted,
+        rejected=rejected,
+        clamped=clamped,
+        duplicates=ingestor.duplicates,
+        dropped_zero=dropped,
+        rows=rows,
+        grids_updated=changed,
+        errors=[RowError(line=line, reason=reason) for line, reason in errors],
+    ).model_dump(mode="json")
+    request_hash = None if request is None else request.digest(body.hexdigest())
+    datasets.add_upload(
+        Upload(
+            dataset_id=dataset.id,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+            response=answer,
+        )
+    )
+    return answer, False
+
+
+def check_value_filters(dataset: Dataset, options: UploadOptions) -> None:
+    """Refuse the filters that decide from a value whether a record exists, unless the
+    dataset declared them public (they would make the public occupancy depend on values)."""
+    used = [
+        name
+        for name, on in (
+            ("drop_zero=true", options.drop_zero),
+            ("out_of_range=reject", options.out_of_range == "reject"),
+        )
+        if on
+    ]
+    if used and not dataset.value_filters_public:
+        raise InvalidRequest(
+            f"{' and '.join(used)} decide(s) from values which records exist, so the public "
+            "occupancy (grid listing, who is charged) would depend on values; allowed only "
+            "for a dataset created with value_filters_public: true"
+        )
+
+
+def replay_upload(previous: Upload, chunks: Iterable[bytes], request: RequestIdentity | None):
+    """The first answer for a retried upload, after checking the body is the same one."""
+    if request is not None and previous.request_hash is not None:
+        body = BodyHasher(chunks)
+        body.drain()
+        check_same_request(previous.request_hash, request.digest(body.hexdigest()))
+    return dict(previous.response)
