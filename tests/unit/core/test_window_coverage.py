@@ -30,6 +30,7 @@ from app.core.mean_window import (
 )
 from app.core.noise import calibrate_choice_scale, calibrate_scale
 from tests.security.audit_lib import noisy_max_law
+from tests.unit.core.helpers import ZeroNoise
 
 
 def _laplace_cdf(x: float, scale: float) -> float:
@@ -85,8 +86,9 @@ def test_users_all_at_U_keep_the_coverage(m: int, n_users: int, at_top: int) -> 
 def test_release_clamps_user_means_into_the_range() -> None:
     U = _rounding_up(3)
     grid = GridData.from_user_values([[U] * 3] * 30 + [[0.0] * 3] * 10)
-    # with every window's noise removed, the top window clips nobody: T is the exact mean
-    rel = release_mean(grid, U, 1e6, "user_window")
+    # no Laplace noise and an all but certain choice: the top window clips nobody, so the
+    # noiseless estimate is the exact mean and the interval holds it
+    rel = release_mean(grid, U, 1e6, "user_window", noise=ZeroNoise())
     assert 0.0 <= rel.estimate <= U
     assert rel.ci95 is not None and rel.ci95[0] <= float(np.mean(grid.values)) <= rel.ci95[1]
 
