@@ -181,7 +181,7 @@ def _guided(op: Any, fixed: dict[str, str], slot: str) -> list[st.SearchStrategy
             }
         )
         return [body.flatmap(lambda b: op.as_strategy(positive, body=b))]
-    if label.endswith(("/releases", "/releases/preview")):
+    if label.startswith("POST ") and label.endswith(("/releases", "/releases/preview")):
         body = st.fixed_dictionaries(
             {
                 "slot_start": st.just(slot),
