@@ -77,10 +77,7 @@ def _peer_scale(statistic: str, info: CountsInfo, U: float, eps: float) -> float
 
 def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) -> float:
     """Predicted mean absolute error of ``auto``'s answer, from public counts only."""
-    info = prepare_counts(counts)
-    U, eps = check_bound(U), check_epsilon(eps)
-    path = auto_mechanism(statistic, info, eps)
-    return _ratio(path, eps) * _peer_scale(statistic, info, U, eps)
+    return _expected(statistic, prepare_counts(counts), check_bound(U), check_epsilon(eps))
 
 
 def _expected(statistic: str, info: CountsInfo, U: float, eps: float) -> float:

@@ -165,18 +165,6 @@ class GridData:
         out: np.ndarray = p1[stop] - p1[start] + np.asarray(kept, dtype=np.float64) * self._center
         return out
 
-    def head_moments(self, kept: npt.ArrayLike) -> tuple[float, float, float]:
-        """``(s, mean, population variance)`` of the union of every user's earliest records."""
-        p1, p2 = self._prefix
-        k = np.asarray(kept, dtype=np.int64)
-        start, stop = self._heads(k)
-        s = int(k.sum())
-        if s == 0:
-            raise ValueError("no record is kept")
-        c1 = float((p1[stop] - p1[start]).sum()) / s
-        c2 = float((p2[stop] - p2[start]).sum()) / s
-        return s, c1 + self._center, max(c2 - c1 * c1, 0.0)
-
     @cached_property
     def record_user(self) -> np.ndarray:
         """The user index of every record (int64, read-only)."""

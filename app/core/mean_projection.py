@@ -13,6 +13,7 @@ import numpy as np
 
 from app.core.counts import CountsInfo
 from app.core.draft import Draft, Estimate, rank_from_epsilon
+from app.core.float_sums import exact_sum, float_sum_sensitivity
 from app.core.grid import GridData
 from app.core.grouping import BestFit, bestfit, check_m_ub, levy_m_ub, levy_tau
 from app.core.interval import isolated_head_sums, private_interval, private_quantile
@@ -162,19 +163,23 @@ def plan_worst_case_optimal(info: CountsInfo, U: float, eps: float, fill: bool) 
     sens = T / n_eff
     kept = eff.copy() if T > 0 else np.zeros_like(eff)
     details: dict[str, object] = {"T": T, "user_mean_fill": fill}
+    # each kept user's own values, summed exactly (docs/math.md §9.5)
+    float_sens = float_sum_sensitivity(sens, U, int(info.m_max) + 2) if T > 0 else 0.0
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
         if T == 0:
             return Estimate(U / 2.0, 0.0)
         if fill:
             active = eff > 0
-            means = grid.head_sums(eff)[active] / eff[active]
-            total = float(np.dot(eff[active], np.clip(means, lo[active], hi[active])))
+            means = isolated_head_sums(grid, eff)[active] / eff[active]
+            total = exact_sum(eff[active] * np.clip(means, lo[active], hi[active]))
         else:
             users = grid.record_user
             sel = grid.record_rank < eff[users] if info.capped else slice(None)
             u = users[sel]
-            total = float(np.clip(grid.values[sel], lo[u], hi[u]).sum())
-        return Estimate(total / n_eff, sens)
+            total = exact_sum(np.clip(grid.values[sel], lo[u], hi[u]))
+        return Estimate(total / n_eff, float_sens)
 
-    return Draft("mean", "worst_case_optimal", eps, eps, sens, bias, kept, details, estimator)
+    return Draft(
+        "mean", "worst_case_optimal", eps, eps, float_sens, bias, kept, details, estimator
+    )

@@ -157,15 +157,23 @@ def window_details(
     return {"k": info.median(), "window_share": window_share, "eps_window": e_w, "eps_noise": e_n}
 
 
+def _public_plan(
+    info: CountsInfo, U: float, eps: float, window_share: float
+) -> tuple[float, float, np.ndarray, np.ndarray, np.ndarray]:
+    """``(ε_w, ε_n, weights, candidate windows, penalties)``: everything public."""
+    e_w, e_n = split_share(eps, window_share)
+    w = window_weights(info)
+    bounds = U * np.asarray(WINDOW_FRACTIONS)
+    pen = window_penalties(U, bounds, float(w.max()), int(info.active.size), e_n)
+    return e_w, e_n, w, bounds, pen
+
+
 def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
     """USER_WINDOW (module docstring): public plan; the window is drawn at release."""
-    e_w, e_n = split_share(eps, window_share)
+    e_w, e_n, w, bounds, pen = _public_plan(info, U, eps, window_share)
     active = info.active
     m = info.eff[active].astype(np.float64)
-    w = window_weights(info)
     w_max = float(w.max())
-    bounds = U * np.asarray(WINDOW_FRACTIONS)
-    pen = window_penalties(U, bounds, w_max, int(active.size), e_n)
     details = window_details(info, window_share, e_w, e_n)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
@@ -183,11 +191,8 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
 def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
     """The width of the ci95 (before projection) for each window the choice can make: public
     (docs/math.md §11.6): ``2q + below + above`` with at most ``clipped_bound`` users clipped."""
-    e_w, e_n = split_share(eps, window_share)
-    w = window_weights(info)
+    e_w, e_n, w, bounds, pen = _public_plan(info, U, eps, window_share)
     w_max = float(w.max())
-    bounds = U * np.asarray(WINDOW_FRACTIONS)
-    pen = window_penalties(U, bounds, w_max, int(info.active.size), e_n)
     out = np.empty(bounds.size)
     for j, b in enumerate(bounds.tolist()):
         spread = window_spread(info, U, w, b, min(info.active.size, clipped_bound(pen, j, e_w)))

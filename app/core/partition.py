@@ -73,8 +73,10 @@ def _tree(
 ) -> tuple[dict[int, _Node], list[int]]:
     nodes: dict[int, _Node] = {}
     roots: set[int] = set()
+    chains: dict[int, list[int]] = {}  # fine cell -> itself and its ancestors, finest first
     for fine in np.unique(fine_cells).tolist():
         chain = [fine] + [parent_of(fine, r) for r in range(finest - 1, coarsest - 1, -1)]
+        chains[fine] = chain
         for depth, cell in enumerate(chain):
             node = nodes.setdefault(cell, _Node(cell, finest - depth))
             node.fine.append(fine)
@@ -82,10 +84,7 @@ def _tree(
                 node.children.append(chain[depth - 1])
         roots.add(chain[-1])
     for fine, user, n in zip(fine_cells.tolist(), users.tolist(), counts.tolist(), strict=True):
-        cell = fine
-        for r in range(finest, coarsest - 1, -1):
-            if r < finest:
-                cell = parent_of(fine, r)
+        for cell in chains[fine]:
             got = nodes[cell].users
             got[user] = got.get(user, 0) + int(n)
     return nodes, sorted(roots)

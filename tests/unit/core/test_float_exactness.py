@@ -84,7 +84,9 @@ def test_neighbours_floats_stay_within_the_declared_sensitivity(mechanism: str, 
     assert worst <= 1.0
 
 
-@pytest.mark.parametrize("mechanism", ["baseline", "clip", "array_avg_bestfit", "opt_array"])
+@pytest.mark.parametrize(
+    "mechanism", ["baseline", "clip", "array_avg_bestfit", "opt_array", "worst_case_optimal"]
+)
 def test_a_user_with_nothing_kept_cannot_move_the_output(mechanism: str) -> None:
     rng = np.random.default_rng(5)
     counts = rng.integers(1, 9, size=60)
