@@ -45,7 +45,6 @@ Options = dict[str, OptionValue]
 Builder = Callable[[CountsInfo, float, float, Options], Draft]
 
 
-
 def plan_from_draft(draft: Draft, extra: Mapping[str, object] | None = None) -> Plan:
     scale = None
     error = None
@@ -312,4 +311,3 @@ def release_joint(
     info, U, eps = _grid_info(grid, U, eps, caps)
     mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
     return _release(mean_d, grid, noise, extra, U=U), _release(var_d, grid, noise, extra, U=U)
-

@@ -39,9 +39,7 @@ def _up(x: float) -> float:
     return math.nextafter(x, math.inf)
 
 
-def float_sum_sensitivity(
-    sensitivity: float, value_bound: float, term_roundings: int = 2
-) -> float:
+def float_sum_sensitivity(sensitivity: float, value_bound: float, term_roundings: int = 2) -> float:
     """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate.
 
     ``sensitivity`` bounds, in real numbers, how far one user moves the exact sum of

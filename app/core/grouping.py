@@ -226,8 +226,7 @@ def check_m_ub(info: CountsInfo, m_ub: int) -> int:
     """Validate a user-given ``m_UB`` against ``[m_*, m*]`` of the (capped) grid."""
     if not (info.m_min <= m_ub <= info.m_max):
         raise ValueError(
-            f"m_ub must lie in [m_*, m*] = [{info.m_min}, {info.m_max}] for this grid, "
-            f"got {m_ub}"
+            f"m_ub must lie in [m_*, m*] = [{info.m_min}, {info.m_max}] for this grid, got {m_ub}"
         )
     return int(m_ub)
 

@@ -69,9 +69,7 @@ def plan_array_wrap(info: CountsInfo, U: float, eps: float, m_ub: int | None, fi
     per_slot = np.full(info.eff.size, 1.0 / (wrap.k * m_ub))
     kept, weights = _fill_weights(info, wrap.kept_slots, per_slot, fill)
     details: dict[str, object] = {"m_ub": m_ub, "K": wrap.k, "user_mean_fill": fill}
-    return linear_draft(
-        info, U, eps, "array_avg_wrap", kept, weights, 2.0 * U / wrap.k, details
-    )
+    return linear_draft(info, U, eps, "array_avg_wrap", kept, weights, 2.0 * U / wrap.k, details)
 
 
 def plan_array_bestfit(

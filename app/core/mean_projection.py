@@ -69,14 +69,20 @@ def plan_levy(
     bf = bestfit(info, m_ub)
     tau = levy_tau(U, bf.k_bar, m_ub, gamma)
     details: dict[str, object] = {
-        "m_ub": m_ub, "K_bar": bf.k_bar, "tau": tau, "gamma": gamma, "user_mean_fill": fill,
+        "m_ub": m_ub,
+        "K_bar": bf.k_bar,
+        "tau": tau,
+        "gamma": gamma,
+        "user_mean_fill": fill,
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
         means = array_means(grid, info, bf, fill)
         lo, hi, center = private_interval(means, U, tau, eps / 2.0, noise)
         extra: dict[str, object] = {
-            "interval_lo": lo, "interval_hi": hi, "interval_center": center,
+            "interval_lo": lo,
+            "interval_hi": hi,
+            "interval_center": center,
         }
         return Estimate(_projected_mean(means, lo, hi), (hi - lo) / bf.k_bar, extra)
 
@@ -111,7 +117,11 @@ def plan_quantile(
     bf = bestfit(info, m_ub)
     q_lo, q_hi = quantile_levels(variant, eps, bf.k_bar)
     details: dict[str, object] = {
-        "m_ub": m_ub, "K_bar": bf.k_bar, "q_lo": q_lo, "q_hi": q_hi, "user_mean_fill": fill,
+        "m_ub": m_ub,
+        "K_bar": bf.k_bar,
+        "q_lo": q_lo,
+        "q_hi": q_hi,
+        "user_mean_fill": fill,
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
@@ -180,6 +190,4 @@ def plan_worst_case_optimal(info: CountsInfo, U: float, eps: float, fill: bool) 
             total = exact_sum(np.clip(grid.values[sel], lo[u], hi[u]))
         return Estimate(total / n_eff, float_sens)
 
-    return Draft(
-        "mean", "worst_case_optimal", eps, eps, float_sens, bias, kept, details, estimator
-    )
+    return Draft("mean", "worst_case_optimal", eps, eps, float_sens, bias, kept, details, estimator)

@@ -68,8 +68,12 @@ class _Node:
 
 
 def _tree(
-    fine_cells: np.ndarray, users: np.ndarray, counts: np.ndarray,
-    finest: int, coarsest: int, parent_of: ParentOf,
+    fine_cells: np.ndarray,
+    users: np.ndarray,
+    counts: np.ndarray,
+    finest: int,
+    coarsest: int,
+    parent_of: ParentOf,
 ) -> tuple[dict[int, _Node], list[int]]:
     nodes: dict[int, _Node] = {}
     roots: set[int] = set()
@@ -150,5 +154,6 @@ def adaptive_partition(
     record_share = float(n[kept_rows].sum() / n.sum()) if n.size else 0.0
     all_users = np.unique(who)
     user_share = float(np.unique(who[kept_rows]).size / all_users.size) if all_users.size else 0.0
-    return AdaptivePartition(released, cell_of, skipped, record_share, user_share,
-                             {c: widths[c] for c in released})
+    return AdaptivePartition(
+        released, cell_of, skipped, record_share, user_share, {c: widths[c] for c in released}
+    )

@@ -12,6 +12,7 @@ from app.core.registry import BOUNDED_CANDIDATES, TABLES, draft
 
 __all__ = ["quote_epsilon"]
 
+
 def _error_at(statistic: str, info: CountsInfo, U: float, eps: float, name: str) -> float:
     opts = validate_options(statistic, name, {})
     err = TABLES[statistic][name](info, U, eps, opts).nominal_error()

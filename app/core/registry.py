@@ -36,6 +36,7 @@ __all__ = ["BOUNDED_CANDIDATES", "TABLES", "draft", "int_option"]
 Options = dict[str, OptionValue]
 Builder = Callable[[CountsInfo, float, float, Options], Draft]
 
+
 def int_option(opts: Options, name: str) -> int | None:
     v = opts.get(name)
     return None if v is None else int(v)
@@ -134,4 +135,3 @@ def draft(
     chosen = builders[name](info, U, eps, validate_options(statistic, name, {}))
     chosen.details["selected_by"] = "auto"
     return chosen
-

@@ -88,7 +88,11 @@ def head_moments(grid: GridData, kept: np.ndarray, U: float) -> tuple[float, flo
 
 
 def _variance_draft(
-    info: CountsInfo, U: float, eps: float, mechanism: str, kept: np.ndarray,
+    info: CountsInfo,
+    U: float,
+    eps: float,
+    mechanism: str,
+    kept: np.ndarray,
     details: dict[str, object],
 ) -> Draft:
     s = int(kept.sum())
@@ -161,7 +165,14 @@ def joint_drafts(
         "mean", mechanism, eps1, eps1, f_mu, mean_bias, kept, dict(details), mean_estimator
     )
     var_d = Draft(
-        "variance", mechanism, eps2, max(eps2, math.ulp(0.0)), f_var, var_bias, kept,
-        dict(details), var_estimator,
+        "variance",
+        mechanism,
+        eps2,
+        max(eps2, math.ulp(0.0)),
+        f_var,
+        var_bias,
+        kept,
+        dict(details),
+        var_estimator,
     )
     return mean_d, var_d, details

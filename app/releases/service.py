@@ -18,7 +18,6 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from decimal import Decimal
 from functools import partial
 from typing import Any
@@ -27,12 +26,11 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import budget, core
-from app.answers.body import answer_body
 from app.answers.epsilon import EpsilonAmount, parse_epsilon
 from app.answers.options import parse_options
 from app.datasets.coarse import grid_level
 from app.datasets.grid_store import GridArrays
-from app.datasets.models import Dataset, Grid
+from app.datasets.models import Dataset
 from app.datasets.service import (
     get_dataset,
     load_grid_snapshot,
@@ -40,10 +38,16 @@ from app.datasets.service import (
     parse_slot_start,
 )
 from app.errors import BudgetExhausted, InvalidRequest, NotFound
-from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
 from app.ledger.repository import LedgerRepository
+from app.releases.draw import (
+    draw_grids,
+    grid_head,
+    local_time,
+    mechanism_options,
+    statistic_eps,
+)
 from app.releases.expected import expected_error
 from app.releases.models import SlotRelease
 from app.releases.planning import (
@@ -72,18 +76,9 @@ class SlotInput:
     occ: Occupancy
 
 
-def _mechanism_options(body: ReleaseIn) -> dict[str, Any]:
-    """The options every grid's mechanism runs with (auto's objective)."""
-    if body.mechanism == "auto":
-        return {"objective": body.objective}
-    if body.objective != "accuracy":
-        raise InvalidRequest("objective applies to mechanism auto only; drop it or use auto")
-    return {}
-
-
 def _check_statistics(body: ReleaseIn) -> None:
     for statistic in body.statistics:
-        parse_options(statistic, body.mechanism, _mechanism_options(body))
+        parse_options(statistic, body.mechanism, mechanism_options(body))
 
 
 def _slot_input(session: Session, dataset: Dataset, body: ReleaseIn) -> SlotInput:
@@ -167,22 +162,11 @@ def _fingerprint(inp: SlotInput, body: ReleaseIn) -> str:
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
-    """Each statistic's share of the per-grid epsilon (the whole of it, or half)."""
-    if n_statistics == 1:
-        return plan.eps
-    return EpsilonAmount(plan.eps.charged / n_statistics, plan.eps.used / n_statistics)
-
-
-def _local(dataset: Dataset, when: datetime) -> str:
-    return format_local(datetime_to_us(when), get_zone(dataset.timezone))
-
-
 def _plan_fields(inp: SlotInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, Any]:
     dataset, level = inp.dataset, inp.slot.level
     return {
         "dataset_id": dataset.id,
-        "slot_start": _local(dataset, inp.slot.start),
+        "slot_start": local_time(dataset, inp.slot.start),
         "h3_resolution": dataset.h3_resolution if level is None else level.h3_resolution,
         "slot_minutes": dataset.timeslot_minutes if level is None else level.slot_minutes,
         "G1": plan.G1,
@@ -195,16 +179,6 @@ def _plan_fields(inp: SlotInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, A
         "objective": body.objective,
         "clip_user": body.clip_user,
         "min_users": body.min_users,
-    }
-
-
-def _grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
-    return {
-        "grid_id": grid.public_id,
-        "h3_cell": grid.h3_cell,
-        "slot_start": _local(dataset, grid.slot_start),
-        "n_users": int(caps.size),
-        "n_users_suppressed": int(np.count_nonzero(caps == 0)),
     }
 
 
@@ -240,7 +214,9 @@ def release_slot(
         kept={},
         key_id=key.id,
     )
-    grids, kept = _release_grids(inp, body, plan, record.public_id, epoch)
+    grids, kept = draw_grids(
+        inp.dataset, inp.slot.grids, inp.arrays, inp.occ, body, plan, record.public_id, epoch
+    )
     charged_users = plan.user_costs(inp.occ)[0]
     record.answer = {
         "release_id": record.public_id,
@@ -255,40 +231,6 @@ def release_slot(
     repo.add(record)
     _charge(session, inp, plan, budget, key, record.id)
     return record.answer
-
-
-def _release_grids(
-    inp: SlotInput, body: ReleaseIn, plan: SlotPlan, release_id: str, epoch: int
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    out, kept = [], {}
-    eps = _statistic_eps(plan, len(body.statistics))
-    mech_opts = _mechanism_options(body)
-    options = {"release": release_id, **mech_opts}
-    U = inp.dataset.value_bound
-    # Private choices per grid now, Laplace noise batched by scale below (docs/math.md §9.4.7).
-    pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
-    for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
-        caps = plan.caps(inp.occ, i)
-        if not caps.any():
-            continue  # every user exhausted (exclude): withheld, nobody charged
-        entry = _grid_head(inp.dataset, grid, caps)
-        try:
-            started = core.start_releases(
-                body.statistics, arrays.grid, U, eps.used, body.mechanism, caps=caps, **mech_opts
-            )
-        except ValueError as exc:
-            raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
-        pending += [(entry, s, grid, p) for s, p in zip(body.statistics, started, strict=True)]
-        out.append(entry)
-        users = arrays.user_ids[caps > 0].tolist()
-        kept[grid.public_id] = {
-            "version": arrays.version,
-            "users": dict(zip(map(str, users), caps[caps > 0].tolist(), strict=True)),
-        }
-    releases = core.finish_releases([p[3] for p in pending])
-    for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
-        entry[stat] = answer_body(grid, stat, body.mechanism, eps, options, release, epoch)
-    return out, kept
 
 
 def _charge(
@@ -328,14 +270,14 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     spent = LedgerRepository(session).spent(dataset.id, dataset.epoch, users.tolist())
     remaining = _remaining(dataset, spent)
 
-    eps = _statistic_eps(plan, len(body.statistics))
+    eps = statistic_eps(plan, len(body.statistics))
     grids = []
     U = dataset.value_bound
     for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
         caps = plan.caps(inp.occ, i)
         if not caps.any():
             continue
-        opts = _mechanism_options(body)
+        opts = mechanism_options(body)
         errors = {
             s: expected_error(s, arrays.counts, U, eps.used, body.mechanism, caps=caps, **opts)
             for s in body.statistics
@@ -348,7 +290,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         }
         grids.append(
             {
-                **_grid_head(dataset, grid, caps),
+                **grid_head(dataset, grid, caps),
                 "expected_error": errors[body.statistics[0]],
                 "expected_errors": errors,
                 "expected_ci95_width": widths[body.statistics[0]],

@@ -290,5 +290,3 @@ def _groups(grids: list[tuple[int, int]]) -> Iterator[list[int]]:
         size += est
     if group:
         yield group
-
-

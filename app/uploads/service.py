@@ -43,6 +43,8 @@ __all__ = ["BATCH_ROWS", "UploadOptions", "upload_records"]
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
+
+
 @dataclass(frozen=True)
 class UploadOptions:
     columns: ColumnMap = field(default_factory=ColumnMap)

@@ -1,0 +1,101 @@
+"""The draw step of a release: every grid's statistics on its kept records.
+
+Private choices run per grid; the Laplace noise of all grids is drawn batched by
+scale (docs/math.md §9.4.7). The plan (``app.releases.planning``) has fixed each
+user's kept count per grid from public occupancy; nothing here reads the ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+
+from app import core
+from app.answers.body import answer_body
+from app.answers.epsilon import EpsilonAmount
+from app.datasets.grid_store import GridArrays
+from app.datasets.models import Dataset, Grid
+from app.errors import InvalidRequest
+from app.ingest.timeslots import datetime_to_us, format_local, get_zone
+from app.releases.planning import Occupancy, SlotPlan
+from app.releases.schemas import ReleaseIn
+
+
+def mechanism_options(body: ReleaseIn) -> dict[str, Any]:
+    """The options every grid's mechanism runs with (auto's objective)."""
+    if body.mechanism == "auto":
+        return {"objective": body.objective}
+    if body.objective != "accuracy":
+        raise InvalidRequest("objective applies to mechanism auto only; drop it or use auto")
+    return {}
+
+
+def statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
+    """Each statistic's share of the per-grid epsilon (the whole of it, or half)."""
+    if n_statistics == 1:
+        return plan.eps
+    return EpsilonAmount(plan.eps.charged / n_statistics, plan.eps.used / n_statistics)
+
+
+def local_time(dataset: Dataset, when: datetime) -> str:
+    return format_local(datetime_to_us(when), get_zone(dataset.timezone))
+
+
+def grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
+    return {
+        "grid_id": grid.public_id,
+        "h3_cell": grid.h3_cell,
+        "slot_start": local_time(dataset, grid.slot_start),
+        "n_users": int(caps.size),
+        "n_users_suppressed": int(np.count_nonzero(caps == 0)),
+    }
+
+
+def draw_grids(
+    dataset: Dataset,
+    grids: Sequence[Grid],
+    arrays: Sequence[GridArrays],
+    occ: Occupancy,
+    body: ReleaseIn,
+    plan: SlotPlan,
+    release_id: str,
+    epoch: int,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Each released grid's answer entry, and who was kept where (admins only)."""
+    out, kept = [], {}
+    eps = statistic_eps(plan, len(body.statistics))
+    mech_opts = mechanism_options(body)
+    options = {"release": release_id, **mech_opts}
+    U = dataset.value_bound
+    pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
+    for i, (grid, grid_arrays) in enumerate(zip(grids, arrays, strict=True)):
+        caps = plan.caps(occ, i)
+        if not caps.any():
+            continue  # every user exhausted (exclude): withheld, nobody charged
+        entry = grid_head(dataset, grid, caps)
+        try:
+            started = core.start_releases(
+                body.statistics,
+                grid_arrays.grid,
+                U,
+                eps.used,
+                body.mechanism,
+                caps=caps,
+                **mech_opts,
+            )
+        except ValueError as exc:
+            raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
+        pending += [(entry, s, grid, p) for s, p in zip(body.statistics, started, strict=True)]
+        out.append(entry)
+        users = grid_arrays.user_ids[caps > 0].tolist()
+        kept[grid.public_id] = {
+            "version": grid_arrays.version,
+            "users": dict(zip(map(str, users), caps[caps > 0].tolist(), strict=True)),
+        }
+    releases = core.finish_releases([p[3] for p in pending])
+    for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
+        entry[stat] = answer_body(grid, stat, body.mechanism, eps, options, release, epoch)
+    return out, kept
