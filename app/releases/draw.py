@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import h3
 import numpy as np
 
 from app import core
@@ -48,6 +49,7 @@ def grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
     return {
         "grid_id": grid.public_id,
         "h3_cell": grid.h3_cell,
+        "h3_resolution": h3.get_resolution(grid.h3_cell),
         "slot_start": local_time(dataset, grid.slot_start),
         "n_users": int(caps.size),
         "n_users_suppressed": int(np.count_nonzero(caps == 0)),

@@ -122,6 +122,7 @@ def test_geojson_properties_are_the_estimates_and_intervals() -> None:
     assert set(props[0]) == {
         "grid_id",
         "h3_cell",
+        "h3_resolution",
         "slot_start",
         "n_users",
         "mean",
@@ -132,6 +133,7 @@ def test_geojson_properties_are_the_estimates_and_intervals() -> None:
     assert props[0] == {
         "grid_id": "g-a",
         "h3_cell": CELL_A,
+        "h3_resolution": 8,
         "slot_start": "2026-11-20T08:00:00-06:00",
         "n_users": 31,
         "mean": 6.123456789012345,
