@@ -8,9 +8,10 @@ Everything here is post-processing of a released answer: it costs no privacy bud
 
 GeoJSON: one Polygon Feature per grid (its H3 cell boundary, lon/lat, ring closed) with
 properties ``grid_id, h3_cell, h3_resolution, slot_start, n_users, mean, mean_ci95,
-variance, variance_ci95`` (one Feature per grid and slot of a multi-slot release); ``mean`` / ``variance`` are the estimates, ``*_ci95`` is ``[lo, hi]`` or
-null. CSV: one row per grid with the same columns, each interval split into two numeric
-columns ``*_ci95_lo`` and ``*_ci95_hi`` (empty when there is no interval or statistic), so a
+variance, variance_ci95`` (a multi-slot release has one Feature per grid and slot);
+``mean`` / ``variance`` are the estimates, ``*_ci95`` is ``[lo, hi]`` or null. CSV: one
+row per grid with the same columns, each interval split into two numeric columns
+``*_ci95_lo`` and ``*_ci95_hi`` (empty when there is no interval or statistic), so a
 spreadsheet reads them as numbers.
 """
 
