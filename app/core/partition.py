@@ -50,9 +50,12 @@ class AdaptivePartition:
     widths: dict[int, float] = field(default_factory=dict)
 
 
-def narrowest_width(counts: npt.ArrayLike, U: float, eps: float) -> float:
-    """The narrowest honest ci95 width of a mean over these per-user counts (public)."""
-    info = prepare_counts(np.asarray(counts, dtype=np.int64))
+def narrowest_width(
+    counts: npt.ArrayLike, U: float, eps: float, caps: npt.ArrayLike | None = None
+) -> float:
+    """The narrowest honest ci95 width of a mean over these per-user counts, with each
+    user's kept count capped at ``caps`` (0: suppressed) if given (public)."""
+    info = prepare_counts(np.asarray(counts, dtype=np.int64), caps)
     k = interval_k(info, U, eps)
     half = float(capped_half_widths(info, U, eps, np.array([k]))[0])
     return min(U, 2.0 * half)

@@ -28,11 +28,14 @@ from app.datasets.service import parse_slot_start
 from app.errors import InvalidRequest
 from app.releases.adaptive import DEFAULT_LEVELS, Coverage, adaptive_grids, choose_cells, coverage
 from app.releases.draw import mechanism_options
+from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
 from app.releases.planning import Occupancy, PlanOptions, SlotPlan, plan_at, plan_for_cost
 from app.releases.schemas import ReleaseIn
 from app.releases.slot import SpanGrids, span_grids
 
 ADAPTIVE_ROUNDS = 3
+#: Planned for intervals, the partitions tried: one per ``k`` = 1 .. this many.
+ADAPTIVE_KS = 6
 
 
 @dataclass(frozen=True)
@@ -48,12 +51,18 @@ class ReleaseInput:
     skipped: int  # grids of the span whose records are not released
 
 
+def plans_for_intervals(body: ReleaseIn) -> bool:
+    """Whether users are suppressed for useful intervals (docs/math.md §6.7) rather than
+    by Clip-User's error rule: ``auto`` with ``objective: interval`` and ``clip_user``."""
+    return body.mechanism == "auto" and body.objective == "interval" and body.clip_user
+
+
 def plan_maker(
     inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray
 ) -> Callable[[EpsilonAmount], SlotPlan]:
     """The plan at a given epsilon, with ``excluded`` users left out."""
     opts = PlanOptions(
-        clip_user=body.clip_user,
+        clip_user=body.clip_user and not plans_for_intervals(body),
         split=body.split,
         error_target=body.error_target,
         protect_min_error_grid=body.protect_min_error_grid,
@@ -64,6 +73,18 @@ def plan_maker(
 def choose_plan(inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray) -> SlotPlan:
     """The plan at the given epsilon, or at the largest one within ``max_user_cost``."""
     max_eps = inp.dataset.max_epsilon_per_query
+    if plans_for_intervals(body):
+        given = None if body.epsilon is None else parse_epsilon(body.epsilon, max_eps)
+        cap = None if body.max_user_cost is None else budget.limit(body.max_user_cost)
+        return plan_for_intervals(
+            inp.occ,
+            excluded,
+            inp.dataset.value_bound,
+            eps=given,
+            cost_cap=cap,
+            max_epsilon=max_eps,
+            n_statistics=len(body.statistics),
+        )
     make = plan_maker(inp, body, excluded)
     if body.epsilon is not None:
         return make(parse_epsilon(body.epsilon, max_eps))
@@ -133,6 +154,8 @@ def _adaptive_input(
         )
     n_stats = len(body.statistics)
     max_eps = dataset.max_epsilon_per_query
+    if plans_for_intervals(body) and body.max_user_cost is not None:
+        return _adaptive_for_intervals(session, dataset, body, span, fine_arrays, coarsest)
     if body.epsilon is not None:
         eps = float(parse_epsilon(body.epsilon, max_eps).used) / n_stats
     else:
@@ -161,3 +184,44 @@ def _adaptive_input(
         eps = float(choose_plan(inp, body, np.empty(0, np.int64)).eps.used) / n_stats
     assert inp is not None
     return inp
+
+
+def _adaptive_for_intervals(
+    session: Session,
+    dataset: Dataset,
+    body: ReleaseIn,
+    span: SpanGrids,
+    fine_arrays: list[GridArrays],
+    coarsest: int,
+) -> ReleaseInput:
+    """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
+    fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
+    (docs/math.md §6.7). Public information only."""
+    finest = dataset.h3_resolution if span.level is None else span.level.h3_resolution
+    cap = budget.limit(body.max_user_cost or 0)
+    n_stats = len(body.statistics)
+    U = dataset.value_bound
+    fine_users = np.concatenate([a.user_ids for a in fine_arrays])
+    best: tuple[tuple[int, float], ReleaseInput] | None = None
+    for k in candidate_ks(_grids_per_user(fine_users))[:ADAPTIVE_KS]:
+        eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
+        released, covered = choose_cells(
+            span,
+            fine_arrays,
+            finest=finest,
+            coarsest=coarsest,
+            min_users=body.min_users,
+            U=U,
+            eps=float(eps) / n_stats,
+        )
+        chosen = adaptive_grids(session, dataset, span, fine_arrays, released, body.min_users)
+        inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
+        live = np.ones(inp.occ.user.size, dtype=bool)
+        got = plan_at_k(inp.occ, live, U, k, cap, dataset.max_epsilon_per_query, n_stats)
+        if got is None:
+            break
+        if best is None or got[0] > best[0]:
+            best = (got[0], inp)
+    if best is None:
+        raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
+    return best[1]
