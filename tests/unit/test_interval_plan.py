@@ -72,7 +72,7 @@ def test_the_plan_is_the_best_candidate_and_charges_at_most_the_cap(seed: int) -
         occ, none, U, eps=None, cost_cap=cap, max_epsilon=Decimal(10), n_statistics=1
     )
     assert plan.max_cost <= cap
-    users, grids = plan.user_costs(occ)
+    _, grids = plan.user_costs(occ)
     assert (grids * plan.eps.charged <= cap).all()
     assert plan.eps.used <= float(plan.eps.charged)
     # every candidate k, scored again here: none scores better than the plan's

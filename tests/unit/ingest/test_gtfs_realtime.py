@@ -20,8 +20,9 @@ from app.ingest.csv_records import ParseOptions, RecordReader
 from app.ingest.gtfs_realtime import FeedFormatError, entity_of_line, feed_to_csv
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "capmetrics" / "2016-11-26.csv"
-OPTIONS = ParseOptions(value_bound=30.0, h3_resolution=8, timeslot_minutes=60,
-                       timezone=ZoneInfo("America/Chicago"))
+OPTIONS = ParseOptions(
+    value_bound=30.0, h3_resolution=8, timeslot_minutes=60, timezone=ZoneInfo("America/Chicago")
+)
 
 
 def _rows(limit: int) -> list[dict[str, str]]:
@@ -30,9 +31,13 @@ def _rows(limit: int) -> list[dict[str, str]]:
             return [r for _, r in zip(range(limit), csv.DictReader(f), strict=False)]
     rng = np.random.default_rng(0)  # the shared data is absent: positions made here
     return [
-        {"vehicle_id": str(8900 + i % 40), "timestamp": f"2016-11-26T08:{i % 60:02d}:07-06:00",
-         "latitude": str(30.2 + rng.uniform(0, 0.2)), "longitude": str(-97.8 + rng.uniform(0, 0.2)),
-         "speed": str(rng.uniform(0, 20))}
+        {
+            "vehicle_id": str(8900 + i % 40),
+            "timestamp": f"2016-11-26T08:{i % 60:02d}:07-06:00",
+            "latitude": str(30.2 + rng.uniform(0, 0.2)),
+            "longitude": str(-97.8 + rng.uniform(0, 0.2)),
+            "speed": str(rng.uniform(0, 20)),
+        }
         for i in range(limit)
     ]
 
@@ -63,8 +68,12 @@ def _records(text: str) -> list[tuple[str, int, int, float]]:
     for b in reader.batches(10_000):
         users += b.new_users
         grids += b.new_grids
-        out += [(users[u], grids[g][0], grids[g][1], v) for u, g, v in
-                zip(b.user_codes.tolist(), b.grid_codes.tolist(), b.values.tolist(), strict=True)]
+        out += [
+            (users[u], grids[g][0], grids[g][1], v)
+            for u, g, v in zip(
+                b.user_codes.tolist(), b.grid_codes.tolist(), b.values.tolist(), strict=True
+            )
+        ]
     return out
 
 
@@ -83,8 +92,10 @@ def test_feeds_give_the_records_of_the_same_positions_as_csv() -> None:
     out = io.StringIO()
     out.write("user_id,timestamp,lat,lon,value\n")
     for r in sorted(rows, key=lambda r: datetime.fromisoformat(r["timestamp"]).timestamp()):
-        out.write(f"{r['vehicle_id']},{r['timestamp']},{_float32(r['latitude'])!r},"
-                  f"{_float32(r['longitude'])!r},{_float32(r['speed'])!r}\n")
+        out.write(
+            f"{r['vehicle_id']},{r['timestamp']},{_float32(r['latitude'])!r},"
+            f"{_float32(r['longitude'])!r},{_float32(r['speed'])!r}\n"
+        )
     assert sorted(from_feeds) == sorted(_records(out.getvalue()))
     assert len(from_feeds) == len(rows)
 
