@@ -18,7 +18,7 @@ import numpy as np
 from h3.api import basic_int as h3_int
 from sqlalchemy.orm import Session
 
-from app.core.partition import adaptive_partition
+from app.core.partition import PartitionTree
 from app.datasets.coarse import grid_level
 from app.datasets.grid_store import GridArrays, load_grid_snapshot
 from app.datasets.models import Dataset, Grid
@@ -65,40 +65,48 @@ def _slot_us(grid: Grid) -> int:
     return datetime_to_us(grid.slot_start)
 
 
-def choose_cells(
-    span: SpanGrids,
-    arrays: Sequence[GridArrays],
-    *,
-    finest: int,
-    coarsest: int,
-    min_users: int,
-    U: float,
-    eps: float,
-) -> tuple[dict[tuple[int, str], int], list[bool]]:
-    """``{(slot µs, released cell): resolution}`` and, per fine grid, whether it is covered."""
-    by_slot: dict[int, list[int]] = defaultdict(list)
-    for i, g in enumerate(span.grids):
-        by_slot[_slot_us(g)].append(i)
-    released: dict[tuple[int, str], int] = {}
-    covered = [False] * len(span.grids)
-    for slot, members in by_slot.items():
-        cells = np.array([h3.str_to_int(span.grids[i].h3_cell) for i in members], np.int64)
-        sizes = [arrays[i].user_ids.size for i in members]
-        part = adaptive_partition(
-            np.repeat(cells, sizes),
-            np.concatenate([arrays[i].user_ids for i in members]),
-            np.concatenate([arrays[i].counts for i in members]),
-            finest=finest,
-            coarsest=coarsest,
-            min_users=min_users,
-            U=U,
-            eps=eps,
-            parent_of=_parent,
-        )
-        released.update({(slot, h3.int_to_str(c)): r for c, r in part.released.items()})
-        for i, cell in zip(members, cells.tolist(), strict=True):
-            covered[i] = cell in part.cell_of
-    return released, covered
+@dataclass(frozen=True)
+class SpanTrees:
+    """Each slot's partition tree (built once; chosen at any ``ε``)."""
+
+    n_grids: int
+    slots: list[tuple[int, list[int], list[int], PartitionTree]]  # slot, grids, cells, tree
+
+    @classmethod
+    def of(
+        cls, span: SpanGrids, arrays: Sequence[GridArrays], *, finest: int, coarsest: int
+    ) -> SpanTrees:
+        by_slot: dict[int, list[int]] = defaultdict(list)
+        for i, g in enumerate(span.grids):
+            by_slot[_slot_us(g)].append(i)
+        slots = []
+        for slot, members in by_slot.items():
+            cells = [h3.str_to_int(span.grids[i].h3_cell) for i in members]
+            sizes = [arrays[i].user_ids.size for i in members]
+            tree = PartitionTree.of(
+                np.repeat(np.array(cells, dtype=np.int64), sizes),
+                np.concatenate([arrays[i].user_ids for i in members]),
+                np.concatenate([arrays[i].counts for i in members]),
+                finest=finest,
+                coarsest=coarsest,
+                parent_of=_parent,
+            )
+            slots.append((slot, members, cells, tree))
+        return cls(len(span.grids), slots)
+
+    def choose(
+        self, *, min_users: int, U: float, eps: float
+    ) -> tuple[dict[tuple[int, str], int], list[bool]]:
+        """``{(slot µs, released cell): resolution}`` and, per fine grid, whether it is
+        covered."""
+        released: dict[tuple[int, str], int] = {}
+        covered = [False] * self.n_grids
+        for slot, members, cells, tree in self.slots:
+            part = tree.choose(min_users=min_users, U=U, eps=eps)
+            released.update({(slot, h3.int_to_str(c)): r for c, r in part.released.items()})
+            for i, cell in zip(members, cells, strict=True):
+                covered[i] = cell in part.cell_of
+        return released, covered
 
 
 def adaptive_grids(

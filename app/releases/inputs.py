@@ -26,7 +26,7 @@ from app.datasets.grid_store import GridArrays, load_grid_snapshot
 from app.datasets.models import Dataset, Grid
 from app.datasets.service import parse_slot_start
 from app.errors import InvalidRequest
-from app.releases.adaptive import DEFAULT_LEVELS, Coverage, adaptive_grids, choose_cells, coverage
+from app.releases.adaptive import DEFAULT_LEVELS, Coverage, SpanTrees, adaptive_grids, coverage
 from app.releases.draw import mechanism_options
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
 from app.releases.planning import Occupancy, PlanOptions, SlotPlan, plan_at, plan_for_cost
@@ -152,27 +152,19 @@ def _adaptive_input(
             f"coarsest_resolution {coarsest} is finer than the release's h3_resolution "
             f"{finest}: give one between 0 and {finest}"
         )
-    n_stats = len(body.statistics)
-    max_eps = dataset.max_epsilon_per_query
+    trees = SpanTrees.of(span, fine_arrays, finest=finest, coarsest=coarsest)
     if plans_for_intervals(body) and body.max_user_cost is not None:
-        return _adaptive_for_intervals(session, dataset, body, span, fine_arrays, coarsest)
+        return _adaptive_for_intervals(session, dataset, body, span, fine_arrays, trees)
+    n_stats = len(body.statistics)
     if body.epsilon is not None:
-        eps = float(parse_epsilon(body.epsilon, max_eps).used) / n_stats
+        eps = float(parse_epsilon(body.epsilon, dataset.max_epsilon_per_query).used) / n_stats
     else:
         fine_users = np.concatenate([a.user_ids for a in fine_arrays])
         eps = float(body.max_user_cost or 0) / _grids_per_user(fine_users) / n_stats
     seen: set[tuple[tuple[int, str], ...]] = set()
     inp: ReleaseInput | None = None
     for _ in range(ADAPTIVE_ROUNDS):
-        released, covered = choose_cells(
-            span,
-            fine_arrays,
-            finest=finest,
-            coarsest=coarsest,
-            min_users=body.min_users,
-            U=dataset.value_bound,
-            eps=eps,
-        )
+        released, covered = trees.choose(min_users=body.min_users, U=dataset.value_bound, eps=eps)
         key = tuple(sorted(released))
         if key in seen:
             break
@@ -192,12 +184,11 @@ def _adaptive_for_intervals(
     body: ReleaseIn,
     span: SpanGrids,
     fine_arrays: list[GridArrays],
-    coarsest: int,
+    trees: SpanTrees,
 ) -> ReleaseInput:
     """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
     fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
     (docs/math.md §6.7). Public information only."""
-    finest = dataset.h3_resolution if span.level is None else span.level.h3_resolution
     cap = budget.limit(body.max_user_cost or 0)
     n_stats = len(body.statistics)
     U = dataset.value_bound
@@ -205,15 +196,7 @@ def _adaptive_for_intervals(
     best: tuple[tuple[int, float], ReleaseInput] | None = None
     for k in candidate_ks(_grids_per_user(fine_users))[:ADAPTIVE_KS]:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
-        released, covered = choose_cells(
-            span,
-            fine_arrays,
-            finest=finest,
-            coarsest=coarsest,
-            min_users=body.min_users,
-            U=U,
-            eps=float(eps) / n_stats,
-        )
+        released, covered = trees.choose(min_users=body.min_users, U=U, eps=float(eps) / n_stats)
         chosen = adaptive_grids(session, dataset, span, fine_arrays, released, body.min_users)
         inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
         live = np.ones(inp.occ.user.size, dtype=bool)
