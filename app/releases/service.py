@@ -78,11 +78,11 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, spent: dict[int, Dec
                 inp.dataset.max_epsilon_per_query,
             )
             raise BudgetExhausted(
-                f"{over.size} user(s) of this timeslot would pass their privacy budget",
+                f"{over.size} user(s) of these slots would pass their privacy budget",
                 largest_epsilon=largest,
             )
         excluded = np.union1d(excluded, over)
-    raise BudgetExhausted("could not find users of this timeslot within their budget")
+    raise BudgetExhausted("could not find users of these slots within their budget")
 
 
 def _fingerprint(inp: ReleaseInput, body: ReleaseIn) -> str:
