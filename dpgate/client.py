@@ -234,8 +234,10 @@ class Client:
             self._answer(response)  # raises the typed error
         return response.text
 
-    def budget(self, dataset_id: int | str) -> Budget:
-        return self._get(Budget, f"/datasets/{dataset_id}/budget")
+    def budget(self, dataset_id: int | str, window: str | None = None) -> Budget:
+        """The budget state; ``window`` (a local date) picks a budget window."""
+        params = {} if window is None else {"window": window}
+        return self._get(Budget, f"/datasets/{dataset_id}/budget", **params)
 
     def me(self) -> KeyInfo:
         """This key: its role, quota, spent and remaining epsilon."""

@@ -8,7 +8,8 @@
 * :func:`apply_charge` (a session, accounts already locked): the writes of a
   charge; releases charge every grid of a timeslot through it.
 
-Lock order, everywhere: the dataset row, the accounts by ascending user id, the key row.
+Lock order, everywhere: the dataset row, the accounts by ascending (window, user id),
+the key row.
 """
 
 from __future__ import annotations
@@ -59,13 +60,16 @@ def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None
     if not charge.users:
         return
     repo = LedgerRepository(session)
-    changed = repo.charge(charge.dataset_id, charge.epoch, charge.users, charge.epsilon)
+    changed = repo.charge(
+        charge.dataset_id, charge.epoch, charge.users, charge.epsilon, window=charge.window
+    )
     if changed != len(charge.users):  # accounts were locked by the caller: anything else is a bug
         raise RuntimeError(f"charged {changed} accounts, expected {len(charge.users)}")
     repo.add_entry(
         LedgerEntry(
             dataset_id=charge.dataset_id,
             epoch=charge.epoch,
+            window_start=charge.window,
             key_id=charge.key_id,
             kind=charge.kind,
             reference_id=reference_id,
@@ -79,7 +83,7 @@ def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None
 
 _COMMIT_SQL = (
     "SELECT status, stored FROM dpgate_commit_query("
-    "%(dataset)s, %(epoch)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
+    "%(dataset)s, %(epoch)s, %(window)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
     "CAST(%(users)s AS integer[]), %(epsilon)s, %(cap)s, %(key)s, %(key_has_quota)s, "
     "%(public_id)s, %(statistic)s, %(mechanism)s, CAST(%(options)s AS json), "
     "CAST(%(answer)s AS json))"
@@ -104,6 +108,7 @@ class QueryCommitter:
         params = {
             "dataset": charge.dataset_id,
             "epoch": charge.epoch,
+            "window": charge.window,
             "grid": charge.grid_id,
             "grid_version": row.grid_version,
             "fingerprint": row.fingerprint,

@@ -62,8 +62,9 @@ def fingerprint(
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _cached(stored: Mapping[str, Any]) -> dict[str, Any]:
-    return {**stored, "cached": True}
+def _cached(stored: Mapping[str, Any], ctx: GridContext) -> dict[str, Any]:
+    # answers stored before privacy_unit existed get it filled in (always "user" then)
+    return {"privacy_unit": ctx.privacy_unit, **stored, "cached": True}
 
 
 def _parse_query(
@@ -103,7 +104,7 @@ async def answer_statistic(
         ctx, stored = found
         check_max_epsilon(eps, ctx.max_epsilon_per_query)
         if stored is not None:  # the same query in this epoch and grid version: free
-            return _cached(stored)
+            return _cached(stored, ctx)
         try:
             arrays = await store.snapshot(ctx)
         except GridChanged:  # an upload committed since the look-up: look again
@@ -136,7 +137,7 @@ async def answer_statistic(
             record_charge(ctx.dataset_id, "query", eps.charged)
             return answer
         if outcome.verdict is Verdict.TWIN:
-            return _cached(outcome.stored or {})
+            return _cached(outcome.stored or {}, ctx)
         if outcome.verdict is Verdict.QUOTA:
             message = f"key '{key.name}' would exceed its epsilon quota"
             raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
@@ -194,7 +195,16 @@ class ReleaseStep:
         release = _release(
             self.statistic, arrays, ctx, eps, self.mechanism, engine_options, self.caps
         )
-        answer = answer_body(ctx, self.statistic, self.mechanism, eps, options, release, ctx.epoch)
+        answer = answer_body(
+            ctx,
+            self.statistic,
+            self.mechanism,
+            eps,
+            options,
+            release,
+            ctx.epoch,
+            privacy_unit=ctx.privacy_unit,
+        )
         record = AnswerRecord(
             public_id=answer["query_id"],
             dataset_id=ctx.dataset_id,

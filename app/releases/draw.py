@@ -19,6 +19,7 @@ from app.answers.body import answer_body
 from app.answers.epsilon import EpsilonAmount
 from app.datasets.grid_store import GridArrays
 from app.datasets.models import Dataset, Grid
+from app.datasets.windows import privacy_unit
 from app.errors import InvalidRequest
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.releases.planning import Occupancy, SlotPlan
@@ -73,6 +74,7 @@ def draw_grids(
     options = {"release": release_id, **mech_opts}
     U = dataset.value_bound
     pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
+    unit = privacy_unit(dataset)
     for i, (grid, grid_arrays) in enumerate(zip(grids, arrays, strict=True)):
         caps = plan.caps(occ, i)
         if not caps.any():
@@ -99,5 +101,7 @@ def draw_grids(
         }
     releases = core.finish_releases([p[3] for p in pending])
     for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
-        entry[stat] = answer_body(grid, stat, body.mechanism, eps, options, release, epoch)
+        entry[stat] = answer_body(
+            grid, stat, body.mechanism, eps, options, release, epoch, privacy_unit=unit
+        )
     return out, kept

@@ -16,15 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from decimal import Decimal
 from typing import Any
 
 import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app import budget, core
-from app.datasets.models import Dataset
+from app import core
 from app.datasets.service import (
     get_dataset,
     parse_dataset_id,
@@ -32,7 +30,6 @@ from app.datasets.service import (
 from app.errors import BudgetExhausted, NotFound
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
-from app.ledger.repository import LedgerRepository
 from app.releases.draw import (
     draw_grids,
     grid_head,
@@ -50,29 +47,33 @@ from app.releases.planning import (
 )
 from app.releases.repository import ReleaseRepository
 from app.releases.schemas import ReleaseIn
+from app.releases.windows import (
+    ReleaseBudget,
+    charge_release,
+    lock_release_budget,
+    read_release_budget,
+    with_privacy_unit,
+)
 
 MAX_EXCLUSION_ROUNDS = 20
 
 
-def _remaining(dataset: Dataset, spent: dict[int, Decimal]) -> dict[int, Decimal]:
-    return {u: budget.remaining(s, dataset.budget_per_user) for u, s in spent.items()}
-
-
-def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, spent: dict[int, Decimal]) -> SlotPlan:
-    """The plan every charged user can pay; with ``on_exhausted=exclude`` users who
-    cannot are left out and the plan is made again."""
+def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -> SlotPlan:
+    """The plan every charged user can pay in each budget window (``app.releases.windows``);
+    with ``on_exhausted=exclude`` users who cannot (in some window) are left out and the
+    plan is made again."""
     excluded = np.empty(0, dtype=np.int64)
     cap = inp.dataset.budget_per_user
-    remaining = _remaining(inp.dataset, spent)
+    remaining = rb.remaining(cap)
     for _ in range(MAX_EXCLUSION_ROUNDS):
         plan = choose_plan(inp, body, excluded)
-        over = over_budget(inp.occ, plan, spent, cap)
+        over = rb.users(over_budget(rb.occ, plan, rb.spent, cap))
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
             largest = largest_affordable(
                 plan_maker(inp, body, excluded),
-                inp.occ,
+                rb.occ,
                 plan,
                 remaining,
                 inp.dataset.max_epsilon_per_query,
@@ -130,13 +131,12 @@ def release_slot(
     fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**stored.answer, "cached": True}
-    users = np.unique(inp.occ.user)
-    budget = ledger.lock_budget(session, dataset, epoch, users)
+        return {**with_privacy_unit(stored.answer, dataset), "cached": True}
+    budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**stored.answer, "cached": True}
+        return {**with_privacy_unit(stored.answer, dataset), "cached": True}
 
-    plan = _plan_within_budget(inp, body, budget.spent)
+    plan = _plan_within_budget(inp, body, budget)
     if plan.K:
         ledger.spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
@@ -165,33 +165,8 @@ def release_slot(
     }
     record.kept = kept
     repo.add(record)
-    _charge(session, inp, plan, budget, key, record.id)
+    charge_release(session, budget, plan, key, record.id)
     return record.answer
-
-
-def _charge(
-    session: Session,
-    inp: ReleaseInput,
-    plan: SlotPlan,
-    budget: ledger.LockedBudget,
-    key: KeyIdentity,
-    release_row_id: int,
-) -> None:
-    """Charge every kept user the per-grid epsilon once per grid where it is kept: one
-    ledger entry per distinct number of grids (the stored release keeps, per grid, who
-    was kept; admins only)."""
-    users, n_grids = plan.user_costs(inp.occ)
-    for k in np.unique(n_grids).tolist():
-        ledger.charge(
-            session,
-            budget,
-            users[n_grids == k].tolist(),
-            plan.eps.charged * k,
-            key_id=key.id,
-            kind="release",
-            reference_id=release_row_id,
-            grid_id=None,
-        )
 
 
 # ------------------------------------------------------------------- preview
@@ -202,9 +177,8 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     dataset = get_dataset(session, dataset_id)
     inp = release_input(session, dataset, body)
     plan = choose_plan(inp, body, np.empty(0, dtype=np.int64))
-    users = np.unique(inp.occ.user)
-    spent = LedgerRepository(session).spent(dataset.id, dataset.epoch, users.tolist())
-    remaining = _remaining(dataset, spent)
+    rb = read_release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ)
+    cap = dataset.budget_per_user
 
     eps = statistic_eps(plan, len(body.statistics))
     grids = []
@@ -236,12 +210,12 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     return {
         **_plan_fields(inp, body, plan),
         "grids": grids,
-        "users_over_budget": int(over_budget(inp.occ, plan, spent, dataset.budget_per_user).size),
+        "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.spent, cap)).size),
         "largest_epsilon": largest_affordable(
             plan_maker(inp, body, np.empty(0, dtype=np.int64)),
-            inp.occ,
+            rb.occ,
             plan,
-            remaining,
+            rb.remaining(cap),
             dataset.max_epsilon_per_query,
         ),
     }
@@ -257,7 +231,7 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
-    answer = stored.answer
+    answer = with_privacy_unit(stored.answer, get_dataset(session, stored.dataset_id))
     for grid in answer["grids"]:  # releases stored before adaptive partitions
         grid.setdefault("h3_resolution", h3.get_resolution(grid["h3_cell"]))
     return {"slots": 1, "partition": "fixed", **answer, "cached": True}

@@ -446,6 +446,7 @@ def test_commit_function_probes_the_primary_key_as_accounts_grow(client: TestCli
         plan = "\n".join(
             conn.exec_driver_sql(
                 f"EXPLAIN SELECT spent FROM budget_accounts WHERE dataset_id = {ds} AND epoch = 1"
+                " AND window_start = '0001-01-01'"
                 " AND user_id = ANY ('{1,2,3,4,5,6,7,8,9,10}'::integer[]) FOR UPDATE"
             ).scalars()
         )
