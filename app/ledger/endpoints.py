@@ -6,7 +6,14 @@ from fastapi import APIRouter, Header, Query, Request, Response
 
 from app.datasets.service import get_dataset
 from app.deps import AdminKey, AnalystKey, SessionDep
-from app.errors import Forbidden, IdempotencyConflict, NotFound, Unauthenticated, responses
+from app.errors import (
+    Conflict,
+    Forbidden,
+    IdempotencyConflict,
+    NotFound,
+    Unauthenticated,
+    responses,
+)
 from app.idempotency.service import RequestIdentity, json_body_sha256, run_idempotent
 from app.ids import DatasetId
 from app.ledger import service
@@ -47,7 +54,7 @@ def get_ledger(
 @router.post(
     "/datasets/{dataset_id}/budget/reset",
     response_model=ResetOut,
-    responses=responses(Unauthenticated, Forbidden, NotFound, IdempotencyConflict),
+    responses=responses(Unauthenticated, Forbidden, NotFound, Conflict, IdempotencyConflict),
     summary="Open a new budget epoch (admin; old entries are kept and the reset audited)",
     description="With `Idempotency-Key`, a retry of the same request returns the first "
     "answer's epoch and resets nothing; the key reused with a different request is refused "
@@ -65,7 +72,7 @@ def reset_budget(
     ] = None,
 ) -> ResetOut:
     dataset = get_dataset(session, dataset_id)
-    service.lock_dataset(session, dataset.id, exclusive=True)  # before the key's look-up
+    service.lock_for_reset(session, dataset.id)  # before the key's look-up
     answer, replayed = run_idempotent(
         session,
         f"reset:{dataset.id}",
