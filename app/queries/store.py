@@ -46,6 +46,7 @@ class QueryStore:
 
     def __init__(self, database: Database, conn: AsyncConnection[Any]) -> None:
         self.database = database
+        self.conn = conn
         self.answers = AnswerLookup(conn)
         self.committer = QueryCommitter(conn)
 
@@ -72,6 +73,16 @@ class QueryStore:
     async def ensure_accounts(self, ctx: GridContext, users: list[int]) -> None:
         """Create the users' missing budget accounts (a grid's first query)."""
         await self.run(ledger.create_accounts, ctx.dataset_id, ctx.epoch, users)
+
+    @asynccontextmanager
+    async def locked(
+        self, ctx: GridContext, user_ids: list[int]
+    ) -> AsyncIterator[dict[int, Decimal] | None]:
+        """A transaction on this request's connection that holds the dataset row and the
+        accounts of ``user_ids`` locked: their spend (``None``: the epoch moved on). A
+        :meth:`commit` inside it waits for nobody and finds no user newly exhausted."""
+        async with self.conn.transaction():
+            yield await self.committer.lock_spent(ctx.dataset_id, ctx.epoch, user_ids)
 
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
