@@ -6,9 +6,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.ingest.timeslots import is_valid_timezone
+from app.json_numbers import JsonBody
 
 
-class DatasetCreate(BaseModel):
+class DatasetCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
