@@ -108,6 +108,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         redirect_slashes=False,  # a trailing slash is a 404 that says so, not a 307
     )
     app.state.settings = settings
+    app.state.db_watch = watch
     app.state.engine = engine
     app.state.sessionmaker = sessionmaker
     app.state.hash_secret = resolve_hashing_secret(settings, engine)

@@ -206,6 +206,23 @@ class LedgerRepository:
         )
         return (max_spent or Decimal(0)), int(at_cap or 0)
 
+    def users_at_cap(self) -> list[tuple[int, int]]:
+        """``(dataset id, users whose spend reached the cap)`` in each dataset's current
+        epoch (the metrics' gauge)."""
+        at_cap = func.count(BudgetAccount.user_id).filter(
+            BudgetAccount.spent >= Dataset.budget_per_user
+        )
+        rows = self.session.execute(
+            select(Dataset.id, at_cap)
+            .outerjoin(
+                BudgetAccount,
+                (BudgetAccount.dataset_id == Dataset.id) & (BudgetAccount.epoch == Dataset.epoch),
+            )
+            .group_by(Dataset.id)
+            .order_by(Dataset.id)
+        )
+        return [(int(d), int(n)) for d, n in rows]
+
     def accounts(
         self, dataset_id: int, epoch: int, *, limit: int, offset: int
     ) -> list[tuple[str, Decimal]]:
