@@ -7,6 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from app.datasets.windows import BudgetWindow
 from app.ingest.timeslots import is_valid_timezone
+from app.json_numbers import JsonBody
 
 BUDGET_WINDOW_DESCRIPTION = (
     "`none`: one budget per user for all time (an admin resets it). `day`, `week` (ISO, "
@@ -18,7 +19,7 @@ BUDGET_WINDOW_DESCRIPTION = (
 )
 
 
-class DatasetCreate(BaseModel):
+class DatasetCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)

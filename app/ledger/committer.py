@@ -15,6 +15,7 @@ the key row.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -90,6 +91,14 @@ _COMMIT_SQL = (
 )
 
 
+_LOCK_DATASET_SQL = "SELECT epoch FROM datasets WHERE id = %(dataset)s FOR KEY SHARE"
+_LOCK_ACCOUNTS_SQL = (
+    "SELECT user_id, spent FROM budget_accounts "
+    "WHERE dataset_id = %(dataset)s AND epoch = %(epoch)s AND window_start = %(window)s "
+    "AND user_id = ANY (CAST(%(users)s AS integer[])) ORDER BY user_id FOR UPDATE"
+)
+
+
 def int_array_literal(values: tuple[int, ...] | list[int]) -> str:
     """``{1,2,3}``: an ``integer[]`` parameter as text, which the driver passes through
     (it would otherwise inspect every element to choose the array's type)."""
@@ -101,6 +110,25 @@ class QueryCommitter:
 
     def __init__(self, conn: AsyncConnection[Any]) -> None:
         self.conn = conn
+
+    async def lock_spent(
+        self, dataset_id: int, epoch: int, window: date, users: list[int]
+    ) -> dict[int, Decimal] | None:
+        """Inside a transaction: lock the dataset row (shared) and the accounts of
+        ``users`` (ascending) in ``window``, in the commit function's order; what each has
+        spent, or ``None`` when the dataset's epoch is no longer ``epoch``."""
+        params = {
+            "dataset": dataset_id,
+            "epoch": epoch,
+            "window": window,
+            "users": int_array_literal(users),
+        }
+        cur = await self.conn.execute(_LOCK_DATASET_SQL, params)
+        row = await cur.fetchone()
+        if row is None or row[0] != epoch:
+            return None
+        cur = await self.conn.execute(_LOCK_ACCOUNTS_SQL, params)
+        return {int(u): s for u, s in await cur.fetchall()}
 
     async def commit_query(
         self, charge: Charge, *, cap: Decimal, key_has_quota: bool, row: AnswerRow

@@ -7,6 +7,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from app.datasets.service import get_dataset
 from app.deps import AdminKey, AnalystKey, SessionDep
 from app.errors import (
+    Conflict,
     Forbidden,
     IdempotencyConflict,
     InvalidRequest,
@@ -77,7 +78,7 @@ def get_ledger(
 @router.post(
     "/datasets/{dataset_id}/budget/reset",
     response_model=ResetOut,
-    responses=responses(Unauthenticated, Forbidden, NotFound, IdempotencyConflict),
+    responses=responses(Unauthenticated, Forbidden, NotFound, Conflict, IdempotencyConflict),
     summary="Open a new budget epoch (admin; old entries are kept and the reset audited)",
     description="The new epoch starts every budget window afresh. With `Idempotency-Key`, "
     "a retry of the same request returns the first "
@@ -96,7 +97,7 @@ def reset_budget(
     ] = None,
 ) -> ResetOut:
     dataset = get_dataset(session, dataset_id)
-    service.lock_dataset(session, dataset.id, exclusive=True)  # before the key's look-up
+    service.lock_for_reset(session, dataset.id)  # before the key's look-up
     answer, replayed = run_idempotent(
         session,
         f"reset:{dataset.id}",

@@ -1,9 +1,11 @@
 """All SQL of the privacy-budget ledger.
 
 Lock order, everywhere: the dataset row, then budget accounts in ascending (window,
-user id), then the API key row. Queries take the dataset row ``FOR KEY SHARE`` (many at
-once), a budget reset takes it ``FOR UPDATE`` (alone), so an epoch never changes
-under a query in flight. Nothing here commits: the caller's unit of work does (``app.db.unit``).
+user id), then the API key row. Queries and releases take the dataset row
+``FOR KEY SHARE`` (many at once), a budget reset ``FOR NO KEY UPDATE`` (one at a time,
+as uploads): the two modes never wait for each other, so a reset is not starved by a
+release load; a charge made in the epoch it read stays within that epoch (docs/math.md
+§10.5). Nothing here commits: the caller's unit of work does (``app.db.unit``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from datetime import date
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, func, or_, select, text, update
+from sqlalchemy import CursorResult, distinct, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -58,17 +60,21 @@ class LedgerRepository:
         self.session = session
 
     def lock_dataset(self, dataset_id: int, *, exclusive: bool = False) -> Dataset | None:
-        """The dataset row, locked shared (``FOR KEY SHARE``) or exclusive (``FOR UPDATE``)."""
+        """The dataset row, locked shared (``FOR KEY SHARE``) or, for a reset, exclusive
+        among the row's writers (``FOR NO KEY UPDATE``: resets and uploads), which does
+        not wait for the shared lockers nor make them wait."""
         stmt = (
             select(Dataset)
             .where(Dataset.id == dataset_id)
             .execution_options(populate_existing=True)
+            .with_for_update(read=not exclusive, key_share=True)
         )
-        if exclusive:
-            stmt = stmt.with_for_update()
-        else:
-            stmt = stmt.with_for_update(read=True, key_share=True)
         return self.session.scalars(stmt).first()
+
+    def limit_lock_waits(self, seconds: float) -> None:
+        """Row-lock waits of this transaction fail after ``seconds`` (``lock_timeout``)."""
+        ms = max(1, round(seconds * 1000))
+        self.session.execute(text(f"SET LOCAL lock_timeout = {ms}"))
 
     def lock_accounts(
         self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
@@ -234,6 +240,23 @@ class LedgerRepository:
             select(func.count()).select_from(BudgetAccount).where(*base, BudgetAccount.spent >= cap)
         )
         return (max_spent or Decimal(0)), int(at_cap or 0)
+
+    def users_at_cap(self) -> list[tuple[int, int]]:
+        """``(dataset id, users whose spend reached the cap)`` in each dataset's current
+        epoch, in any budget window (the metrics' gauge)."""
+        at_cap = func.count(distinct(BudgetAccount.user_id)).filter(
+            BudgetAccount.spent >= Dataset.budget_per_user
+        )
+        rows = self.session.execute(
+            select(Dataset.id, at_cap)
+            .outerjoin(
+                BudgetAccount,
+                (BudgetAccount.dataset_id == Dataset.id) & (BudgetAccount.epoch == Dataset.epoch),
+            )
+            .group_by(Dataset.id)
+            .order_by(Dataset.id)
+        )
+        return [(int(d), int(n)) for d, n in rows]
 
     def accounts(
         self, dataset_id: int, epoch: int, *, window: date, limit: int, offset: int

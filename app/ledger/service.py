@@ -16,6 +16,8 @@ from decimal import Decimal
 
 import numpy as np
 import numpy.typing as npt
+from psycopg.errors import LockNotAvailable
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from app import budget
@@ -29,7 +31,7 @@ from app.datasets.windows import (
     window_start,
 )
 from app.db.unit import separate_transaction
-from app.errors import BudgetExhausted, InvalidRequest, NotFound
+from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
 from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
 from app.ledger import rule
@@ -59,14 +61,36 @@ class LockedBudget:
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
-    """The dataset with its row locked: shared by queries, exclusive by a budget reset.
+    """The dataset with its row locked: shared by queries and releases, exclusive (among
+    resets and uploads) by a budget reset.
 
-    Its ``epoch`` cannot change until this transaction ends.
+    A reset does not wait for the shared lockers: a transaction's charges are made in
+    the ``epoch`` it read here, even if a reset commits meanwhile (docs/math.md §10.5).
     """
     dataset = LedgerRepository(session).lock_dataset(dataset_id, exclusive=exclusive)
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} not found")
     return dataset
+
+
+#: How long a budget reset waits for an upload of the same dataset (the one request that
+#: holds the row's lock for long) before it answers 409.
+RESET_WAIT_SECONDS = 5.0
+
+
+def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
+    """The dataset locked for a budget reset: it waits for nothing but another reset or
+    an upload of the same dataset, the latter at most ``RESET_WAIT_SECONDS``."""
+    LedgerRepository(session).limit_lock_waits(RESET_WAIT_SECONDS)
+    try:
+        return lock_dataset(session, dataset_id, exclusive=True)
+    except OperationalError as exc:
+        if not isinstance(exc.orig, LockNotAvailable):
+            raise
+        raise Conflict(
+            f"dataset {dataset_id} is being written (an upload in progress); retry the "
+            "reset when it ends"
+        ) from None
 
 
 def lock_budget(
@@ -241,8 +265,9 @@ def ledger_page(
 
 def reset_budget(session: Session, dataset: Dataset, *, key_id: int, reason: str) -> int:
     """Open a new epoch (of every window at once); every old entry stays; the reset is
-    audited."""
-    epoch = lock_dataset(session, dataset.id, exclusive=True).epoch
+    audited. One ``UPDATE`` of the dataset's epoch: queries and releases in flight
+    finish in the epoch they read (docs/math.md §10.5)."""
+    epoch = lock_for_reset(session, dataset.id).epoch
     return LedgerRepository(session).open_epoch(dataset.id, epoch, key_id, reason)
 
 

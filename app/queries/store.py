@@ -48,6 +48,7 @@ class QueryStore:
 
     def __init__(self, database: Database, conn: AsyncConnection[Any]) -> None:
         self.database = database
+        self.conn = conn
         self.answers = AnswerLookup(conn)
         self.committer = QueryCommitter(conn)
 
@@ -81,6 +82,16 @@ class QueryStore:
         await self.run(
             partial(ledger.create_accounts, window=ctx.window), ctx.dataset_id, ctx.epoch, users
         )
+
+    @asynccontextmanager
+    async def locked(
+        self, ctx: GridContext, user_ids: list[int]
+    ) -> AsyncIterator[dict[int, Decimal] | None]:
+        """A transaction on this request's connection that holds the dataset row and the
+        accounts of ``user_ids`` locked: their spend (``None``: the epoch moved on). A
+        :meth:`commit` inside it waits for nobody and finds no user newly exhausted."""
+        async with self.conn.transaction():
+            yield await self.committer.lock_spent(ctx.dataset_id, ctx.epoch, ctx.window, user_ids)
 
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]

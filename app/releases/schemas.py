@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.answers.schemas import StatisticAnswer
+from app.json_numbers import JsonBody
 
 Statistic = Literal["mean", "variance"]
 
@@ -13,7 +14,7 @@ def _both_statistics() -> list[Statistic]:
     return ["mean", "variance"]
 
 
-class ReleaseIn(BaseModel):
+class ReleaseIn(JsonBody):
     """A whole timeslot to release; exactly one of ``epsilon`` and ``max_user_cost``."""
 
     model_config = ConfigDict(extra="forbid")
