@@ -44,20 +44,13 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
-from benchmarks.ingest import PG_URL, fresh_database  # noqa: E402
+from benchmarks.ingest import COLUMNS, PG_URL, fresh_database  # noqa: E402
 
 DATA = ROOT / "../shared/data/capmetrics"
 DAYS = ("2016-11-25", "2016-11-26", "2017-03-16")
 ZONE = ZoneInfo("America/Chicago")
 ADMIN = "dpg_city_release_benchmark_admin"
 U, MIN_USERS, COST, USEFUL = 30.0, 10, 2.0, 6.0
-COLUMNS = {
-    "user_col": "vehicle_id",
-    "time_col": "timestamp",
-    "lat_col": "latitude",
-    "lon_col": "longitude",
-    "value_col": "speed",
-}
 CONFIGS: dict[str, dict[str, Any]] = {
     "fixed r8": {},
     "fixed r7": {"h3_resolution": 7},
