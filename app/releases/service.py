@@ -33,7 +33,7 @@ from app.datasets.grid_store import GridArrays
 from app.datasets.models import Dataset
 from app.datasets.service import (
     get_dataset,
-    load_grid_snapshot,
+    load_grid_snapshots,
     parse_dataset_id,
     parse_slot_start,
 )
@@ -87,7 +87,7 @@ def _slot_input(session: Session, dataset: Dataset, body: ReleaseIn) -> SlotInpu
     slot = slot_grids(session, dataset, level, parse_slot_start(dataset, body.slot_start))
     released = [g for g in slot.grids if g.n_users >= body.min_users]
     slot = SlotGrids(slot.start, slot.level, released, len(slot.grids) - len(released))
-    arrays = [load_grid_snapshot(session, g) for g in released]
+    arrays = load_grid_snapshots(session, released)
     occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
     return SlotInput(dataset, slot, arrays, occ)
 
