@@ -17,6 +17,8 @@ times, through HTTP:
 The first res-7 request builds the coarser grids from the stored records (timed
 apart, as ``coarsen r7``); later ones read them by version from the grid cache.
 Prints the median of ``--repeats`` runs of each and the growth between sizes.
+``--plan-hours 24`` instead times the planner alone (Clip-User over every grid of a
+city-like day of ``--sizes`` records per hour; no database).
 Targets (issue 15): at 10^6 records, preview <= 2 s and release <= 5 s.
 """
 
@@ -30,7 +32,8 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -46,6 +49,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
+from app.releases import service as release_service  # noqa: E402
 from benchmarks.ingest import PG_URL, fresh_database  # noqa: E402
 
 ADMIN = "dpg_release_benchmark_admin_key"  # at least 24 characters (app.config)
@@ -78,6 +82,25 @@ def city_csv(n_records: int, seed: int = 7) -> bytes:
             ts = f"2024-03-05T08:{seconds[j] // 60:02d}:{seconds[j] % 60:02d}+00:00"
             lines.append(f"b{bus},{ts},{lat:.6f},{lon:.6f},{speeds[j]:.3f}")
     return ("\n".join(lines) + "\n").encode()
+
+
+@contextmanager
+def server_profiled() -> Iterator[cProfile.Profile]:
+    """Profile the release service where it runs (the test client's server thread, which a
+    profile of the client's call would only see waiting)."""
+    prof = cProfile.Profile()
+    originals = {name: getattr(release_service, name) for name in ("release_slot", "preview_slot")}
+
+    def wrap(inner: Callable[..., Any]) -> Callable[..., Any]:
+        return lambda *args, **kw: prof.runcall(inner, *args, **kw)
+
+    for name, inner in originals.items():
+        setattr(release_service, name, wrap(inner))
+    try:
+        yield prof
+    finally:
+        for name, inner in originals.items():
+            setattr(release_service, name, inner)
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -142,12 +165,56 @@ def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str,
         for name, fn in cases.items():
             fn(-1)  # warm: grid cache, Clip-User's imports
             if profile:
-                prof = cProfile.Profile()
-                prof.runcall(fn, -2)
-                print(f"--- profile of {name}")
-                pstats.Stats(prof).sort_stats("cumulative").print_stats(18)
+                print(f"--- profile of {name} (the server's work, in its thread)")
+                with server_profiled() as prof:
+                    fn(-2)
+                pstats.Stats(prof).sort_stats("tottime").print_stats(25)
             out[name] = statistics.median(timed(partial(fn, i)) for i in range(repeats))
     return out
+
+
+def day_occupancy(n_records: int, hours: int, seed: int = 7) -> Any:
+    """A city-like day for the planner alone: each hour, ``n/20`` buses (the same ids every
+    hour) each read 20 times along 1 + Binomial(19, 0.2) cells of a ring of ``n/200``
+    cells (the city's walk: a move with probability 0.2 per reading), hour ``h``'s grids
+    numbered apart; the (grid, user, count) pairs as a release's :class:`Occupancy`."""
+    from app.releases.planning import Occupancy
+
+    rng = np.random.default_rng(seed)
+    n_bus, n_cells = n_records // READINGS, max(n_records // 200, 7)
+    keys, counts = [], []
+    for hour in range(hours):
+        k = 1 + rng.binomial(READINGS - 1, 0.2, size=n_bus)  # cells visited this hour
+        bus = np.repeat(np.arange(n_bus), k)
+        first = np.concatenate([[0], np.cumsum(k)[:-1]])
+        step = np.arange(bus.size) - np.repeat(first, k)
+        cell = (np.repeat(rng.integers(n_cells, size=n_bus), k) + 3 * step) % n_cells
+        cnt = np.ones(bus.size, dtype=np.int64)
+        cnt[first] += READINGS - k  # the rest of the bus's readings in its first cell
+        keys.append((hour * n_cells + cell) * n_bus + bus)
+        counts.append(cnt)
+    uniq, inv = np.unique(np.concatenate(keys), return_inverse=True)
+    count = np.bincount(inv, weights=np.concatenate(counts)).astype(np.int64)
+    grid_of = uniq // n_bus
+    grid_ids, grid = np.unique(grid_of, return_inverse=True)
+    bounds = np.searchsorted(grid, np.arange(grid_ids.size + 1))
+    return Occupancy(grid=grid.astype(np.int64), user=uniq % n_bus, count=count, bounds=bounds)
+
+
+def plan_day(n_records: int, hours: int, repeats: int) -> None:
+    """Time the planner (Clip-User over every grid of ``hours`` slots) at two epsilons."""
+    from app.answers.epsilon import parse_epsilon
+    from app.releases.planning import PlanOptions, plan_at
+
+    occ = day_occupancy(n_records, hours)
+    none = np.empty(0, dtype=np.int64)
+    print(f"plan of {hours} h x {n_records:,} records: {occ.user.size:,} pairs, "
+          f"{occ.bounds.size - 1:,} grids")  # fmt: skip
+    for eps in (0.1, 1.0):
+        run = partial(plan_at, occ, none, 30.0, parse_epsilon(eps), PlanOptions(clip_user=True))
+        plan = run()  # also compiles Clip-User's stages on a first run
+        took = statistics.median(timed(run) for _ in range(repeats))
+        print(f"  eps {eps}: {took:.2f} s (G1 {plan.G1}, K {plan.K})")
 
 
 def main() -> None:
@@ -158,7 +225,14 @@ def main() -> None:
         "--url", default=PG_URL, help="Postgres server URL (each size gets a fresh schema)"
     )
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--plan-hours", type=int, default=0,
+        help="instead: time the planner alone on this many hours of a city-like day",
+    )  # fmt: skip
     args = parser.parse_args()
+    if args.plan_hours:
+        plan_day(args.sizes[-1], args.plan_hours, args.repeats)
+        return
     rows: list[tuple[int, dict[str, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for size in args.sizes:

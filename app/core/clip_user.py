@@ -70,12 +70,12 @@ from typing import TypeVar
 import numpy as np
 
 from app.core.bounds import check_bound, check_epsilon
-from app.core.clip_user_greedy import suppress_users
+from app.core.clip_user_greedy import Suppression, suppress_users
 from app.core.grid_errors import check_split, grid_joint_errors
-from app.core.occupancy import int_columns, validate_occupancy
+from app.core.occupancy import Occupancy, int_columns, validate_occupancy
 from app.core.pseudo_user import pseudo_user_step
 
-__all__ = ["ClipUserPlan", "FrozenMap", "clip_user", "plan_kept"]
+__all__ = ["ClipUserPlan", "FrozenMap", "clip_user", "clip_user_kept", "plan_kept"]
 
 _K = TypeVar("_K")
 _V = TypeVar("_V")
@@ -173,6 +173,53 @@ def clip_user(
             pairs, empty occupancy, ``U`` or ``eps`` not finite and > 0, unknown
             ``split``, or ``error_target`` NaN or negative.
     """
+    run = _run(
+        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, pseudo_user
+    )
+    occ, sup = run.occ, run.sup
+    removed = tuple(
+        zip(
+            occ.grid_ids[occ.ginv[run.removed_rows]].tolist(),
+            occ.user_ids[occ.uinv[run.removed_rows]].tolist(),
+            strict=True,
+        )
+    )
+    gid = occ.grid_ids.tolist()
+    return ClipUserPlan(
+        G1=sup.G1,
+        K=sup.K,
+        E=sup.E,
+        E_bar=float(run.errs_bar.max()),
+        removed=removed,
+        m=FrozenMap(dict(zip(gid, run.m.tolist(), strict=True))),
+        grid_errors=FrozenMap(dict(zip(gid, run.errs.tolist(), strict=True))),
+        grid_errors_bar=FrozenMap(dict(zip(gid, run.errs_bar.tolist(), strict=True))),
+    )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Clip-User's outcome as arrays over the checked occupancy ``occ``."""
+
+    occ: Occupancy
+    sup: Suppression
+    removed_rows: np.ndarray  # input rows removed, in removal order
+    m: np.ndarray  # per grid (``occ.grid_ids`` order)
+    errs: np.ndarray
+    errs_bar: np.ndarray
+
+
+def _run(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    error_target: float | None,
+    protect_min_error_grid: bool,
+    split: str,
+    pseudo_user: bool,
+) -> _Run:
     U = check_bound(U)
     eps = check_epsilon(eps)
     check_split(split)
@@ -198,26 +245,28 @@ def clip_user(
         )
     else:
         m_a, errs_bar = top1_a, errs
+    removed_rows = order_u[rem_pos] if rem_pos.size else rem_pos
+    return _Run(occ, sup, removed_rows, m_a, errs, errs_bar)
 
-    removed_orig = order_u[rem_pos] if rem_pos.size else rem_pos
-    removed = tuple(
-        zip(
-            occ.grid_ids[ginv[removed_orig]].tolist(),
-            occ.user_ids[occ.uinv[removed_orig]].tolist(),
-            strict=True,
-        )
-    )
-    gid = occ.grid_ids.tolist()
-    return ClipUserPlan(
-        G1=sup.G1,
-        K=sup.K,
-        E=sup.E,
-        E_bar=float(errs_bar.max()),
-        removed=removed,
-        m=FrozenMap(dict(zip(gid, m_a.tolist(), strict=True))),
-        grid_errors=FrozenMap(dict(zip(gid, errs.tolist(), strict=True))),
-        grid_errors_bar=FrozenMap(dict(zip(gid, errs_bar.tolist(), strict=True))),
-    )
+
+def clip_user_kept(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    *,
+    error_target: float | None = None,
+    protect_min_error_grid: bool = False,
+    split: str = "half",
+) -> np.ndarray:
+    """``plan_kept(clip_user(...), grids, users, counts)`` computed directly: the kept
+    count ``Γ`` of each input row (0 where removed, ``min(count, m_g)`` otherwise),
+    without building the plan's per-pair tuples and maps (a day release has 10⁶ pairs)."""
+    run = _run(grids, users, counts, U, eps, error_target, protect_min_error_grid, split, True)
+    kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
+    kept[run.removed_rows] = 0
+    return kept
 
 
 def _check_target(error_target: float) -> float:

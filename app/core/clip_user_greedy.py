@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.core.clip_user_kernel import greedy_half
 from app.core.grid_errors import grid_joint_errors, scalar_error_fn
 from app.core.occupancy import Occupancy
 
@@ -59,9 +60,13 @@ def suppress_users(
     *,
     error_target: float | None,
     protect_min_error_grid: bool,
+    compiled: bool = True,
 ) -> Suppression:
     """Run 004 Alg. 1 on ``occ``: remove users from grids stage by stage until one
-    cannot be removed within the threshold (``error_target``, else ``max_g E_g``)."""
+    cannot be removed within the threshold (``error_target``, else ``max_g E_g``).
+
+    ``split="half"`` runs compiled (:mod:`app.core.clip_user_kernel`, the same decisions);
+    ``compiled=False`` keeps the Python loop (the reference the tests compare with)."""
     c, ginv, uinv, order_u = occ.counts, occ.ginv, occ.uinv, occ.order_u
     n_per_grid = occ.n_per_grid
     n_grids = occ.grid_ids.size
@@ -84,33 +89,54 @@ def suppress_users(
     gfirst = np.searchsorted(dgrid_a, np.arange(n_grids), side="left")
     gend_a = np.searchsorted(dgrid_a, np.arange(n_grids), side="right")
 
+    p2_a = gfirst + 1  # next distinct count (all multiplicities are >= 1 initially)
+    top2 = np.where(p2_a < gend_a, dval_a[np.minimum(p2_a, dval_a.size - 1)], 0)
+    NK_a = np.bincount(ginv, minlength=n_grids).astype(np.int64)  # kept users per grid
+
+    # Initial errors (004 eq. 12 = eq. 13 with nothing clipped).
+    init_err = grid_joint_errors(U, eps, dval_a[gfirst], n_per_grid, n_per_grid, split=split)
+
+    # Per user: its pairs at positions ustart[u]..ustart[u+1]-1 of the rows sorted by
+    # (user, grid), i.e. in ascending grid id; removed ones are flagged.
+    ustart_a = np.searchsorted(uinv[order_u], np.arange(n_users + 1), side="left")
+    Gl = np.bincount(uinv, minlength=n_users)
+    G1 = int(Gl.max())
+    E = float(init_err.max()) if error_target is None else error_target
+    protected = int(np.argmin(init_err)) if protect_min_error_grid else -1
+    if split == "half" and compiled:  # the same stages, compiled (app.core.clip_user_kernel)
+        blocked_a = NK_a == 1
+        if protected >= 0:
+            blocked_a[protected] = True
+        S_a = n_per_grid.astype(np.int64)
+        top1_a = dval_a[gfirst].astype(np.int64)
+        removed_a = np.empty(c.size, dtype=np.int64)
+        K, n_removed = greedy_half(
+            float(U), float(eps), float(E), dval_a.astype(np.int64), dmult_a.astype(np.int64),
+            gend_a.astype(np.int64), gfirst.astype(np.int64), top1_a,
+            dmult_a[gfirst].astype(np.int64), p2_a.astype(np.int64), np.asarray(top2, np.int64),
+            S_a, S_a.copy(), NK_a, blocked_a, ustart_a.astype(np.int64),
+            ginv[order_u].astype(np.int64), c[order_u].astype(np.int64),
+            dpos_a[order_u].astype(np.int64), Gl.astype(np.int64), G1, removed_a,
+        )  # fmt: skip
+        return Suppression(
+            G1, int(K), E, removed_a[:n_removed].tolist(), S_a.tolist(), top1_a.tolist()
+        )
+    ustart = ustart_a.tolist()
+    pg = ginv[order_u].tolist()
+    pm = c[order_u].tolist()
+    pd = dpos_a[order_u].tolist()
+    removed_flag = bytearray(c.size)
     dval = dval_a.tolist()
     dmult = dmult_a.tolist()
     gend = gend_a.tolist()
     p1 = gfirst.tolist()  # index of the largest kept count
     top1 = dval_a[gfirst].tolist()
     cnt1 = dmult_a[gfirst].tolist()
-    p2_a = gfirst + 1  # next distinct count (all multiplicities are >= 1 initially)
     p2 = p2_a.tolist()
-    top2 = np.where(p2_a < gend_a, dval_a[np.minimum(p2_a, dval_a.size - 1)], 0).tolist()
+    top2_l = top2.tolist()
     S = n_per_grid.tolist()  # kept total ΣΓ
     N = list(S)  # original record count n (fixed)
-    NK = np.bincount(ginv, minlength=n_grids).tolist()  # kept users per grid
-
-    # Initial errors (004 eq. 12 = eq. 13 with nothing clipped).
-    init_err = grid_joint_errors(U, eps, dval_a[gfirst], n_per_grid, n_per_grid, split=split)
-    E = float(init_err.max()) if error_target is None else error_target
-    protected = int(np.argmin(init_err)) if protect_min_error_grid else -1
-
-    # Per user: its pairs at positions ustart[u]..ustart[u+1]-1 of the rows sorted by
-    # (user, grid), i.e. in ascending grid id; removed ones are flagged.
-    ustart = np.searchsorted(uinv[order_u], np.arange(n_users + 1), side="left").tolist()
-    pg = ginv[order_u].tolist()
-    pm = c[order_u].tolist()
-    pd = dpos_a[order_u].tolist()
-    removed_flag = bytearray(c.size)
-    Gl = np.bincount(uinv, minlength=n_users)
-    G1 = int(Gl.max())
+    NK = NK_a.tolist()
     buckets: dict[int, list[int]] = {}
     for lvl in np.unique(Gl).tolist():
         buckets[lvl] = np.flatnonzero(Gl == lvl).tolist()
@@ -145,7 +171,7 @@ def suppress_users(
                     continue
                 mval = pm[p]
                 t1 = top1[g]
-                mx = top2[g] if (mval == t1 and cnt1[g] == 1) else t1
+                mx = top2_l[g] if (mval == t1 and cnt1[g] == 1) else t1
                 s = S[g] - mval
                 n = N[g]
                 if half:
@@ -194,13 +220,13 @@ def suppress_users(
                     while q < end and dmult[q] == 0:
                         q += 1
                     p2[g] = q
-                    top2[g] = dval[q] if q < end else 0
+                    top2_l[g] = dval[q] if q < end else 0
             elif d == p2[g] and dmult[d] == 0:
                 q = d + 1
                 while q < end and dmult[q] == 0:
                     q += 1
                 p2[g] = q
-                top2[g] = dval[q] if q < end else 0
+                top2_l[g] = dval[q] if q < end else 0
         if halted:
             K = level
             break

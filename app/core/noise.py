@@ -20,7 +20,9 @@ point (docs/math.md §9.4.1):
   the noise and compares the noisy scores exactly (arbitrary-precision rationals,
   no float rounding on the way), so its privacy map is a proof about the sampler
   itself, not about an idealised real-valued one. Its scale is chosen by
-  :func:`calibrate_choice_scale` so that the map charges at most ``eps``.
+  :func:`calibrate_choice_scale` so that the map charges at most ``eps``. Each choice
+  is one invocation of that measurement through :mod:`app.core.noisy_max_invoke`
+  (OpenDP's own calls without the wrapper's per-call conversions: docs/math.md §9.4.8).
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from typing import Generic, Protocol, TypeVar, runtime_checkable
 import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
+
+from app.core.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
 
 __all__ = [
     "NoiseSource",
@@ -238,6 +242,7 @@ def _check_against_opendp() -> None:
 
 
 _check_against_opendp()
+_LEAN = lean_invoke_works()  # else OpenDP's public call: slower, the same law
 
 
 class OpenDPNoise:
@@ -277,7 +282,10 @@ class OpenDPNoise:
         scores that move by at most ``sensitivity`` (certified by the map itself)."""
         values = check_scores(scores)
         scale = calibrate_choice_scale(sensitivity, epsilon)
-        return int(_CHOICES.get((scale, int(sensitivity), float(epsilon)))(values))
+        meas = _CHOICES.get((scale, int(sensitivity), float(epsilon)))
+        if _LEAN:  # the same library calls, types fixed once (docs/math.md §9.4.8)
+            return invoke_noisy_max(meas, values)
+        return int(meas(values))
 
 
 def _check_scale(scale: float) -> float:

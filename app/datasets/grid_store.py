@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Protocol
@@ -31,6 +31,7 @@ __all__ = [
     "configure_grid_cache",
     "grid_cache_info",
     "load_grid_snapshot",
+    "load_grid_snapshots",
     "read_grid_snapshot",
     "summarise_grids",
 ]
@@ -180,6 +181,37 @@ def load_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
     return hit if hit is not None else read_grid_snapshot(session, grid)
 
 
+def load_grid_snapshots(session: Session, grids: Sequence[GridVersion]) -> list[GridArrays]:
+    """:func:`load_grid_snapshot` of each grid: cache hits as they are, every miss read
+    in one query per chunk of ids (not one round trip per grid: a day release reads
+    10⁵ grids, most of them past the cache's budget)."""
+    out: list[GridArrays | None] = [cached_grid_snapshot(g) for g in grids]
+    missing = [i for i, hit in enumerate(out) if hit is None]
+    if not missing:
+        return [a for a in out if a is not None]
+    rows = GridRepository(session).snapshot_rows([grids[i].id for i in missing])
+    by_id = {r[0]: r for r in rows}
+    for i in missing:
+        grid = grids[i]
+        row = by_id.get(grid.id)
+        if row is None:
+            arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
+        else:
+            _check_version(grid, row[1])
+            arrays = GridArrays.from_bytes(grid.id, row[1], row[2], row[3], row[4])
+        _cache.put(_key(grid), arrays)
+        out[i] = arrays
+    return [a for a in out if a is not None]
+
+
+def _check_version(grid: GridVersion, version: int) -> None:
+    if version != grid.version:
+        raise GridChanged(
+            f"grid {grid.public_id} changed while it was read (version {grid.version} "
+            f"became {version}); retry"
+        )
+
+
 def read_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
     """A cache miss: ``grid``'s snapshot from the database, then cached. A grid without
     a snapshot (no records) gives empty arrays; one whose snapshot is at another
@@ -188,11 +220,7 @@ def read_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
     if snap is None:
         arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
     else:
-        if snap.version != grid.version:
-            raise GridChanged(
-                f"grid {grid.public_id} changed while it was read (version {grid.version} "
-                f"became {snap.version}); retry"
-            )
+        _check_version(grid, snap.version)
         arrays = GridArrays.from_bytes(
             grid.id, snap.version, snap.user_ids, snap.counts, snap.values
         )

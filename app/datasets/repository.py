@@ -122,6 +122,20 @@ class GridRepository:
     def snapshot(self, grid_id: int) -> GridSnapshot | None:
         return self.session.get(GridSnapshot, grid_id)
 
+    def snapshot_rows(self, grid_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes, bytes]]:
+        """``(grid_id, version, user_ids, counts, values)`` of these grids' snapshots, a
+        chunk of ids per statement (a slot release reads thousands at once)."""
+        out: list[tuple[int, int, bytes, bytes, bytes]] = []
+        snap = GridSnapshot
+        for part in _chunks(grid_ids, 5000):
+            rows = self.session.execute(
+                select(snap.grid_id, snap.version, snap.user_ids, snap.counts, snap.values).where(
+                    snap.grid_id.in_(part)
+                )
+            )
+            out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)
+        return out
+
     def in_slots(
         self, dataset_id: int, slots: Sequence[datetime]
     ) -> list[tuple[int, str, datetime, int, int]]:

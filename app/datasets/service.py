@@ -1,7 +1,8 @@
 """Datasets and grids: create, list, look up; the engine input of a grid.
 
 The query code imports :func:`get_dataset`, :func:`get_grid_by_public_id` and
-:func:`load_grid_snapshot` (with :class:`GridArrays`) from here.
+:func:`load_grid_snapshot` (with :class:`GridArrays`) from here; a slot release reads
+all its grids at once with :func:`load_grid_snapshots`.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from app.datasets.grid_store import (
     clear_grid_cache,
     configure_grid_cache,
     load_grid_snapshot,
+    load_grid_snapshots,
 )
 from app.datasets.models import Dataset, Grid
 from app.datasets.repository import DatasetRepository, GridRepository
@@ -52,6 +54,7 @@ __all__ = [
     "list_datasets",
     "list_grids",
     "load_grid_snapshot",
+    "load_grid_snapshots",
     "parse_slot_start",
 ]
 

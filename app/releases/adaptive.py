@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session
 
 from app.core.partition import PartitionTree
 from app.datasets.coarse import grid_level
-from app.datasets.grid_store import GridArrays, load_grid_snapshot
+from app.datasets.grid_store import GridArrays, load_grid_snapshots
 from app.datasets.models import Dataset, Grid
 from app.ingest.timeslots import datetime_to_us
 from app.releases.slot import SpanGrids, grids_at
@@ -128,9 +128,12 @@ def adaptive_grids(
             chosen += [(g, a) for g, a in pairs if (_slot_us(g), g.h3_cell) in released]
             continue
         level = grid_level(dataset, res, minutes)
-        for g in grids_at(session, dataset, level, span.start, span.end):
-            if released.get((_slot_us(g), g.h3_cell)) == res:
-                chosen.append((g, load_grid_snapshot(session, g)))
+        coarse = [
+            g
+            for g in grids_at(session, dataset, level, span.start, span.end)
+            if released.get((_slot_us(g), g.h3_cell)) == res
+        ]
+        chosen += zip(coarse, load_grid_snapshots(session, coarse), strict=True)
     chosen.sort(key=lambda p: (p[0].slot_start, -h3.get_resolution(p[0].h3_cell), p[0].h3_cell))
     if len(chosen) != len(released) or any(g.n_users < min_users for g, _ in chosen):
         raise RuntimeError("the adaptive partition's grids differ from its cells")

@@ -22,7 +22,7 @@ from app import budget
 from app.answers.epsilon import EpsilonAmount, parse_epsilon
 from app.answers.options import parse_options
 from app.datasets.coarse import grid_level
-from app.datasets.grid_store import GridArrays, load_grid_snapshot
+from app.datasets.grid_store import GridArrays, load_grid_snapshots
 from app.datasets.models import Dataset, Grid
 from app.datasets.service import parse_slot_start
 from app.errors import InvalidRequest
@@ -125,7 +125,7 @@ def release_input(session: Session, dataset: Dataset, body: ReleaseIn) -> Releas
     level = grid_level(dataset, body.h3_resolution, body.slot_minutes)
     start = parse_slot_start(dataset, body.slot_start)
     span = span_grids(session, dataset, level, start, body.slots)
-    fine_arrays = [load_grid_snapshot(session, g) for g in span.grids]
+    fine_arrays = load_grid_snapshots(session, span.grids)
     if body.partition == "fixed":
         if body.coarsest_resolution is not None:
             raise InvalidRequest('coarsest_resolution applies to "partition": "adaptive" only')

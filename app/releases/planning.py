@@ -18,7 +18,7 @@ import numpy as np
 
 from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
-from app.core.clip_user import clip_user, plan_kept
+from app.core.clip_user import clip_user_kept
 from app.errors import InvalidRequest
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a binary search.
@@ -93,7 +93,7 @@ def plan_at(
         kept[live] = c
         return SlotPlan(eps, G1, G1, kept)
     try:
-        plan = clip_user(
+        kept[live] = clip_user_kept(
             g,
             u,
             c,
@@ -105,7 +105,6 @@ def plan_at(
         )
     except ValueError as exc:
         raise InvalidRequest(f"cannot plan this release: {exc}") from exc
-    kept[live] = plan_kept(plan, g, u, c)
     return SlotPlan(eps, G1, grids_per_user(occ.user[kept > 0]), kept)
 
 

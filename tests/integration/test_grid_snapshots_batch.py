@@ -1,0 +1,66 @@
+"""Batched snapshot loading (app/datasets/grid_store.load_grid_snapshots): one query for
+every cache miss, the same arrays as one load per grid, stale versions refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+from sqlalchemy import select
+
+from app.datasets.grid_store import (
+    GridChanged,
+    clear_grid_cache,
+    grid_cache_info,
+    load_grid_snapshots,
+    read_grid_snapshot,
+)
+from app.datasets.models import Grid
+from tests.helpers import create_dataset, make_csv, upload_csv
+
+
+def _city(n_users: int) -> str:
+    rows = []
+    for u in range(n_users):
+        for j in range(3 + u % 4):  # users in one to three cells, several records each
+            lat = 12.97 + 0.01 * ((u + j) % 3)
+            rows.append(
+                (f"u{u}", f"2016-11-25T10:{(7 * u + j) % 60:02d}:00Z", lat, 77.59, j + u % 7)
+            )
+    return make_csv(rows)
+
+
+def test_batch_equals_one_load_per_grid_and_uses_the_cache(
+    client: TestClient, app: FastAPI
+) -> None:
+    ds = create_dataset(client)
+    upload_csv(client, ds["id"], _city(40))
+    with app.state.sessionmaker() as session:
+        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
+        assert len(grids) == 3
+        clear_grid_cache()
+        half = load_grid_snapshots(session, grids[:1])  # one cached, two missing
+        misses = grid_cache_info()["misses"]
+        batch = load_grid_snapshots(session, grids)
+        assert grid_cache_info()["misses"] == misses + 2 and batch[0] is half[0]
+        for grid, arrays in zip(grids, batch, strict=True):
+            one = read_grid_snapshot(session, grid)
+            assert (arrays.grid_id, arrays.version) == (grid.id, grid.version)
+            for name in ("user_ids", "counts", "values"):
+                assert np.array_equal(getattr(arrays, name), getattr(one, name))
+            assert arrays.counts.sum() == grid.n_records
+        assert load_grid_snapshots(session, []) == []
+
+
+def test_batch_refuses_a_grid_that_changed(client: TestClient, app: FastAPI) -> None:
+    ds = create_dataset(client)
+    upload_csv(client, ds["id"], _city(10))
+    with app.state.sessionmaker() as session:
+        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
+        clear_grid_cache()
+        stale = grids[-1]
+        session.expunge(stale)
+        stale.version -= 1  # the caller saw an older version than the stored snapshot's
+        with pytest.raises(GridChanged, match="changed while it was read"):
+            load_grid_snapshots(session, [*grids[:-1], stale])

@@ -1,0 +1,82 @@
+"""Audit of the lean noisy-max invocation (app/core/noisy_max_invoke.py, docs/math.md §9.4.8).
+
+Every private choice of a release goes through :meth:`OpenDPNoise.noisy_max`, which now
+invokes OpenDP's ``make_noisy_max`` measurement without the wrapper's per-call
+conversions. Its choices must have exactly the law of report-noisy-max with exponential
+noise (:func:`tests.security.audit_lib.noisy_max_law`, by quadrature): a chi-square test
+at alpha = 1e-4 per case (a correct sampler fails with probability 1e-4; OpenDP's CSPRNG
+takes no seed). Two deliberately broken copies must fail the same test (with 20,000 draws
+their p-values are far below 1e-12): the scores handed over in reverse and the index read
+as if they were not (a mix-up of positions), and the noise scale halved.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import opendp.prelude as dp
+import pytest
+from scipy import stats
+
+from app.core import noise as noise_mod
+from app.core.noise import OpenDPNoise, calibrate_choice_scale, check_scores
+from app.core.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
+from tests.security.audit_lib import noisy_max_law
+
+ALPHA = 1e-4
+N = 20_000
+CASES = [  # (scores, epsilon): spread laws, ties, a dominant score, negative scores
+    ([0, -1, -1, -3, -6], 1.0),
+    ([-40, -37, -52, -38, -90], 0.35),
+    ([5, 2], 2.0),
+]
+
+
+def _p_value(choices: np.ndarray, law: np.ndarray) -> float:
+    observed = np.bincount(choices, minlength=law.size)
+    keep = law * N >= 5  # chi-square cells with enough expectation; the rest pooled
+    obs = np.append(observed[keep], observed[~keep].sum())
+    exp = np.append(law[keep], law[~keep].sum()) * N
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    return float(stats.chisquare(obs, exp * obs.sum() / exp.sum()).pvalue)
+
+
+def _draws(choose) -> np.ndarray:  # type: ignore[no-untyped-def]
+    return np.fromiter((choose() for _ in range(N)), dtype=np.int64, count=N)
+
+
+def test_the_lean_path_is_in_use_and_matches_opendp_without_noise() -> None:
+    assert lean_invoke_works() and noise_mod._LEAN
+    space = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
+    meas = dp.m.make_noisy_max(*space, dp.max_divergence(), scale=0.0)
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        scores = rng.integers(-(1 << 40), 1 << 40, size=int(rng.integers(1, 9))).tolist()
+        assert invoke_noisy_max(meas, scores) == meas(scores) == int(np.argmax(scores))
+
+
+@pytest.mark.parametrize(("scores", "eps"), CASES)
+def test_lean_choices_have_the_law_of_report_noisy_max(scores: list[int], eps: float) -> None:
+    law = noisy_max_law(scores, calibrate_choice_scale(1, eps))
+    src = OpenDPNoise()
+    assert _p_value(_draws(lambda: src.noisy_max(scores, eps)), law) > ALPHA
+
+
+@pytest.mark.parametrize(("scores", "eps"), CASES[:2])
+def test_broken_copies_are_caught(scores: list[int], eps: float) -> None:
+    scale = calibrate_choice_scale(1, eps)
+    law = noisy_max_law(scores, scale)
+    right = noise_mod._CHOICES.get((scale, 1, eps))
+    values = check_scores(scores)
+    reversed_ = _draws(lambda: invoke_noisy_max(right, values[::-1]))
+    assert _p_value(reversed_, law) < 1e-12  # positions mixed up
+    half = noise_mod._CHOICES.get((scale / 2.0, 1, 2.0 * eps))
+    assert _p_value(_draws(lambda: invoke_noisy_max(half, values)), law) < 1e-12  # scale halved
+
+
+def test_the_public_fallback_has_the_same_law(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(noise_mod, "_LEAN", False)
+    scores, eps = CASES[0]
+    law = noisy_max_law(scores, calibrate_choice_scale(1, eps))
+    src = OpenDPNoise()
+    assert _p_value(_draws(lambda: src.noisy_max(scores, eps)), law) > ALPHA

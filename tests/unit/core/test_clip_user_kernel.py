@@ -1,0 +1,95 @@
+"""The compiled Clip-User stages (app/core/clip_user_kernel.py) take exactly the Python
+loop's decisions: same removals in the same order, same K, same per-grid state, on small
+random occupancies full of ties and on city-like ones with users in many grids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.core.clip_user import clip_user
+from app.core.clip_user_greedy import suppress_users
+from app.core.occupancy import validate_occupancy
+from tests.unit.core.test_clip_user import random_occupancy
+
+
+def _both(g, u, c, U, eps, **kw):
+    occ = validate_occupancy(g, u, c)
+    fast = suppress_users(occ, U, eps, "half", compiled=True, **kw)
+    slow = suppress_users(occ, U, eps, "half", compiled=False, **kw)
+    return fast, slow
+
+
+def city_occupancy(rng: np.random.Generator, n_users: int, n_grids: int, per_user: int):
+    """Users each in up to ``per_user`` grids near a random start (grids share many users)."""
+    rows = []
+    for user in range(n_users):
+        start = int(rng.integers(n_grids))
+        k = int(rng.integers(1, per_user + 1))
+        cells = np.unique((start + rng.integers(0, 3 * per_user, size=k)) % n_grids)
+        counts = rng.integers(1, 6, size=cells.size)
+        rows += [(int(gc), user, int(cc)) for gc, cc in zip(cells, counts, strict=True)]
+    g, u, c = (np.array(col, dtype=np.int64) for col in zip(*rows, strict=True))
+    return g, u, c
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_stages_equal_the_python_loop_on_random_occupancies(seed: int) -> None:
+    rng = np.random.default_rng(5000 + seed)
+    removals = 0
+    for _ in range(80):
+        g, u, c = random_occupancy(rng)
+        U = float(rng.choice([1.0, 2.0, 30.0, 65.0]))
+        eps = float(rng.choice([0.1, 0.5, 1.0, 3.0, rng.uniform(0.01, 5)]))
+        target = None
+        if rng.random() < 0.3:
+            target = clip_user(g, u, c, U, eps, pseudo_user=False).E * float(
+                rng.choice([0.5, 0.9, 1.5, 3.0])
+            )
+        kw = {"error_target": target, "protect_min_error_grid": bool(rng.integers(0, 2))}
+        fast, slow = _both(g, u, c, U, eps, **kw)
+        assert fast == slow
+        removals += bool(fast.removed_pos)
+    assert removals > 10  # the cases do exercise suppression
+
+
+@pytest.mark.parametrize(("eps", "protect"), [(0.1, False), (1.0, True), (0.3, False)])
+def test_compiled_stages_equal_the_python_loop_on_city_like_occupancies(
+    eps: float, protect: bool
+) -> None:
+    rng = np.random.default_rng(int(eps * 10) + protect)
+    g, u, c = city_occupancy(rng, n_users=400, n_grids=60, per_user=12)
+    fast, slow = _both(g, u, c, 30.0, eps, error_target=None, protect_min_error_grid=protect)
+    assert fast == slow
+    assert len(fast.removed_pos) > 50 and fast.K < fast.G1  # many stages ran
+
+
+def test_whole_plan_is_the_same_with_the_python_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """clip_user's plan (removals, m, errors) is unchanged by the compiled stages."""
+    rng = np.random.default_rng(11)
+    g, u, c = city_occupancy(rng, n_users=300, n_grids=40, per_user=8)
+    fast = clip_user(g, u, c, 30.0, 0.5)
+    import app.core.clip_user as cu
+
+    monkeypatch.setattr(
+        cu, "suppress_users", lambda *a, **k: suppress_users(*a, **k, compiled=False)
+    )
+    assert clip_user(g, u, c, 30.0, 0.5) == fast
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_clip_user_kept_equals_plan_kept(seed: int) -> None:
+    """The planner's direct kept counts are plan_kept of the full plan, row for row."""
+    from app.core.clip_user import clip_user_kept, plan_kept
+
+    rng = np.random.default_rng(900 + seed)
+    for _ in range(40):
+        g, u, c = random_occupancy(rng)
+        kw = {"protect_min_error_grid": bool(rng.integers(0, 2)), "split": "half"}
+        eps = float(rng.choice([0.1, 0.5, 2.0]))
+        full = plan_kept(clip_user(g, u, c, 30.0, eps, **kw), g, u, c)
+        assert np.array_equal(clip_user_kept(g, u, c, 30.0, eps, **kw), full)
+    g, u, c = city_occupancy(rng, n_users=200, n_grids=30, per_user=6)
+    assert np.array_equal(
+        clip_user_kept(g, u, c, 30.0, 0.3), plan_kept(clip_user(g, u, c, 30.0, 0.3), g, u, c)
+    )
