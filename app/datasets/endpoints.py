@@ -46,7 +46,7 @@ ColumnName = Annotated[str, Query(min_length=1, max_length=200)]
     responses=responses(Unauthenticated, Forbidden),
     summary="Create a dataset (admin)",
 )
-def create_dataset(body: DatasetCreate, session: SessionDep, _: AdminKey) -> DatasetOut:
+def create_dataset(body: DatasetCreate, _: AdminKey, session: SessionDep) -> DatasetOut:
     return service.dataset_out(service.create_dataset(session, body))
 
 
@@ -56,7 +56,7 @@ def create_dataset(body: DatasetCreate, session: SessionDep, _: AdminKey) -> Dat
     responses=responses(Unauthenticated, Forbidden),
     summary="List datasets",
 )
-def list_datasets(session: SessionDep, _: AnalystKey) -> DatasetList:
+def list_datasets(_: AnalystKey, session: SessionDep) -> DatasetList:
     return DatasetList(datasets=[service.dataset_out(d) for d in service.list_datasets(session)])
 
 
@@ -66,7 +66,7 @@ def list_datasets(session: SessionDep, _: AnalystKey) -> DatasetList:
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="One dataset, with its user, grid and record counts",
 )
-def get_dataset(dataset_id: DatasetId, session: SessionDep, _: AnalystKey) -> DatasetDetail:
+def get_dataset(dataset_id: DatasetId, _: AnalystKey, session: SessionDep) -> DatasetDetail:
     return service.dataset_detail(session, service.get_dataset(session, dataset_id))
 
 
@@ -81,8 +81,8 @@ def get_dataset(dataset_id: DatasetId, session: SessionDep, _: AnalystKey) -> Da
 )
 def list_grids(
     dataset_id: DatasetId,
-    session: SessionDep,
     _: AnalystKey,
+    session: SessionDep,
     slot_start: Annotated[
         str | None,
         Query(max_length=64, description="Only this slot (any ISO 8601 form; naive = local)."),
@@ -162,8 +162,8 @@ async def upload(
     dataset_id: DatasetId,
     request: Request,
     response: Response,
-    session: SessionDep,
     _: AdminKey,
+    session: SessionDep,
     user_col: ColumnName = "user_id",
     time_col: ColumnName = "timestamp",
     lat_col: ColumnName = "lat",

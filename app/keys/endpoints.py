@@ -22,7 +22,7 @@ router = APIRouter(tags=["keys"], route_class=CheckedRoute)
     responses=responses(Unauthenticated, Forbidden),
     summary="Issue an API key (admin)",
 )
-def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
+def create_key(body: KeyCreate, _: AdminKey, session: SessionDep) -> KeyCreated:
     key, secret = service.create_key(
         session, name=body.name, role=body.role, epsilon_quota=body.epsilon_quota
     )
@@ -41,7 +41,7 @@ def create_key(body: KeyCreate, session: SessionDep, _: AdminKey) -> KeyCreated:
     responses=responses(Unauthenticated, Forbidden),
     summary="Every key with its quota, spend and whether it is revoked (admin)",
 )
-def list_keys(session: SessionDep, _: AdminKey) -> KeyList:
+def list_keys(_: AdminKey, session: SessionDep) -> KeyList:
     return KeyList(keys=service.list_keys(session, partial(key_spent, session)))
 
 
@@ -51,7 +51,7 @@ def list_keys(session: SessionDep, _: AdminKey) -> KeyList:
     responses=responses(Unauthenticated, Forbidden),
     summary="The calling key: quota, spend and what is left",
 )
-def key_me(session: SessionDep, key: AnalystKey) -> KeyMe:
+def key_me(key: AnalystKey, session: SessionDep) -> KeyMe:
     return service.key_me(session, key, partial(key_spent, session))
 
 
@@ -64,6 +64,6 @@ def key_me(session: SessionDep, key: AnalystKey) -> KeyMe:
     description="The last active admin key cannot be revoked (409 `conflict`): create "
     "another admin key first.",
 )
-def revoke_key(key_id: KeyId, session: SessionDep, _: AdminKey) -> Response:
+def revoke_key(key_id: KeyId, _: AdminKey, session: SessionDep) -> Response:
     service.revoke_key(session, key_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

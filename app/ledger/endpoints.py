@@ -46,7 +46,10 @@ WINDOW = Annotated[
     "and, for a dataset with a budget window, in one window of the data's time (`window`).",
 )
 def get_budget(
-    dataset_id: DatasetId, session: SessionDep, _: AnalystKey, window: WINDOW = None
+    dataset_id: DatasetId,
+    _: AnalystKey,
+    session: SessionDep,
+    window: WINDOW = None,
 ) -> dict:
     dataset = get_dataset(session, dataset_id)
     shown = service.parse_window_param(dataset, window)
@@ -61,8 +64,8 @@ def get_budget(
 )
 def get_ledger(
     dataset_id: DatasetId,
-    session: SessionDep,
     _: AdminKey,
+    session: SessionDep,
     epoch: Annotated[int | None, Query(ge=1, le=2**31 - 1)] = None,
     window: WINDOW = None,
     limit: Annotated[int, Query(ge=1, le=10000)] = 1000,
@@ -90,8 +93,8 @@ def reset_budget(
     body: ResetIn,
     request: Request,
     response: Response,
-    session: SessionDep,
     key: AdminKey,
+    session: SessionDep,
     idempotency_key: Annotated[
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)
     ] = None,

@@ -140,8 +140,8 @@ async def variance(
 )
 def quote(
     grid_id: GRID_ID,
-    session: SessionDep,
     _: AnalystKey,
+    session: SessionDep,
     target_error: Annotated[
         float,
         Query(
@@ -169,8 +169,8 @@ def quote(
     "again now would return it for free.",
 )
 def list_queries(
-    session: SessionDep,
     key: AnalystKey,
+    session: SessionDep,
     grid_id: Annotated[
         str | None, Query(max_length=32, description="Only the answers about this grid.")
     ] = None,

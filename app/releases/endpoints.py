@@ -33,7 +33,10 @@ router = APIRouter(tags=["releases"], route_class=CheckedRoute)
     "the stored release with `cached: true`.",
 )
 def create_release(
-    dataset_id: DatasetId, body: ReleaseIn, session: SessionDep, key: AnalystKey
+    dataset_id: DatasetId,
+    body: ReleaseIn,
+    key: AnalystKey,
+    session: SessionDep,
 ) -> dict:
     started = time.perf_counter()
     with gc_paused():  # ~10^6 short-lived objects: no collector walks meanwhile
@@ -48,7 +51,7 @@ def create_release(
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="The plan of a release, without values and without any charge",
 )
-def preview_release(dataset_id: str, body: ReleaseIn, session: SessionDep, _: AnalystKey) -> dict:
+def preview_release(dataset_id: str, body: ReleaseIn, _: AnalystKey, session: SessionDep) -> dict:
     return service.preview_slot(session, dataset_id, body)
 
 
@@ -63,8 +66,8 @@ def preview_release(dataset_id: str, body: ReleaseIn, session: SessionDep, _: An
 )
 def list_releases(
     dataset_id: DatasetId,
-    session: SessionDep,
     _: AnalystKey,
+    session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="Releases per page.")] = 100,
     offset: Annotated[
         int, Query(ge=0, le=2**31 - 1, description="Skip this many (`next` of a page).")
@@ -81,8 +84,8 @@ def list_releases(
 )
 def get_release(
     release_id: str,
-    session: SessionDep,
     _: AnalystKey,
+    session: SessionDep,
     format: Annotated[
         ReleaseFormat,
         Query(description="`json` (default), `geojson` (one H3 hexagon per grid) or `csv`."),
