@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset
 from app.datasets.repository import GridRepository
-from app.ingest.csv_records import Batch
+from app.ingest.batches import Batch
 from app.ingest.timeslots import datetime_to_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
 
