@@ -9,11 +9,14 @@ import io
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import numpy as np
+from fastapi import FastAPI
 from google.transit import gtfs_realtime_pb2
+from sqlalchemy import text
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "capmetrics"
 #: The day held out from tuning (hours 0-9 only), used by the end-to-end feed tests.
@@ -33,12 +36,14 @@ def capmetrics_rows(day: str) -> list[Row] | None:
 
 
 def made_rows(n: int, seed: int = 0) -> list[Row]:
-    """``n`` CapMetrics-like rows made here (40 vehicles around Austin, one morning)."""
+    """``n`` CapMetrics-like rows made here: 40 vehicles around Austin, a row every 5 s
+    from 08:00 local (no vehicle reports twice in the same second)."""
     rng = np.random.default_rng(seed)
+    start = datetime.fromisoformat("2016-11-26T08:00:00-06:00")
     return [
         {
             "vehicle_id": str(8900 + i % 40),
-            "timestamp": f"2016-11-26T08:{i % 60:02d}:{(7 * i) % 60:02d}-06:00",
+            "timestamp": (start + timedelta(seconds=5 * i)).isoformat(),
             "latitude": str(30.2 + rng.uniform(0, 0.2)),
             "longitude": str(-97.8 + rng.uniform(0, 0.2)),
             "speed": str(rng.uniform(0, 20)),
@@ -157,3 +162,41 @@ def sequence(bodies: Sequence[bytes | int]) -> Callable[[], bytes | int]:
         return last[0]
 
     return next_body
+
+
+def held_out_rows(hours: tuple[float, float] | None = None) -> list[Row]:
+    """The held-out CapMetrics day's rows (local hours ``[start, stop)``, or all of them);
+    the test is skipped, saying why, when the shared file is absent."""
+    import pytest
+
+    rows = capmetrics_rows(HELD_OUT_DAY)
+    if rows is None:
+        pytest.skip(f"CapMetrics day {HELD_OUT_DAY} not found in {DATA} (../shared/data)")
+    if hours is None:
+        return rows
+    midnight = datetime.fromisoformat(HELD_OUT_DAY).replace(tzinfo=ZoneInfo("America/Chicago"))
+    start, stop = (int(midnight.timestamp() + h * 3600) for h in hours)
+    return rows_between(rows, start, stop)
+
+
+def sliding(rows: Sequence[Row], seconds: int = FEED_SECONDS) -> list[bytes]:
+    """What a feed polled every ``seconds`` serves when each publication also repeats the
+    previous window (vehicles that did not report again): windows ``k-1`` and ``k``."""
+    parts = windows(rows, seconds)
+    return [feed_message([*(parts[k - 1] if k else []), *parts[k]]) for k in range(len(parts))]
+
+
+def contents(app: FastAPI, dataset_id: int) -> tuple[list[tuple], list[tuple]]:
+    """A dataset's grids ``(h3_cell, slot_start, n_users, n_records)`` and records
+    ``(h3_cell, slot_start, user hash, ts, value)``, sorted."""
+    with app.state.sessionmaker() as s:
+        grids = s.execute(
+            text("SELECT h3_cell, slot_start, n_users, n_records FROM grids "
+                 "WHERE dataset_id = :d ORDER BY 1, 2"), {"d": dataset_id},
+        ).all()  # fmt: skip
+        records = s.execute(
+            text("SELECT g.h3_cell, g.slot_start, u.user_hash, r.ts, r.value FROM records r "
+                 "JOIN grids g ON g.id = r.grid_id JOIN dataset_users u ON u.id = r.user_id "
+                 "WHERE r.dataset_id = :d ORDER BY 1, 2, 3, 4"), {"d": dataset_id},
+        ).all()  # fmt: skip
+    return [tuple(g) for g in grids], [tuple(r) for r in records]

@@ -5,27 +5,22 @@ uploaded as CSV (a held-out CapMetrics day, when the shared data is present)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from zoneinfo import ZoneInfo
-
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from google.transit import gtfs_realtime_pb2
-from sqlalchemy import text
 
 from app.db.migrate import upgrade
 from app.main import create_app
 from app.uploads.repository import IngestRepository
 from tests.conftest import ADMIN_KEY
 from tests.gtfs_support import (
-    HELD_OUT_DAY,
-    capmetrics_rows,
+    contents,
     feed_message,
     feeds,
+    held_out_rows,
     made_rows,
     positions_csv,
-    rows_between,
 )
 from tests.helpers import create_dataset, upload_csv
 from tests.integration.ingest_support import NOTHING, _error, counts
@@ -48,22 +43,6 @@ def push(client: TestClient, dataset_id: int, body: bytes, **params) -> dict:
     resp = post_feed(client, dataset_id, body, **params)
     assert resp.status_code == 200, resp.text
     return resp.json()
-
-
-def contents(app: FastAPI, dataset_id: int) -> tuple[list[tuple], list[tuple]]:
-    """A dataset's grids ``(h3_cell, slot_start, n_users, n_records)`` and records
-    ``(h3_cell, slot_start, user hash, ts, value)``, sorted."""
-    with app.state.sessionmaker() as s:
-        grids = s.execute(
-            text("SELECT h3_cell, slot_start, n_users, n_records FROM grids "
-                 "WHERE dataset_id = :d ORDER BY 1, 2"), {"d": dataset_id},
-        ).all()  # fmt: skip
-        records = s.execute(
-            text("SELECT g.h3_cell, g.slot_start, u.user_hash, r.ts, r.value FROM records r "
-                 "JOIN grids g ON g.id = r.grid_id JOIN dataset_users u ON u.id = r.user_id "
-                 "WHERE r.dataset_id = :d ORDER BY 1, 2, 3, 4"), {"d": dataset_id},
-        ).all()  # fmt: skip
-    return [tuple(g) for g in grids], [tuple(r) for r in records]
 
 
 def test_a_feed_is_stored_like_the_same_positions_as_csv(client: TestClient, app) -> None:
@@ -182,18 +161,6 @@ def test_openapi_documents_both_body_types(client: TestClient) -> None:
 
 
 # ------------------------------------------------------------ a held-out day, as feeds
-
-
-def held_out_rows(hours: tuple[int, int] | None) -> list[dict[str, str]]:
-    rows = capmetrics_rows(HELD_OUT_DAY)
-    if rows is None:
-        pytest.skip(f"CapMetrics day {HELD_OUT_DAY} not found in ../shared/data/capmetrics")
-    if hours is None:
-        return rows
-    chicago = ZoneInfo("America/Chicago")
-    day = datetime.fromisoformat(HELD_OUT_DAY)
-    start, stop = (int(day.replace(hour=h, tzinfo=chicago).timestamp()) for h in hours)
-    return rows_between(rows, start, stop)
 
 
 def check_feeds_give_the_csv_grids(client: TestClient, app: FastAPI, rows) -> None:
