@@ -115,7 +115,7 @@ class FeedReader:
             lats.append(p.latitude)
             lons.append(p.longitude)
             speeds.append(p.speed)
-        errors = [(n, f"{entity_label(n, _vehicle_id(entities[n - 1]))}: {r}") for n, r in errors]
+        # reasons are labelled (entity, vehicle) once sorted, for the reported ones only
         return self._checked(stop - start, errors, numbers, vehicles, seconds, lats, lons, speeds)
 
     def _checked(
@@ -157,8 +157,12 @@ class FeedReader:
                 reason = f"non-finite speed {speeds[i]!r}"
             else:
                 reason = f"speed {speeds[i]!r} outside [0, {U!r}]"
-            errors.append((numbers[i], f"{entity_label(numbers[i], vehicles[i])}: {reason}"))
-        errors.sort()
+            errors.append((numbers[i], reason))
+        rejected = len(errors)
+        errors = [
+            (n, f"{entity_label(n, _vehicle_id(self._entities[n - 1]))}: {r}")
+            for n, r in sorted(errors)[:MAX_REPORTED_ERRORS]
+        ]
         keep = np.flatnonzero(ok & ~zero & ~rejected_oor)
         res, to_cell = opts.h3_resolution, h3i.latlng_to_cell
         cells = [
@@ -184,10 +188,10 @@ class FeedReader:
             new_users=new_users,
             new_grids=new_grids,
             rows=rows,
-            rejected=len(errors),
+            rejected=rejected,
             clamped=clamped,
             dropped_zero=int(zero.sum()),
-            errors=errors[:MAX_REPORTED_ERRORS],
+            errors=errors,
         )
 
 

@@ -116,3 +116,13 @@ def test_clamping_and_drop_zero_as_for_csv() -> None:
 def test_garbage_is_refused_with_a_message(body: bytes) -> None:
     with pytest.raises(FeedFormatError, match="not a GTFS-Realtime FeedMessage"):
         FeedReader(body, OPTIONS)
+
+
+def test_every_rejection_is_counted_and_the_first_hundred_listed() -> None:
+    msg = gtfs_realtime_pb2.FeedMessage()
+    msg.header.timestamp = 1480168800
+    for _ in range(150):
+        msg.entity.add().vehicle.position.speed = 1.0  # no vehicle id
+    batches = list(FeedReader(msg.SerializePartialToString(), OPTIONS).batches(1000))
+    assert sum(b.rejected for b in batches) == 150
+    assert [n for b in batches for n, _ in b.errors] == list(range(1, 101))
