@@ -16,6 +16,11 @@ and speed), the body of ``POST /datasets/{id}/records`` with
 
     python benchmarks/ingest.py                              # 1e6 rows
     python benchmarks/ingest.py --format both --runs 5
+    DPGATE_BENCH_CODE=/tmp/base python benchmarks/ingest.py --runs 5   # the code before
+
+Each run also reports the CPU seconds of the uploading process and of its Postgres
+backend (from ``/proc``, when the server is local): on a machine shared with other
+work, wall time moves with the load and these barely do.
     python benchmarks/ingest.py --runs 0 --memory 1000000 5000000
 """
 
@@ -39,7 +44,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+#: ``DPGATE_BENCH_CODE``: measure the ``app`` package of another checkout with this same
+#: harness (an A/B against the code before: ``git worktree add /tmp/base main``).
+sys.path.insert(0, os.environ.get("DPGATE_BENCH_CODE", str(ROOT)))
 
 PG_URL = os.environ.get(
     "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -167,15 +174,31 @@ def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple
             )
             dataset_id = create_dataset(session, spec).id
         t0 = time.perf_counter()
+        client0 = time.process_time()
         with sessionmaker.begin() as session:
+            backend = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            server0 = _cpu_seconds(backend)
             answer, _ = upload_records(
                 session, dataset_id, file_chunks(csv_path), _options(fmt), hash_secret=SECRET
             )
         elapsed = time.perf_counter() - t0
+        answer["client_cpu_s"] = time.process_time() - client0
+        answer["server_cpu_s"] = _cpu_seconds(backend) - server0  # committed: backend idle
         engine.dispose()
         return elapsed, answer
     finally:
         drop()
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) of a local process so far, or NaN where unknown (the
+    server is remote, or there is no ``/proc``). Unlike wall time, barely moved by other
+    work on a shared machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_http(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
@@ -313,20 +336,28 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"the same rows as one GTFS-Realtime FeedMessage: {size}")
         for kind in kinds if args.runs else []:
             times: dict[str, list[float]] = {fmt: [] for fmt in formats}
+            cpus: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in formats}
             for i in range(args.runs):
                 for fmt in formats:  # alternated, so both see the same machine load
                     elapsed, answer = run_service(kind, bodies[fmt], tmp, fmt)
                     times[fmt].append(elapsed)
+                    cpu = (answer["client_cpu_s"], answer["server_cpu_s"])
+                    cpus[fmt].append(cpu)
                     print(
                         f"  {kind} {fmt:7s} run {i + 1}: {elapsed:6.2f}s "
                         f"{args.rows / elapsed:10,.0f} rows/s (accepted {answer['accepted']:,}, "
-                        f"duplicates {answer['duplicates']:,}, grids {answer['grids_updated']:,})"
+                        f"duplicates {answer['duplicates']:,}, grids {answer['grids_updated']:,}); "
+                        f"CPU: dpgate {cpu[0]:.2f}s, its Postgres backend {cpu[1]:.2f}s"
                     )
             for fmt, ts in times.items():
                 med = statistics.median(ts)
+                client = statistics.median(c for c, _ in cpus[fmt])
+                server = statistics.median(s for _, s in cpus[fmt])
                 print(
                     f"{kind} {fmt}: median {med:.2f}s = {args.rows / med:,.0f} rows/s "
-                    f"({args.runs} runs; min {min(ts):.2f}s, max {max(ts):.2f}s)"
+                    f"({args.runs} runs; min {min(ts):.2f}s, max {max(ts):.2f}s); median CPU "
+                    f"dpgate {client:.2f}s ({args.rows / client:,.0f} rows per CPU-second), "
+                    f"Postgres {server:.2f}s ({args.rows / server:,.0f} rows per CPU-second)"
                 )
             if args.http:
                 elapsed, _ = run_http(kind, csv_path, tmp)
