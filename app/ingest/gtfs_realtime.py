@@ -85,27 +85,19 @@ class FeedReader:
         lons: list[float] = []
         speeds: list[float] = []
         entities = self._entities
+        # An absent sub-message reads as an empty one, so the usual entity is read with
+        # no HasField call; the reason of a failed check is then found by _unusable.
         for number in range(start + 1, stop + 1):
             entity = entities[number - 1]
-            if not entity.HasField("vehicle"):
-                errors.append((number, "not a vehicle position (the entity has no 'vehicle')"))
-                continue
             v = entity.vehicle
             vid = v.vehicle.id.strip()
-            if not vid:
-                errors.append((number, "no vehicle id (vehicle.vehicle.id is empty)"))
-                continue
-            if not v.HasField("position"):
-                errors.append((number, "no position (vehicle.position is missing)"))
-                continue
             p = v.position
-            if not p.HasField("speed"):
-                errors.append((number, "no speed (vehicle.position.speed is missing)"))
-                continue
-            ts = v.timestamp if v.HasField("timestamp") else header_ts
-            if ts is None:
-                errors.append((number, "no timestamp (neither vehicle.timestamp nor the header's)"))
-                continue
+            ts = v.timestamp
+            if not vid or not p.HasField("speed") or (not ts and not v.HasField("timestamp")):
+                ts = header_ts if not v.HasField("timestamp") else ts
+                if (reason := _unusable(entity, vid, ts)) is not None:
+                    errors.append((number, reason))
+                    continue
             if ts * US >= _LATEST_US:
                 errors.append((number, f"timestamp {ts} outside 1900-01-02..2299-12-30"))
                 continue
@@ -193,6 +185,21 @@ class FeedReader:
             dropped_zero=int(zero.sum()),
             errors=errors,
         )
+
+
+def _unusable(entity: gtfs_realtime_pb2.FeedEntity, vid: str, ts: int | None) -> str | None:
+    """Why an entity is not a usable vehicle position (checked in this order), or None."""
+    if not entity.HasField("vehicle"):
+        return "not a vehicle position (the entity has no 'vehicle')"
+    if not vid:
+        return "no vehicle id (vehicle.vehicle.id is empty)"
+    if not entity.vehicle.HasField("position"):
+        return "no position (vehicle.position is missing)"
+    if not entity.vehicle.position.HasField("speed"):
+        return "no speed (vehicle.position.speed is missing)"
+    if ts is None:
+        return "no timestamp (neither vehicle.timestamp nor the header's)"
+    return None
 
 
 def _vehicle_id(entity: gtfs_realtime_pb2.FeedEntity) -> str:
