@@ -75,8 +75,8 @@ def check_pull_gives_the_csv_grids(pg_client: TestClient, rows: list[dict[str, s
     assert len(contents(app, ds_pull)[1]) == as_csv["accepted"] > 500  # type: ignore[arg-type]
 
 
-def test_held_out_half_hour_pulled_gives_the_csv_grids(database_env, pg_client) -> None:
-    check_pull_gives_the_csv_grids(pg_client, held_out_rows((8, 8.5)))
+def test_held_out_twenty_minutes_pulled_give_the_csv_grids(database_env, pg_client) -> None:
+    check_pull_gives_the_csv_grids(pg_client, held_out_rows((8, 8 + 1 / 3)))
 
 
 @pytest.mark.slow
