@@ -233,7 +233,9 @@ def test_map_page_is_served_with_a_strict_policy(live_url: str) -> None:
     assert 'id="map"' in resp.text and "dpgate-tile-url" not in resp.text
 
 
-def test_map_finds_the_released_cell_above_a_footprint_cell(page: Page, live_url: str) -> None:
+def test_map_finds_the_released_cell_above_a_footprint_cell(
+    page: Page, live_url: str
+) -> None:
     """An adaptive release's coarse cell covers the fine footprint cells below it: the
     page's H3 parent (from the index bits) agrees with h3's."""
     page.navigate(f"{live_url}/map")

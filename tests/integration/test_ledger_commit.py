@@ -288,3 +288,5 @@ def test_excluding_the_exhausted_users_lets_the_rest_be_charged(
                      grid_id=w.grid_id)  # fmt: skip
     w.charge = kept
     assert commit(w).verdict is Verdict.OK
+
+
