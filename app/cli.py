@@ -15,6 +15,7 @@ from typing import Any
 from app import __version__
 from app.cli_admin import add_budget, add_keys
 from app.cli_ingest import add_ingest
+from app.cli_publish import add_publish
 from app.cli_support import DefaultsHelp, StartupRefused, settings_or_refusal
 from app.config import Settings
 
@@ -197,6 +198,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_keys(sub)
     add_budget(sub)
     add_ingest(sub)
+    add_publish(sub)
     _add_demo(sub)
     _add_experiments(sub)
     return parser

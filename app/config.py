@@ -80,7 +80,18 @@ class Settings(BaseSettings):
         default=60.0,
         ge=0,
         description="Longest run of one statement, lock waits included, before it "
-        "is cancelled and the request answers 503 (0: no limit).",
+        "is cancelled and the request answers 503 (0: no limit); also the longest a "
+        "session may stay idle inside a transaction.",
+    )
+    db_deadline_seconds: float = Field(
+        default=8.0,
+        ge=3,
+        le=600,
+        description="When the database stops answering (a stopped or frozen server, a "
+        "lost host), every request waiting on it answers 503 within about this time, "
+        "connections already open included: a heartbeat (`SELECT 1` each second) "
+        "unanswered for this long less 1 s shuts them, and requests answer 503 at once "
+        "until it answers again. Also the longest wait for a free pooled connection.",
     )
 
     map_tile_url: str | None = Field(

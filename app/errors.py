@@ -214,10 +214,23 @@ def _driver_is_unavailable(orig: BaseException) -> bool:
     return any(s in text for s in ("read-only", "readonly", "disk", "no space", "locked"))
 
 
+def _unavailable_message(orig: BaseException | None) -> str:
+    """What a 503 from the database says: a time limit is not an outage."""
+    if isinstance(orig, psycopg.errors.QueryCanceled):  # statement_timeout
+        return "a database statement ran past its time limit; retry later"
+    if isinstance(orig, psycopg.errors.LockNotAvailable):  # lock_timeout
+        return "a database lock was not granted in time; retry later"
+    if isinstance(orig, psycopg.errors.IdleInTransactionSessionTimeout):
+        return "the request's transaction stayed idle past its time limit; retry"
+    return Unavailable.description
+
+
 def _database_error(orig: BaseException | None, *, unavailable: bool, data: bool):
     if unavailable:
         log.warning("database unavailable: %s", orig)
-        return error_response(503, Unavailable.code, Unavailable.description, {"Retry-After": "1"})
+        return error_response(
+            503, Unavailable.code, _unavailable_message(orig), {"Retry-After": "1"}
+        )
     if data:  # a client value the database cannot hold (NUL, range)
         log.warning("value refused by the database: %s", orig)
         return error_response(

@@ -18,6 +18,7 @@ from app.db.embedded import database_url
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import make_async_pool
 from app.db.unit import Database
+from app.db.watch import make_watch
 from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
 from app.instance.service import resolve_hashing_secret
@@ -49,11 +50,14 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     moves everything alive after start-up out of the garbage collector's sight."""
     settings = settings or get_settings()
     url = database_url(settings.database_url)
+    watch = make_watch(url, settings)
     engine = make_engine(
         url,
         pool_size=settings.db_pool_size,
         connect_timeout=settings.db_connect_timeout_seconds,
         statement_timeout=settings.db_statement_timeout_seconds,
+        watch=watch,
+        pool_timeout=settings.db_deadline_seconds,
     )
     sessionmaker = make_sessionmaker(engine)
 
@@ -68,8 +72,11 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             size=settings.query_pool_size,
             connect_timeout=settings.db_connect_timeout_seconds,
             statement_timeout=settings.db_statement_timeout_seconds,
+            watch=watch,
+            timeout=settings.db_deadline_seconds,
         )
         await app.state.query_pool.open()
+        watch.start()
         if settings.admin_key is not None:
             await app.state.database.run(
                 partial(
@@ -86,6 +93,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             gc.collect()
             gc.freeze()
         yield
+        await watch.stop()
         await app.state.query_pool.close()
         app.state.database.close()
         engine.dispose()
@@ -100,6 +108,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         redirect_slashes=False,  # a trailing slash is a 404 that says so, not a 307
     )
     app.state.settings = settings
+    app.state.db_watch = watch
     app.state.engine = engine
     app.state.sessionmaker = sessionmaker
     app.state.hash_secret = resolve_hashing_secret(settings, engine)

@@ -130,7 +130,13 @@ def _hi(stat: str, U: float) -> float:
 
 
 def _peer_runs(
-    stat: str, grid: GridData, U: float, eps: float, k: int, truth: float, rng: np.random.Generator,
+    stat: str,
+    grid: GridData,
+    U: float,
+    eps: float,
+    k: int,
+    truth: float,
+    rng: np.random.Generator,
     runs: int,
 ) -> tuple[float, float]:
     est, b = peer_rule(stat, grid, U, eps, k)
@@ -143,8 +149,14 @@ def _peer_runs(
 
 
 def _dpgate_runs(
-    stat: str, grid: GridData, U: float, eps: float, mech: str, truth: float,
-    noise: SeededNoise, runs: int,
+    stat: str,
+    grid: GridData,
+    U: float,
+    eps: float,
+    mech: str,
+    truth: float,
+    noise: SeededNoise,
+    runs: int,
 ) -> tuple[float, float]:
     release = release_mean if stat == "mean" else release_variance
     err = np.empty(runs)
@@ -203,39 +215,61 @@ def evaluate(
                         rows.append({**base, "system": mech, "mae": mae, "cover": cov})
                         if mech == "auto":
                             pred = expected_error(stat, grid.counts, U, eps)
-                            rows.append({**base, "system": "auto predicted (expected_error)",
-                                         "mae": pred, "cover": math.nan})
+                            rows.append(
+                                {
+                                    **base,
+                                    "system": "auto predicted (expected_error)",
+                                    "mae": pred,
+                                    "cover": math.nan,
+                                }
+                            )
     return rows
 
 
 # ----------------------------------------------------------------------- report
 def summarise(rows: list[dict], groups: dict[str, Sequence[str]]) -> list[dict]:
     """Per (group of sets, statistic, ε, system): median and pooled ratio, coverage."""
-    peer = {(r["set"], r["grid"], r["stat"], r["eps"]): r["mae"]
-            for r in rows if r["system"] == "peer k=median"}
+    peer = {
+        (r["set"], r["grid"], r["stat"], r["eps"]): r["mae"]
+        for r in rows
+        if r["system"] == "peer k=median"
+    }
     out = []
     systems = list(dict.fromkeys(r["system"] for r in rows))
     for gname, members in groups.items():
         for stat in ("mean", "variance"):
             for eps in EPS:
                 for system in systems:
-                    sel = [r for r in rows if r["set"] in members and r["stat"] == stat
-                           and r["eps"] == eps and r["system"] == system]
+                    sel = [
+                        r
+                        for r in rows
+                        if r["set"] in members
+                        and r["stat"] == stat
+                        and r["eps"] == eps
+                        and r["system"] == system
+                    ]
                     if not sel:
                         continue
                     ref = np.array([peer[(r["set"], r["grid"], stat, eps)] for r in sel])
                     mae = np.array([r["mae"] for r in sel])
                     cov = np.array([r["cover"] for r in sel])
-                    out.append({
-                        "group": gname, "stat": stat, "eps": eps, "system": system,
-                        "grids": len(sel),
-                        "median_ratio": float(np.median(mae / ref)),
-                        "pooled_ratio": float(mae.sum() / ref.sum()),
-                        "cover_mean": (
-                            float(np.nanmean(cov)) if np.isfinite(cov).any() else math.nan
-                        ),
-                        "cover_min": float(np.nanmin(cov)) if np.isfinite(cov).any() else math.nan,
-                    })
+                    out.append(
+                        {
+                            "group": gname,
+                            "stat": stat,
+                            "eps": eps,
+                            "system": system,
+                            "grids": len(sel),
+                            "median_ratio": float(np.median(mae / ref)),
+                            "pooled_ratio": float(mae.sum() / ref.sum()),
+                            "cover_mean": (
+                                float(np.nanmean(cov)) if np.isfinite(cov).any() else math.nan
+                            ),
+                            "cover_min": float(np.nanmin(cov))
+                            if np.isfinite(cov).any()
+                            else math.nan,
+                        }
+                    )
     return out
 
 
@@ -245,8 +279,11 @@ def _f(x: float, d: int = 2) -> str:
 
 def table(summary: list[dict], systems: Sequence[str] | None = None) -> str:
     """A markdown table: one row per (group, statistic, system), ε in columns."""
-    head = ("| set | stat | system | grids | " + " | ".join(
-        f"ε={e}: median · pooled · cover (min)" for e in EPS) + " |")
+    head = (
+        "| set | stat | system | grids | "
+        + " | ".join(f"ε={e}: median · pooled · cover (min)" for e in EPS)
+        + " |"
+    )
     lines = [head, "|" + " --- |" * (4 + len(EPS))]
     keys = list(dict.fromkeys((s["group"], s["stat"], s["system"]) for s in summary))
     for g, stat, system in keys:
@@ -255,15 +292,20 @@ def table(summary: list[dict], systems: Sequence[str] | None = None) -> str:
         cells = []
         n = 0
         for eps in EPS:
-            hit = [s for s in summary if (s["group"], s["stat"], s["system"], s["eps"])
-                   == (g, stat, system, eps)]
+            hit = [
+                s
+                for s in summary
+                if (s["group"], s["stat"], s["system"], s["eps"]) == (g, stat, system, eps)
+            ]
             if not hit:
                 cells.append("—")
                 continue
             s = hit[0]
             n = s["grids"]
-            cells.append(f"{_f(s['median_ratio'])} · {_f(s['pooled_ratio'])} · "
-                         f"{_f(s['cover_mean'], 3)} ({_f(s['cover_min'], 2)})")
+            cells.append(
+                f"{_f(s['median_ratio'])} · {_f(s['pooled_ratio'])} · "
+                f"{_f(s['cover_mean'], 3)} ({_f(s['cover_min'], 2)})"
+            )
         lines.append(f"| {g} | {stat} | {system} | {n} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -295,9 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups[s] = [s]
     rows = evaluate(sets, mechs, runs, 4 * runs, args.libraries)
     summary = summarise(rows, groups)
-    print(f"runs per real grid: {runs}; ITMS-like grid: {4 * runs}; "
-          f"real grids: {sum(len(sets[s]) for s in real)}; "
-          f"{time.perf_counter() - t0:.0f} s (nice, one core)")
+    print(
+        f"runs per real grid: {runs}; ITMS-like grid: {4 * runs}; "
+        f"real grids: {sum(len(sets[s]) for s in real)}; "
+        f"{time.perf_counter() - t0:.0f} s (nice, one core)"
+    )
     print(table(summary))
     return 0
 

@@ -71,7 +71,8 @@ def grid_rows(
     """One row per (statistic, ε, system) for one grid."""
     rows: list[dict[str, object]] = []
     release: dict[str, Callable[..., Release]] = {
-        "mean": release_mean, "variance": release_variance,
+        "mean": release_mean,
+        "variance": release_variance,
     }
     for stat in ("mean", "variance"):
         truth = float(grid.values.mean() if stat == "mean" else grid.values.var())
@@ -84,25 +85,39 @@ def grid_rows(
             for system, (mech, opts) in SYSTEMS.items():
                 seed = seed_for(0, set_name, gi, stat, eps, system)
                 noise = SeededNoise(np.random.default_rng(seed))
-                rels = [release[stat](grid, U, eps, mech, noise=noise, **opts)
-                        for _ in range(runs)]
+                rels = [release[stat](grid, U, eps, mech, noise=noise, **opts) for _ in range(runs)]
                 views = [(system, [r.ci95 for r in rels])]
                 if system == "auto":
                     views.append(("auto noise-only", [_noise_only(r, hi) for r in rels]))
                 mae = float(np.mean([abs(r.estimate - truth) for r in rels]))
                 for name, cis in views:
                     shown = [c for c in cis if c is not None]
-                    rows.append({
-                        "set": set_name, "grid": gi, "stat": stat, "eps": eps, "system": name,
-                        "mae_ratio": mae / peer_mae if peer_mae > 0 else math.nan,
-                        "pred_ratio": (expected_error(stat, grid.counts, U, eps) / mae
-                                       if name == "auto" and mae > 0 else math.nan),
-                        "null": 1.0 - len(shown) / runs,
-                        "cover": (float(np.mean([lo <= truth <= up for lo, up in shown]))
-                                  if shown else math.nan),
-                        "width": (float(np.median([(up - lo) / hi for lo, up in shown]))
-                                  if shown else math.nan),
-                    })
+                    rows.append(
+                        {
+                            "set": set_name,
+                            "grid": gi,
+                            "stat": stat,
+                            "eps": eps,
+                            "system": name,
+                            "mae_ratio": mae / peer_mae if peer_mae > 0 else math.nan,
+                            "pred_ratio": (
+                                expected_error(stat, grid.counts, U, eps) / mae
+                                if name == "auto" and mae > 0
+                                else math.nan
+                            ),
+                            "null": 1.0 - len(shown) / runs,
+                            "cover": (
+                                float(np.mean([lo <= truth <= up for lo, up in shown]))
+                                if shown
+                                else math.nan
+                            ),
+                            "width": (
+                                float(np.median([(up - lo) / hi for lo, up in shown]))
+                                if shown
+                                else math.nan
+                            ),
+                        }
+                    )
     return rows
 
 
@@ -112,19 +127,31 @@ def _f(x: float, d: int = 2) -> str:
 
 def table(rows: list[dict[str, object]], sets: list[str], title: str) -> str:
     """A markdown table for the grids of ``sets``: one row per (statistic, system, ε)."""
-    out = [f"**{title}** ({len({(r['set'], r['grid']) for r in rows if r['set'] in sets})} grids)",
-           "", "| stat | system | ε | cover (worst grid) | width / range | null | MAE ÷ peers "
-           "| expected ÷ realised |", "|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"**{title}** ({len({(r['set'], r['grid']) for r in rows if r['set'] in sets})} grids)",
+        "",
+        "| stat | system | ε | cover (worst grid) | width / range | null | MAE ÷ peers "
+        "| expected ÷ realised |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     systems = list(dict.fromkeys(str(r["system"]) for r in rows))
     for stat in ("mean", "variance"):
         for system in systems:
             for eps in EPS:
-                sel = [r for r in rows if r["set"] in sets and r["stat"] == stat
-                       and r["system"] == system and r["eps"] == eps]
+                sel = [
+                    r
+                    for r in rows
+                    if r["set"] in sets
+                    and r["stat"] == stat
+                    and r["system"] == system
+                    and r["eps"] == eps
+                ]
                 if not sel:
                     continue
-                col = {k: np.array([float(r[k]) for r in sel])  # type: ignore[arg-type]
-                       for k in ("cover", "width", "null", "mae_ratio", "pred_ratio")}
+                col = {
+                    k: np.array([float(r[k]) for r in sel])  # type: ignore[arg-type]
+                    for k in ("cover", "width", "null", "mae_ratio", "pred_ratio")
+                }
                 cov = col["cover"][np.isfinite(col["cover"])]
                 wid = col["width"][np.isfinite(col["width"])]
                 pred = col["pred_ratio"][np.isfinite(col["pred_ratio"])]
@@ -157,8 +184,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows.extend(grid_rows(day, gi, grid, CAP_U, args.runs))
     else:
         print(f"CapMetrics data not found in {args.data}: the ITMS-like grid only", file=sys.stderr)
-    print(f"{args.runs} draws per real grid and ε, {10 * args.runs} on the ITMS-like grid; "
-          f"{time.perf_counter() - t0:.0f} s\n")
+    print(
+        f"{args.runs} draws per real grid and ε, {10 * args.runs} on the ITMS-like grid; "
+        f"{time.perf_counter() - t0:.0f} s\n"
+    )
     if real:
         print(table(rows, real, "CapMetrics, res-8 hourly grids with ≥ 20 buses, U = 30 m/s"))
         print()

@@ -96,7 +96,7 @@ class Client:
         json: Any = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-        idempotent_key: bool = False,
+        idempotent_key: bool | str = False,
     ) -> Any:
         """Send one logical request (retried on 503); its JSON answer or a typed error."""
         response = self._send(
@@ -119,13 +119,14 @@ class Client:
         json: Any = None,
         content: bytes | None = None,
         headers: Mapping[str, str] | None = None,
-        idempotent_key: bool = False,
+        idempotent_key: bool | str = False,
     ) -> httpx.Response:
         """The final response of one logical request: 503s are retried (bounded), with the
         same ``Idempotency-Key`` (one per logical request) on every attempt."""
         sent_headers = dict(headers or {})
         if idempotent_key:
-            sent_headers["Idempotency-Key"] = uuid.uuid4().hex
+            given = idempotent_key if isinstance(idempotent_key, str) else None
+            sent_headers["Idempotency-Key"] = given or uuid.uuid4().hex
         attempt = 0
         while True:
             response = self._http.request(
@@ -233,8 +234,10 @@ class Client:
             self._answer(response)  # raises the typed error
         return response.text
 
-    def budget(self, dataset_id: int | str) -> Budget:
-        return self._get(Budget, f"/datasets/{dataset_id}/budget")
+    def budget(self, dataset_id: int | str, window: str | None = None) -> Budget:
+        """The budget state; ``window`` (a local date) picks a budget window."""
+        params = {} if window is None else {"window": window}
+        return self._get(Budget, f"/datasets/{dataset_id}/budget", **params)
 
     def me(self) -> KeyInfo:
         """This key: its role, quota, spent and remaining epsilon."""

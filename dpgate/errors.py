@@ -26,8 +26,14 @@ class DpgateError(Exception):
 
     code: str = "error"
 
-    def __init__(self, message: str, *, status: int, code: str | None = None,
-                 body: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int,
+        code: str | None = None,
+        body: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status

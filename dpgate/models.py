@@ -82,6 +82,7 @@ class Quote(_Model):
 class ReleaseGrid(_Model):
     grid_id: str
     h3_cell: str | None = None
+    h3_resolution: int | None = None
     slot_start: str | None = None
     n_users: int | None = None
     mean: StatisticAnswer | None = None
@@ -90,8 +91,17 @@ class ReleaseGrid(_Model):
     expected_ci95_width: float | None = None
 
 
+class Coverage(_Model):
+    records: float
+    users: float
+
+
 class Release(_Model):
     release_id: str
+    slot_start: str | None = None
+    slots: int | None = None
+    partition: str | None = None
+    coverage: Coverage | None = None
     epsilon: float | None = None
     max_user_cost: float | None = None
     grids: list[ReleaseGrid] = []
@@ -112,6 +122,9 @@ class Release(_Model):
 
 
 class ReleasePreview(_Model):
+    slots: int | None = None
+    partition: str | None = None
+    coverage: Coverage | None = None
     epsilon: float | None = None
     max_user_cost: float | None = None
     grids: list[ReleaseGrid] = []

@@ -22,8 +22,11 @@ def answer_body(
     options: dict[str, Any],
     release: core.Release,
     epoch: int,
+    *,
+    privacy_unit: str,
 ) -> dict[str, Any]:
-    """The API.md statistic answer for ``release`` (its own epsilon share is reported)."""
+    """The API.md statistic answer for ``release`` (its own epsilon share is reported);
+    ``privacy_unit`` is the dataset's (``app.datasets.windows.privacy_unit``)."""
     return {
         "query_id": uuid.uuid4().hex,
         "grid_id": grid.public_id,
@@ -40,6 +43,7 @@ def answer_body(
         "ci95_note": release.ci95_note,
         "n_users": len(release.kept),
         "n_users_charged": int(np.count_nonzero(release.kept)),
+        "privacy_unit": privacy_unit,
         "cached": False,
         "epoch": epoch,
         "options": options,

@@ -30,7 +30,9 @@ def _release_example(statistic: str) -> dict[str, Any]:
     release = fn(grid, EXAMPLE_U, EXAMPLE_EPSILON, "auto")
     eps = parse_epsilon(EXAMPLE_EPSILON)
     options = core.validate_options(statistic, "auto", {})
-    return answer_body(_ExampleGrid(), statistic, "auto", eps, options, release, 1)
+    return answer_body(
+        _ExampleGrid(), statistic, "auto", eps, options, release, 1, privacy_unit="user"
+    )
 
 
 _EXAMPLES: dict[str, dict[str, Any]] = {}

@@ -83,6 +83,14 @@ class StatisticAnswer(BaseModel):
         description="Users whose records the answer used and who were charged `epsilon` "
         "(fewer than `n_users` when exhausted users are excluded or a plan suppressed some)."
     )
+    privacy_unit: str = Field(
+        description="What one unit of protection is: `user` (all of a user's records, "
+        "whenever they were made), or `user-day`, `user-week`, `user-month` for a dataset "
+        "with a budget window: all of one user's records in one window of the data's time "
+        "(the dataset's timezone). With a window, a user's answers about different windows "
+        "add up: a user present on d days of a `day` dataset is protected at d times "
+        "`budget_per_user` over those days together (docs/math.md §10.4)."
+    )
     cached: bool = Field(
         description="True when this is a stored answer returned again: nothing was charged."
     )

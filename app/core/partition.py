@@ -30,9 +30,9 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core.counts import prepare_counts
-from app.core.mean_capped import capped_half_widths, interval_k
+from app.core.mean_capped import capped_half_widths
 
-__all__ = ["AdaptivePartition", "adaptive_partition", "narrowest_width"]
+__all__ = ["AdaptivePartition", "PartitionTree", "adaptive_partition", "narrowest_width"]
 
 ParentOf = Callable[[int, int], int]
 
@@ -50,11 +50,17 @@ class AdaptivePartition:
     widths: dict[int, float] = field(default_factory=dict)
 
 
-def narrowest_width(counts: npt.ArrayLike, U: float, eps: float) -> float:
-    """The narrowest honest ci95 width of a mean over these per-user counts (public)."""
-    info = prepare_counts(np.asarray(counts, dtype=np.int64))
-    k = interval_k(info, U, eps)
-    half = float(capped_half_widths(info, U, eps, np.array([k]))[0])
+def narrowest_width(
+    counts: npt.ArrayLike, U: float, eps: float, caps: npt.ArrayLike | None = None
+) -> float:
+    """The narrowest honest ci95 width of a mean over these per-user counts, with each
+    user's kept count capped at ``caps`` (0: suppressed) if given (public)."""
+    info = prepare_counts(np.asarray(counts, dtype=np.int64), caps)
+    if not info.active.any():
+        return float(U)
+    # the half-width at interval_k's choice: the least over the same candidates
+    ks = np.arange(info.m_min, info.m_max + 1, dtype=np.int64)
+    half = float(capped_half_widths(info, U, eps, ks).min())
     return min(U, 2.0 * half)
 
 
@@ -62,36 +68,130 @@ def narrowest_width(counts: npt.ArrayLike, U: float, eps: float) -> float:
 class _Node:
     cell: int
     res: int
-    users: dict[int, int] = field(default_factory=dict)  # user -> records
+    counts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # per user
     children: list[int] = field(default_factory=list)
     fine: list[int] = field(default_factory=list)  # fine cells below (or itself)
 
 
-def _tree(
-    fine_cells: np.ndarray,
-    users: np.ndarray,
-    counts: np.ndarray,
-    finest: int,
-    coarsest: int,
-    parent_of: ParentOf,
-) -> tuple[dict[int, _Node], list[int]]:
-    nodes: dict[int, _Node] = {}
-    roots: set[int] = set()
-    chains: dict[int, list[int]] = {}  # fine cell -> itself and its ancestors, finest first
-    for fine in np.unique(fine_cells).tolist():
-        chain = [fine] + [parent_of(fine, r) for r in range(finest - 1, coarsest - 1, -1)]
-        chains[fine] = chain
-        for depth, cell in enumerate(chain):
-            node = nodes.setdefault(cell, _Node(cell, finest - depth))
-            node.fine.append(fine)
-            if depth > 0 and chain[depth - 1] not in node.children:
-                node.children.append(chain[depth - 1])
-        roots.add(chain[-1])
-    for fine, user, n in zip(fine_cells.tolist(), users.tolist(), counts.tolist(), strict=True):
-        for cell in chains[fine]:
-            got = nodes[cell].users
-            got[user] = got.get(user, 0) + int(n)
-    return nodes, sorted(roots)
+def _per_user(
+    ancestors: np.ndarray, users: np.ndarray, counts: np.ndarray
+) -> dict[int, np.ndarray]:
+    """Each ancestor's records per user (one entry per user with records below it)."""
+    order = np.lexsort((users, ancestors))
+    a, u, c = ancestors[order], users[order], counts[order]
+    new_pair = np.ones(a.size, dtype=bool)
+    new_pair[1:] = (a[1:] != a[:-1]) | (u[1:] != u[:-1])
+    starts = np.flatnonzero(new_pair)
+    pair_anc, pair_count = a[starts], np.add.reduceat(c, starts)
+    new_node = np.ones(pair_anc.size, dtype=bool)
+    new_node[1:] = pair_anc[1:] != pair_anc[:-1]
+    bounds = np.append(np.flatnonzero(new_node), pair_anc.size)
+    return {
+        int(pair_anc[lo]): pair_count[lo:hi]
+        for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
+    }
+
+
+@dataclass(frozen=True)
+class PartitionTree:
+    """Every occupied fine cell with its ancestors down to ``coarsest``, and each node's
+    records per user: built once, then :meth:`choose` at any ``ε``."""
+
+    nodes: dict[int, _Node]
+    roots: list[int]
+    finest: int
+    coarsest: int
+    cells: np.ndarray  # the rows' fine cells
+    users: np.ndarray
+    counts: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        fine_cells: npt.ArrayLike,
+        users: npt.ArrayLike,
+        counts: npt.ArrayLike,
+        *,
+        finest: int,
+        coarsest: int,
+        parent_of: ParentOf,
+    ) -> PartitionTree:
+        cells = np.asarray(fine_cells, dtype=np.int64)
+        who = np.asarray(users, dtype=np.int64)
+        n = np.asarray(counts, dtype=np.int64)
+        if not (cells.size == who.size == n.size) or np.any(n <= 0):
+            raise ValueError("occupancy rows need a fine cell, a user and a positive count each")
+        if not 0 <= coarsest <= finest:
+            raise ValueError(f"need 0 <= coarsest <= finest, got {coarsest} and {finest}")
+        uniq, inverse = np.unique(cells, return_inverse=True)
+        chains = [
+            [f] + [parent_of(f, r) for r in range(finest - 1, coarsest - 1, -1)]
+            for f in uniq.tolist()
+        ]
+        nodes: dict[int, _Node] = {}
+        for chain in chains:
+            for depth, cell in enumerate(chain):
+                node = nodes.setdefault(cell, _Node(cell, finest - depth))
+                node.fine.append(chain[0])
+                if depth > 0 and chain[depth - 1] not in node.children:
+                    node.children.append(chain[depth - 1])
+        for depth in range(finest - coarsest + 1):
+            level = np.array([chain[depth] for chain in chains], dtype=np.int64)
+            for cell, per_user in _per_user(level[inverse], who, n).items():
+                nodes[cell].counts = per_user
+        roots = sorted({chain[-1] for chain in chains})
+        return cls(nodes, roots, finest, coarsest, cells, who, n)
+
+    def choose(
+        self,
+        *,
+        min_users: int,
+        U: float,
+        eps: float,
+        useful_width: float | None = None,
+        fine_weight: float = 0.5,
+    ) -> AdaptivePartition:
+        """The partition of the module docstring at ``eps``."""
+        if min_users < 1:
+            raise ValueError(f"min_users must be >= 1, got {min_users}")
+        useful = 0.2 * U if useful_width is None else float(useful_width)
+        span = max(self.finest - self.coarsest, 1)
+        widths: dict[int, float] = {}
+        nodes = self.nodes
+
+        def best(cell: int) -> tuple[float, list[int]]:
+            """(worth, released cells) of the best decision for the subtree at ``cell``."""
+            node = nodes[cell]
+            whole, chosen = 0.0, []
+            if node.counts.size >= min_users:
+                width = narrowest_width(node.counts, U, eps)
+                widths[cell] = width
+                records = float(node.counts.sum())
+                fineness = fine_weight * (node.res - self.coarsest) / span
+                whole, chosen = records * (1.0 + (width <= useful) + fineness), [cell]
+            if node.children:
+                split, parts = 0.0, []
+                for child in node.children:
+                    worth, got = best(child)
+                    split += worth
+                    parts += got
+                if split > whole:
+                    return split, parts
+            return whole, chosen
+
+        released: dict[int, int] = {}
+        for root in self.roots:
+            released.update({c: nodes[c].res for c in best(root)[1]})
+        cell_of = {f: c for c in released for f in nodes[c].fine}
+        cells, who, n = self.cells, self.users, self.counts
+        skipped = sorted(set(cells.tolist()) - set(cell_of))
+        kept_rows = np.isin(cells, np.fromiter(cell_of, dtype=np.int64, count=len(cell_of)))
+        record_share = float(n[kept_rows].sum() / n.sum()) if n.size else 0.0
+        every = np.unique(who).size
+        user_share = float(np.unique(who[kept_rows]).size / every) if every else 0.0
+        return AdaptivePartition(
+            released, cell_of, skipped, record_share, user_share, {c: widths[c] for c in released}
+        )
 
 
 def adaptive_partition(
@@ -111,49 +211,11 @@ def adaptive_partition(
     """The partition of the module docstring for occupancy rows ``(fine cell, user, count)``.
 
     ``useful_width`` defaults to 20% of ``U`` (a ci95 at most that wide is "useful")."""
-    cells = np.asarray(fine_cells, dtype=np.int64)
-    who = np.asarray(users, dtype=np.int64)
-    n = np.asarray(counts, dtype=np.int64)
-    if not (cells.size == who.size == n.size) or np.any(n <= 0):
-        raise ValueError("occupancy rows need a fine cell, a user and a positive count each")
-    if not 0 <= coarsest <= finest:
-        raise ValueError(f"need 0 <= coarsest <= finest, got {coarsest} and {finest}")
     if min_users < 1:
         raise ValueError(f"min_users must be >= 1, got {min_users}")
-    useful = 0.2 * U if useful_width is None else float(useful_width)
-    nodes, roots = _tree(cells, who, n, finest, coarsest, parent_of)
-    span = max(finest - coarsest, 1)
-    widths: dict[int, float] = {}
-
-    def best(cell: int) -> tuple[float, list[int]]:
-        """(worth, released cells) of the best decision for the subtree at ``cell``."""
-        node = nodes[cell]
-        whole, chosen = 0.0, []
-        if len(node.users) >= min_users:
-            width = narrowest_width(list(node.users.values()), U, eps)
-            widths[cell] = width
-            records = float(sum(node.users.values()))
-            fineness = fine_weight * (node.res - coarsest) / span
-            whole, chosen = records * (1.0 + (width <= useful) + fineness), [cell]
-        if node.children:
-            split, parts = 0.0, []
-            for child in node.children:
-                worth, got = best(child)
-                split += worth
-                parts += got
-            if split > whole:
-                return split, parts
-        return whole, chosen
-
-    released: dict[int, int] = {}
-    for root in roots:
-        released.update({c: nodes[c].res for c in best(root)[1]})
-    cell_of = {f: c for c in released for f in nodes[c].fine}
-    skipped = sorted(set(cells.tolist()) - set(cell_of))
-    kept_rows = np.isin(cells, np.fromiter(cell_of, dtype=np.int64, count=len(cell_of)))
-    record_share = float(n[kept_rows].sum() / n.sum()) if n.size else 0.0
-    all_users = np.unique(who)
-    user_share = float(np.unique(who[kept_rows]).size / all_users.size) if all_users.size else 0.0
-    return AdaptivePartition(
-        released, cell_of, skipped, record_share, user_share, {c: widths[c] for c in released}
+    tree = PartitionTree.of(
+        fine_cells, users, counts, finest=finest, coarsest=coarsest, parent_of=parent_of
+    )
+    return tree.choose(
+        min_users=min_users, U=U, eps=eps, useful_width=useful_width, fine_weight=fine_weight
     )

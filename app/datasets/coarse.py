@@ -107,17 +107,29 @@ def _build(
 
 
 def coarse_grids(
-    session: Session, dataset: Dataset, level: GridLevel, slot: datetime | None = None
+    session: Session,
+    dataset: Dataset,
+    level: GridLevel,
+    slot: datetime | None = None,
+    until: datetime | None = None,
 ) -> list[Grid]:
-    """The coarser grids of ``level`` (only those starting at ``slot`` if given), made or
-    refreshed as needed, in (slot, cell) order."""
+    """The coarser grids of ``level`` — only those starting at ``slot`` if given, or in
+    ``[slot, until)`` with ``until`` — made or refreshed as needed, in (slot, cell) order."""
     repo = CoarseGridRepository(session)
     repo.share_lock(dataset.id)
-    lo, hi = (None, None) if slot is None else (slot, slot + timedelta(minutes=level.slot_minutes))
-    fine = repo.fine_grids(dataset.id, lo, None if hi is None else hi + _DST_SLACK)
+    length = timedelta(minutes=level.slot_minutes)
+    if slot is None:
+        lo = hi = None
+    else:
+        lo, hi = slot, (slot + length if until is None else until)
+    # a fine grid of the last slot starts before that slot's start + its length
+    fine_end = None if hi is None else hi + (length if until else timedelta(0)) + _DST_SLACK
+    fine = repo.fine_grids(dataset.id, lo, fine_end)
+    first = None if slot is None else datetime_to_us(slot)
+    last = first if until is None or first is None else datetime_to_us(until) - 1
     groups: dict[tuple[str, int], list[FineGrid]] = defaultdict(list)
     for g, key in zip(fine, _keys(fine, dataset, level), strict=True):
-        if slot is None or key[1] == datetime_to_us(slot):
+        if first is None or (last is not None and first <= key[1] <= last):
             groups[key].append(g)
     stored = _stored(repo, dataset.id, level, lo, hi)
     stale = {

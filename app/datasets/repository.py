@@ -39,8 +39,8 @@ class DatasetRepository:
     def lock(self, dataset_id: int) -> Dataset | None:
         """The dataset row, locked for an upload until the transaction ends.
 
-        ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which
-        take ``FOR UPDATE``) but not queries, which take ``FOR KEY SHARE`` and so keep
+        ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which take it
+        too) but not queries, which take ``FOR KEY SHARE`` and so keep
         running during a long upload.
         """
         return self.session.scalars(

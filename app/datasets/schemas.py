@@ -5,10 +5,21 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from app.datasets.windows import BudgetWindow
 from app.ingest.timeslots import is_valid_timezone
+from app.json_numbers import JsonBody
+
+BUDGET_WINDOW_DESCRIPTION = (
+    "`none`: one budget per user for all time (an admin resets it). `day`, `week` (ISO, "
+    "Monday to Sunday) or `month`: `budget_per_user` is per user and per window of the "
+    "data's time in the dataset's timezone, and a grid (a query or a release of it) is "
+    "charged to the window its slot lies in. The privacy unit is then one user in one "
+    "window (`privacy_unit` of every answer): a user present in d windows is protected "
+    "at d·budget_per_user over them together (docs/math.md §10.4)."
+)
 
 
-class DatasetCreate(BaseModel):
+class DatasetCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
@@ -36,6 +47,8 @@ class DatasetCreate(BaseModel):
         "are zero or out of range is public (SECURITY.md).",
     )
 
+    budget_window: BudgetWindow = Field(default="none", description=BUDGET_WINDOW_DESCRIPTION)
+
     @field_validator("timeslot_minutes")
     @classmethod
     def _divides_day(cls, v: int) -> int:
@@ -62,6 +75,11 @@ class DatasetOut(BaseModel):
     max_epsilon_per_query: float
     on_exhausted: str
     value_filters_public: bool
+    budget_window: BudgetWindow = Field(description=BUDGET_WINDOW_DESCRIPTION)
+    privacy_unit: str = Field(
+        description="What one unit of protection is: `user`, or `user-day`, `user-week`, "
+        "`user-month` with a budget window."
+    )
     epoch: int
     created_at: datetime
 

@@ -26,6 +26,7 @@ from app.datasets.grid_store import (
 from app.datasets.models import Dataset, Grid
 from app.datasets.repository import DatasetRepository, GridRepository
 from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
+from app.datasets.windows import privacy_unit
 from app.errors import InvalidRequest, NotFound
 from app.ids import parse_path_id
 from app.ingest.timeslots import (
@@ -80,6 +81,7 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             max_epsilon_per_query=limits["max_epsilon_per_query"],
             on_exhausted=spec.on_exhausted,
             value_filters_public=spec.value_filters_public,
+            budget_window=spec.budget_window,
             epoch=1,
         )
     )
@@ -140,6 +142,8 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         max_epsilon_per_query=float(dataset.max_epsilon_per_query),
         on_exhausted=dataset.on_exhausted,
         value_filters_public=dataset.value_filters_public,
+        budget_window=dataset.budget_window,  # type: ignore[arg-type]  # checked at creation
+        privacy_unit=privacy_unit(dataset),
         epoch=dataset.epoch,
         created_at=dataset.created_at,
     )

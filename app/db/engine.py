@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from sqlalchemy import Engine, create_engine, event
@@ -10,6 +10,9 @@ from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.liveness import closed_while_idle, session_parameters
+
+if TYPE_CHECKING:
+    from app.db.watch import DatabaseWatch
 
 
 def json_dumps(value: Any) -> str:
@@ -26,12 +29,16 @@ def make_engine(
     pool_size: int = 10,
     connect_timeout: float | None = None,
     statement_timeout: float | None = None,
+    watch: DatabaseWatch | None = None,
+    pool_timeout: float = 120,
 ) -> Engine:
     """Create an engine on Postgres.
 
     ``connect_timeout`` and ``statement_timeout`` (seconds) bound a connection attempt
     and each statement, and a pooled connection the server closed is replaced at
-    checkout (:mod:`app.db.liveness`).
+    checkout (:mod:`app.db.liveness`). With a ``watch`` (a server process), its
+    connections are shut when the database stops answering and none is opened while
+    it does not (:mod:`app.db.watch`); ``pool_timeout`` bounds the wait for a free one.
     """
     engine = create_engine(
         url,
@@ -39,10 +46,13 @@ def make_engine(
         max_overflow=pool_size,
         pool_pre_ping=False,  # a round trip per checkout; closed_while_idle costs none
         pool_recycle=1800,
-        pool_timeout=120,
+        pool_timeout=pool_timeout,
         json_serializer=json_dumps,
         connect_args=session_parameters(
-            url, connect_timeout=connect_timeout, statement_timeout=statement_timeout
+            url,
+            connect_timeout=connect_timeout,
+            statement_timeout=statement_timeout,
+            keepalive_seconds=None if watch is None else watch.silence,
         ),
     )
 
@@ -50,6 +60,16 @@ def make_engine(
     def _replace_closed(dbapi_conn: Any, _record: Any, _proxy: Any) -> None:
         if closed_while_idle(dbapi_conn):
             raise DisconnectionError("the server closed this pooled connection")
+
+    if watch is not None:
+
+        @event.listens_for(engine, "do_connect")
+        def _refuse_while_down(*_: Any) -> None:
+            watch.check()  # 503 at once rather than a connection attempt that hangs
+
+        @event.listens_for(engine, "connect")
+        def _track(dbapi_conn: Any, _record: Any) -> None:
+            watch.track(dbapi_conn)
 
     return engine
 

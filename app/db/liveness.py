@@ -32,10 +32,20 @@ def closed_while_idle(conn: Any) -> bool:
 
 
 def session_parameters(
-    url: str, *, connect_timeout: float | None, statement_timeout: float | None
+    url: str,
+    *,
+    connect_timeout: float | None,
+    statement_timeout: float | None,
+    keepalive_seconds: float | None = None,
 ) -> dict[str, Any]:
     """libpq connection parameters adding the time limits to those of ``url``
-    (``options`` is merged with the URL's own, e.g. a ``search_path``)."""
+    (``options`` is merged with the URL's own, e.g. a ``search_path``).
+
+    ``statement_timeout`` also bounds how long a session may sit idle inside a
+    transaction (``idle_in_transaction_session_timeout``: a client that stopped midway
+    releases its row locks). ``keepalive_seconds`` turns on TCP keepalives that find a
+    peer gone from the network in about that time on an idle connection (a stopped
+    server's kernel still answers them: ``app.db.watch`` covers that case)."""
     params: dict[str, Any] = {}
     if connect_timeout is not None:  # libpq takes whole seconds, at least 2
         params["connect_timeout"] = max(2, math.ceil(connect_timeout))
@@ -44,5 +54,15 @@ def session_parameters(
         if isinstance(own, tuple):
             own = " ".join(own)
         ms = max(1, round(statement_timeout * 1000))
-        params["options"] = f"{own} -c statement_timeout={ms}".strip()
+        params["options"] = (
+            f"{own} -c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
+        ).strip()
+    if keepalive_seconds:  # idle, then `count` probes `interval` apart (whole seconds)
+        interval = max(1, math.floor(keepalive_seconds / 4))
+        params.update(
+            keepalives=1,
+            keepalives_idle=max(1, math.floor(keepalive_seconds) - 3 * interval),
+            keepalives_interval=interval,
+            keepalives_count=3,
+        )
     return params

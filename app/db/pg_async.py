@@ -10,6 +10,9 @@ function is written for (``migrations/versions/0003``).
 
 from __future__ import annotations
 
+import asyncio
+from typing import TYPE_CHECKING, Any
+
 import orjson
 from psycopg import AsyncConnection, OperationalError
 from psycopg.conninfo import make_conninfo
@@ -19,6 +22,9 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 
 from app.db.liveness import closed_while_idle, session_parameters
+
+if TYPE_CHECKING:
+    from app.db.watch import DatabaseWatch
 
 
 def conninfo_from_url(url: str) -> str:
@@ -30,8 +36,51 @@ def conninfo_from_url(url: str) -> str:
     return make_conninfo(**kwargs)
 
 
-async def _configure(conn: AsyncConnection) -> None:
-    set_json_loads(orjson.loads, conn)  # stored answers come back as dicts, parsed fast
+class QueryPool(AsyncConnectionPool):
+    """The query path's pool, watched (:mod:`app.db.watch`): it shows ``watch`` every
+    connection it opens, refuses at once (503) while the database is down, and when
+    it goes down the requests waiting for a connection stop waiting (503)."""
+
+    def __init__(self, conninfo: str, *, watch: DatabaseWatch | None, **kwargs: Any) -> None:
+        self.watch = watch
+        self._getters: set[asyncio.Task[Any]] = set()
+        self._stopped: set[asyncio.Task[Any]] = set()
+        super().__init__(conninfo, configure=self._configure, **kwargs)
+        if watch is not None:
+            watch.on_down(self._stop_getters)
+
+    async def _configure(self, conn: AsyncConnection) -> None:
+        set_json_loads(orjson.loads, conn)  # stored answers come back as dicts, parsed fast
+        if self.watch is not None:
+            self.watch.track(conn)
+
+    async def getconn(self, timeout: float | None = None) -> AsyncConnection:
+        if self.watch is None:
+            return await super().getconn(timeout)
+        self.watch.check()
+        task = asyncio.current_task()
+        assert task is not None
+        self._getters.add(task)
+        try:
+            return await super().getconn(timeout)
+        except asyncio.CancelledError:
+            if task not in self._stopped:
+                raise
+            task.uncancel()
+            self.watch.check()  # raises: the database is down
+            raise
+        finally:
+            self._getters.discard(task)
+            if task in self._stopped:  # the pool may have handed it a connection anyway
+                self._stopped.discard(task)
+                if task.cancelling():
+                    task.uncancel()
+
+    def _stop_getters(self) -> None:
+        """The database went down: the requests waiting for a connection stop waiting."""
+        for task in self._getters:
+            self._stopped.add(task)
+            task.cancel()
 
 
 async def _check(conn: AsyncConnection) -> None:
@@ -48,21 +97,27 @@ def make_async_pool(
     size: int,
     connect_timeout: float | None = None,
     statement_timeout: float | None = None,
-) -> AsyncConnectionPool:
+    watch: DatabaseWatch | None = None,
+    timeout: float = 30,
+) -> QueryPool:
     """A closed pool of up to ``size`` autocommit connections; open it in the serving
-    event loop (``await pool.open()``) and close it there. Time limits as in
-    :func:`app.db.engine.make_engine`."""
+    event loop (``await pool.open()``) and close it there. Time limits and ``watch`` as
+    in :func:`app.db.engine.make_engine`; ``timeout`` bounds the wait for a free
+    connection (then 503)."""
     params = session_parameters(
-        url, connect_timeout=connect_timeout, statement_timeout=statement_timeout
+        url,
+        connect_timeout=connect_timeout,
+        statement_timeout=statement_timeout,
+        keepalive_seconds=None if watch is None else watch.silence,
     )
-    return AsyncConnectionPool(
+    return QueryPool(
         make_conninfo(conninfo_from_url(url), **params),
+        watch=watch,
         min_size=1,
         max_size=size,
         kwargs={"autocommit": True},
-        configure=_configure,
         check=_check,
         open=False,
-        timeout=30,  # waiting longer for a free connection: 503, retry
+        timeout=timeout,
         name="dpgate-queries",
     )

@@ -5,8 +5,10 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.json_numbers import JsonBody
 
-class KeyCreate(BaseModel):
+
+class KeyCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)

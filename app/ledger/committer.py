@@ -8,12 +8,14 @@
 * :func:`apply_charge` (a session, accounts already locked): the writes of a
   charge; releases charge every grid of a timeslot through it.
 
-Lock order, everywhere: the dataset row, the accounts by ascending user id, the key row.
+Lock order, everywhere: the dataset row, the accounts by ascending (window, user id),
+the key row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from typing import Any, Protocol
 
@@ -59,13 +61,16 @@ def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None
     if not charge.users:
         return
     repo = LedgerRepository(session)
-    changed = repo.charge(charge.dataset_id, charge.epoch, charge.users, charge.epsilon)
+    changed = repo.charge(
+        charge.dataset_id, charge.epoch, charge.users, charge.epsilon, window=charge.window
+    )
     if changed != len(charge.users):  # accounts were locked by the caller: anything else is a bug
         raise RuntimeError(f"charged {changed} accounts, expected {len(charge.users)}")
     repo.add_entry(
         LedgerEntry(
             dataset_id=charge.dataset_id,
             epoch=charge.epoch,
+            window_start=charge.window,
             key_id=charge.key_id,
             kind=charge.kind,
             reference_id=reference_id,
@@ -79,10 +84,18 @@ def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None
 
 _COMMIT_SQL = (
     "SELECT status, stored FROM dpgate_commit_query("
-    "%(dataset)s, %(epoch)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
+    "%(dataset)s, %(epoch)s, %(window)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
     "CAST(%(users)s AS integer[]), %(epsilon)s, %(cap)s, %(key)s, %(key_has_quota)s, "
     "%(public_id)s, %(statistic)s, %(mechanism)s, CAST(%(options)s AS json), "
     "CAST(%(answer)s AS json))"
+)
+
+
+_LOCK_DATASET_SQL = "SELECT epoch FROM datasets WHERE id = %(dataset)s FOR KEY SHARE"
+_LOCK_ACCOUNTS_SQL = (
+    "SELECT user_id, spent FROM budget_accounts "
+    "WHERE dataset_id = %(dataset)s AND epoch = %(epoch)s AND window_start = %(window)s "
+    "AND user_id = ANY (CAST(%(users)s AS integer[])) ORDER BY user_id FOR UPDATE"
 )
 
 
@@ -98,12 +111,32 @@ class QueryCommitter:
     def __init__(self, conn: AsyncConnection[Any]) -> None:
         self.conn = conn
 
+    async def lock_spent(
+        self, dataset_id: int, epoch: int, window: date, users: list[int]
+    ) -> dict[int, Decimal] | None:
+        """Inside a transaction: lock the dataset row (shared) and the accounts of
+        ``users`` (ascending) in ``window``, in the commit function's order; what each has
+        spent, or ``None`` when the dataset's epoch is no longer ``epoch``."""
+        params = {
+            "dataset": dataset_id,
+            "epoch": epoch,
+            "window": window,
+            "users": int_array_literal(users),
+        }
+        cur = await self.conn.execute(_LOCK_DATASET_SQL, params)
+        row = await cur.fetchone()
+        if row is None or row[0] != epoch:
+            return None
+        cur = await self.conn.execute(_LOCK_ACCOUNTS_SQL, params)
+        return {int(u): s for u, s in await cur.fetchall()}
+
     async def commit_query(
         self, charge: Charge, *, cap: Decimal, key_has_quota: bool, row: AnswerRow
     ) -> Committed:
         params = {
             "dataset": charge.dataset_id,
             "epoch": charge.epoch,
+            "window": charge.window,
             "grid": charge.grid_id,
             "grid_version": row.grid_version,
             "fingerprint": row.fingerprint,

@@ -1,16 +1,21 @@
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String
+from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
+from app.datasets.windows import ALL_TIME
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
+
+#: ``window_start`` of a dataset without budget windows (``app.datasets.windows.ALL_TIME``).
+ALL_TIME_SQL = text("'0001-01-01'")
 
 
 class BudgetAccount(Base):
-    """Running total of epsilon spent by one user of one dataset in one epoch."""
+    """Running total of epsilon spent by one user of one dataset in one epoch and one
+    budget window (named by its first local date; ``0001-01-01`` without windows)."""
 
     __tablename__ = "budget_accounts"
 
@@ -18,6 +23,9 @@ class BudgetAccount(Base):
         ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
     )
     epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
+    window_start: Mapped[date] = mapped_column(
+        Date, primary_key=True, default=ALL_TIME, server_default=ALL_TIME_SQL
+    )
     user_id: Mapped[int] = mapped_column(
         ForeignKey("dataset_users.id", ondelete="CASCADE"), primary_key=True
     )
@@ -33,6 +41,7 @@ class LedgerEntry(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     dataset_id: Mapped[int] = mapped_column(ForeignKey("datasets.id", ondelete="CASCADE"))
     epoch: Mapped[int] = mapped_column(Integer)
+    window_start: Mapped[date] = mapped_column(Date, default=ALL_TIME, server_default=ALL_TIME_SQL)
     key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
     kind: Mapped[str] = mapped_column(String(16))  # "query" or "release"
     reference_id: Mapped[int] = mapped_column(Integer)  # query answer id or release id

@@ -1,19 +1,22 @@
 """All SQL of the privacy-budget ledger.
 
-Lock order, everywhere: the dataset row, then budget accounts in ascending user
-id, then the API key row. Queries take the dataset row ``FOR KEY SHARE`` (many at
-once), a budget reset takes it ``FOR UPDATE`` (alone), so an epoch never changes
-under a query in flight. Nothing here commits: the caller's unit of work does (``app.db.unit``).
+Lock order, everywhere: the dataset row, then budget accounts in ascending (window,
+user id), then the API key row. Queries and releases take the dataset row
+``FOR KEY SHARE`` (many at once), a budget reset ``FOR NO KEY UPDATE`` (one at a time,
+as uploads): the two modes never wait for each other, so a reset is not starved by a
+release load; a charge made in the epoch it read stays within that epoch (docs/math.md
+§10.5). Nothing here commits: the caller's unit of work does (``app.db.unit``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from datetime import date
 from decimal import Decimal
 from typing import Any, TypeVar, cast
 
-from sqlalchemy import CursorResult, func, or_, select, text, update
+from sqlalchemy import CursorResult, distinct, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -43,32 +46,46 @@ def needs_analyze(known: float, added: int) -> bool:
     return known < 0 or added > ANALYZE_MIN_ROWS + ANALYZE_FRACTION * known
 
 
+def _in_window(dataset_id: int, epoch: int, window: date) -> tuple[Any, ...]:
+    """The accounts of one dataset, epoch and budget window (a primary-key prefix)."""
+    return (
+        BudgetAccount.dataset_id == dataset_id,
+        BudgetAccount.epoch == epoch,
+        BudgetAccount.window_start == window,
+    )
+
+
 class LedgerRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
     def lock_dataset(self, dataset_id: int, *, exclusive: bool = False) -> Dataset | None:
-        """The dataset row, locked shared (``FOR KEY SHARE``) or exclusive (``FOR UPDATE``)."""
+        """The dataset row, locked shared (``FOR KEY SHARE``) or, for a reset, exclusive
+        among the row's writers (``FOR NO KEY UPDATE``: resets and uploads), which does
+        not wait for the shared lockers nor make them wait."""
         stmt = (
             select(Dataset)
             .where(Dataset.id == dataset_id)
             .execution_options(populate_existing=True)
+            .with_for_update(read=not exclusive, key_share=True)
         )
-        if exclusive:
-            stmt = stmt.with_for_update()
-        else:
-            stmt = stmt.with_for_update(read=True, key_share=True)
         return self.session.scalars(stmt).first()
 
+    def limit_lock_waits(self, seconds: float) -> None:
+        """Row-lock waits of this transaction fail after ``seconds`` (``lock_timeout``)."""
+        ms = max(1, round(seconds * 1000))
+        self.session.execute(text(f"SET LOCAL lock_timeout = {ms}"))
+
     def lock_accounts(
-        self, dataset_id: int, epoch: int, user_ids: Sequence[int]
+        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
     ) -> dict[int, Decimal]:
-        """Lock the existing accounts of ``user_ids`` in ascending id order; their spend."""
+        """Lock the existing accounts of ``user_ids`` in one window in ascending id order;
+        their spend."""
         out: dict[int, Decimal] = {}
         for chunk in _chunks(sorted(user_ids)):
             rows = self.session.execute(
                 select(BudgetAccount.user_id, BudgetAccount.spent)
-                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(*_in_window(dataset_id, epoch, window))
                 .where(BudgetAccount.user_id.in_(chunk))
                 .order_by(BudgetAccount.user_id)
                 .with_for_update()
@@ -76,35 +93,48 @@ class LedgerRepository:
             out.update({u: s for u, s in rows})
         return out
 
-    def spent(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> dict[int, Decimal]:
-        """What each of ``user_ids`` has spent (0 without an account); no lock."""
+    def spent(
+        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
+    ) -> dict[int, Decimal]:
+        """What each of ``user_ids`` has spent in one window (0 without an account); no lock."""
         out = dict.fromkeys((int(u) for u in user_ids), Decimal(0))
         for chunk in _chunks(sorted(out)):
             rows = self.session.execute(
                 select(BudgetAccount.user_id, BudgetAccount.spent)
-                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(*_in_window(dataset_id, epoch, window))
                 .where(BudgetAccount.user_id.in_(chunk))
             )
             out.update({u: s for u, s in rows})
         return out
 
-    def missing_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> list[int]:
-        """The users of ``user_ids`` without an account, ascending."""
+    def missing_accounts(
+        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
+    ) -> list[int]:
+        """The users of ``user_ids`` without an account in the window, ascending."""
         found: set[int] = set()
         for chunk in _chunks(sorted(user_ids)):
             found.update(
                 self.session.scalars(
                     select(BudgetAccount.user_id)
-                    .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                    .where(*_in_window(dataset_id, epoch, window))
                     .where(BudgetAccount.user_id.in_(chunk))
                 )
             )
         return sorted(set(user_ids) - found)
 
-    def insert_accounts(self, dataset_id: int, epoch: int, user_ids: Sequence[int]) -> None:
-        """Zero accounts for ``user_ids`` (idempotent: existing ones are left alone)."""
+    def insert_accounts(
+        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
+    ) -> None:
+        """Zero accounts for ``user_ids`` in the window (idempotent: existing ones are
+        left alone)."""
         rows = [
-            {"dataset_id": dataset_id, "epoch": epoch, "user_id": u, "spent": Decimal(0)}
+            {
+                "dataset_id": dataset_id,
+                "epoch": epoch,
+                "window_start": window,
+                "user_id": u,
+                "spent": Decimal(0),
+            }
             for u in user_ids
         ]
         for chunk in _chunks(rows):
@@ -172,13 +202,22 @@ class LedgerRepository:
             largest[release] = max(largest[release], cost)
         return Decimal(queries or 0) + sum(largest.values(), Decimal(0))
 
-    def charge(self, dataset_id: int, epoch: int, user_ids: Sequence[int], epsilon: Decimal) -> int:
-        """Add ``epsilon`` to each (already locked) account; returns the rows changed."""
+    def charge(
+        self,
+        dataset_id: int,
+        epoch: int,
+        user_ids: Sequence[int],
+        epsilon: Decimal,
+        *,
+        window: date,
+    ) -> int:
+        """Add ``epsilon`` to each (already locked) account of the window; returns the
+        rows changed."""
         changed = 0
         for chunk in _chunks(sorted(user_ids)):
             result = self.session.execute(
                 update(BudgetAccount)
-                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(*_in_window(dataset_id, epoch, window))
                 .where(BudgetAccount.user_id.in_(chunk))
                 .values(spent=BudgetAccount.spent + epsilon)
                 .execution_options(synchronize_session=False)
@@ -191,36 +230,66 @@ class LedgerRepository:
         self.session.flush()
         return entry
 
-    def summary(self, dataset_id: int, epoch: int, cap: Decimal) -> tuple[Decimal, int]:
-        """``(max_spent, users_at_cap)`` for one epoch."""
-        base = (BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+    def summary(
+        self, dataset_id: int, epoch: int, cap: Decimal, *, window: date
+    ) -> tuple[Decimal, int]:
+        """``(max_spent, users_at_cap)`` for one epoch and window."""
+        base = _in_window(dataset_id, epoch, window)
         max_spent = self.session.scalar(select(func.max(BudgetAccount.spent)).where(*base))
         at_cap = self.session.scalar(
             select(func.count()).select_from(BudgetAccount).where(*base, BudgetAccount.spent >= cap)
         )
         return (max_spent or Decimal(0)), int(at_cap or 0)
 
+    def users_at_cap(self) -> list[tuple[int, int]]:
+        """``(dataset id, users whose spend reached the cap)`` in each dataset's current
+        epoch, in any budget window (the metrics' gauge)."""
+        at_cap = func.count(distinct(BudgetAccount.user_id)).filter(
+            BudgetAccount.spent >= Dataset.budget_per_user
+        )
+        rows = self.session.execute(
+            select(Dataset.id, at_cap)
+            .outerjoin(
+                BudgetAccount,
+                (BudgetAccount.dataset_id == Dataset.id) & (BudgetAccount.epoch == Dataset.epoch),
+            )
+            .group_by(Dataset.id)
+            .order_by(Dataset.id)
+        )
+        return [(int(d), int(n)) for d, n in rows]
+
     def accounts(
-        self, dataset_id: int, epoch: int, *, limit: int, offset: int
+        self, dataset_id: int, epoch: int, *, window: date, limit: int, offset: int
     ) -> list[tuple[str, Decimal]]:
         rows = self.session.execute(
             select(DatasetUser.user_hash, BudgetAccount.spent)
             .join(DatasetUser, DatasetUser.id == BudgetAccount.user_id)
-            .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+            .where(*_in_window(dataset_id, epoch, window))
             .order_by(BudgetAccount.spent.desc(), DatasetUser.user_hash)
             .limit(limit)
             .offset(offset)
         )
         return [(h, s) for h, s in rows]
 
-    def count_accounts(self, dataset_id: int, epoch: int) -> int:
+    def count_accounts(self, dataset_id: int, epoch: int, *, window: date) -> int:
         return int(
             self.session.scalar(
                 select(func.count())
                 .select_from(BudgetAccount)
-                .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+                .where(*_in_window(dataset_id, epoch, window))
             )
             or 0
+        )
+
+    def most_spent_window(self, dataset_id: int, epoch: int) -> date | None:
+        """The window of the epoch where some user spent the most (the latest of ties),
+        or None when nobody was charged in the epoch."""
+        return self.session.scalar(
+            select(BudgetAccount.window_start)
+            .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)
+            .where(BudgetAccount.spent > 0)
+            .order_by(BudgetAccount.spent.desc(), BudgetAccount.window_start.desc())
+            .limit(1)
         )
 
     def open_epoch(self, dataset_id: int, from_epoch: int, key_id: int, reason: str) -> int:

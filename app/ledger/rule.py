@@ -1,7 +1,8 @@
 """The ledger's events and the decision of a query commit, pure.
 
 A :class:`Charge` is one event of the ledger (in the spirit of dp_accounting's
-``DpEvent``): ``epsilon`` to each of some users of one dataset and epoch. Amounts and
+``DpEvent``): ``epsilon`` to each of some users of one dataset, epoch and budget
+window (``app.datasets.windows``; the one window ``ALL_TIME`` without windows). Amounts and
 the cap test are ``app.budget``'s. Which users are exhausted depends only on the
 ledger, never on values (API.md "Guarantees").
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import date
 from decimal import Decimal
 from typing import Literal
 
@@ -27,10 +29,12 @@ ChargeKind = Literal["query", "release"]
 
 @dataclass(frozen=True)
 class Charge:
-    """``epsilon`` to each of ``users`` (distinct, ascending) of one dataset and epoch."""
+    """``epsilon`` to each of ``users`` (distinct, ascending) of one dataset, epoch and
+    budget window."""
 
     dataset_id: int
     epoch: int
+    window: date
     users: tuple[int, ...]
     epsilon: Decimal
     key_id: int
@@ -45,6 +49,7 @@ class Charge:
         users: Iterable[int],
         epsilon: Decimal,
         *,
+        window: date,
         key_id: int,
         kind: ChargeKind,
         grid_id: int | None = None,
@@ -52,6 +57,7 @@ class Charge:
         return cls(
             dataset_id,
             epoch,
+            window,
             tuple(sorted({int(u) for u in users})),
             epsilon,
             key_id,

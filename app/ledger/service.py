@@ -9,18 +9,29 @@ are exhausted depends only on the ledger, never on values. The rule itself is
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, date, datetime
 from decimal import Decimal
 
 import numpy as np
 import numpy.typing as npt
+from psycopg.errors import LockNotAvailable
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session
 
 from app import budget
 from app.datasets.models import Dataset
+from app.datasets.windows import (
+    ALL_TIME,
+    local_today,
+    parse_window,
+    privacy_unit,
+    window_json,
+    window_start,
+)
 from app.db.unit import separate_transaction
-from app.errors import BudgetExhausted, NotFound
+from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
 from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
 from app.ledger import rule
@@ -30,7 +41,8 @@ from app.ledger.repository import LedgerRepository
 
 @dataclass
 class LockedBudget:
-    """The locked accounts of some users of one dataset and epoch, for this transaction.
+    """The locked accounts of some users of one dataset, epoch and budget window
+    (docs/math.md §10.4), for this transaction.
 
     ``spent`` is kept up to date as charges are made, so several charges in one
     transaction (a release charges every grid of a timeslot) are checked
@@ -39,6 +51,7 @@ class LockedBudget:
 
     dataset_id: int
     epoch: int
+    window: date
     cap: Decimal
     spent: dict[int, Decimal]
 
@@ -48,9 +61,11 @@ class LockedBudget:
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
-    """The dataset with its row locked: shared by queries, exclusive by a budget reset.
+    """The dataset with its row locked: shared by queries and releases, exclusive (among
+    resets and uploads) by a budget reset.
 
-    Its ``epoch`` cannot change until this transaction ends.
+    A reset does not wait for the shared lockers: a transaction's charges are made in
+    the ``epoch`` it read here, even if a reset commits meanwhile (docs/math.md §10.5).
     """
     dataset = LedgerRepository(session).lock_dataset(dataset_id, exclusive=exclusive)
     if dataset is None:
@@ -58,22 +73,60 @@ def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) 
     return dataset
 
 
+#: How long a budget reset waits for an upload of the same dataset (the one request that
+#: holds the row's lock for long) before it answers 409.
+RESET_WAIT_SECONDS = 5.0
+
+
+def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
+    """The dataset locked for a budget reset: it waits for nothing but another reset or
+    an upload of the same dataset, the latter at most ``RESET_WAIT_SECONDS``."""
+    LedgerRepository(session).limit_lock_waits(RESET_WAIT_SECONDS)
+    try:
+        return lock_dataset(session, dataset_id, exclusive=True)
+    except OperationalError as exc:
+        if not isinstance(exc.orig, LockNotAvailable):
+            raise
+        raise Conflict(
+            f"dataset {dataset_id} is being written (an upload in progress); retry the "
+            "reset when it ends"
+        ) from None
+
+
 def lock_budget(
-    session: Session, dataset: Dataset, epoch: int, user_ids: npt.ArrayLike
+    session: Session, dataset: Dataset, epoch: int, user_ids: npt.ArrayLike, *, window: date
 ) -> LockedBudget:
-    """Lock every account of ``user_ids`` (ascending id order) for this transaction,
-    creating the missing ones first in a transaction of their own, so this
-    one never holds an insert lock outside the ascending order — the one way two
-    charges over overlapping users could deadlock."""
-    users = [int(u) for u in np.asarray(user_ids)]
+    """Lock every account of ``user_ids`` in ``window`` (ascending id order) for this
+    transaction (:func:`lock_budgets` for one window)."""
+    return lock_budgets(session, dataset, epoch, {window: user_ids})[window]
+
+
+def lock_budgets(
+    session: Session, dataset: Dataset, epoch: int, users_by_window: Mapping[date, npt.ArrayLike]
+) -> dict[date, LockedBudget]:
+    """Lock the accounts of each window's users for this transaction, windows ascending
+    and users ascending within each (the lock order everywhere), creating the missing
+    ones first in a transaction of their own, so this one never holds an insert lock
+    outside the ascending order — the one way two charges over overlapping users could
+    deadlock. One :class:`LockedBudget` per window."""
+    wanted = {w: [int(u) for u in np.asarray(users_by_window[w])] for w in sorted(users_by_window)}
     repo = LedgerRepository(session)
-    if repo.missing_accounts(dataset.id, epoch, users):
+    missing = [
+        w
+        for w, users in wanted.items()
+        if repo.missing_accounts(dataset.id, epoch, users, window=w)
+    ]
+    if missing:
         with separate_transaction(session) as own:
-            create_accounts(own, dataset.id, epoch, users)
-    spent = repo.lock_accounts(dataset.id, epoch, users)
-    if len(spent) != len(set(users)):
-        raise RuntimeError("budget accounts vanished while locking them")
-    return LockedBudget(dataset.id, epoch, dataset.budget_per_user, spent)
+            for w in missing:
+                create_accounts(own, dataset.id, epoch, wanted[w], window=w)
+    out: dict[date, LockedBudget] = {}
+    for w, users in wanted.items():
+        spent = repo.lock_accounts(dataset.id, epoch, users, window=w)
+        if len(spent) != len(set(users)):
+            raise RuntimeError("budget accounts vanished while locking them")
+        out[w] = LockedBudget(dataset.id, epoch, w, dataset.budget_per_user, spent)
+    return out
 
 
 def exhausted_now(
@@ -83,22 +136,27 @@ def exhausted_now(
     cap: Decimal,
     user_ids: npt.ArrayLike,
     epsilon: Decimal,
+    *,
+    window: date,
 ) -> npt.NDArray[np.bool_]:
-    """Bool per user: would ``epsilon`` more pass the cap, as the ledger reads now (no
-    lock: spend only grows within an epoch, so a user found exhausted stays so, and the
-    charge itself re-checks the others under lock)."""
+    """Bool per user: would ``epsilon`` more pass the cap in ``window``, as the ledger
+    reads now (no lock: spend only grows within an epoch, so a user found exhausted stays
+    so, and the charge itself re-checks the others under lock)."""
     users = [int(u) for u in np.asarray(user_ids)]
-    spent = LedgerRepository(session).spent(dataset_id, epoch, users)
+    spent = LedgerRepository(session).spent(dataset_id, epoch, users, window=window)
     return budget.exhausted(spent, users, epsilon, cap)
 
 
-def create_accounts(session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int]) -> None:
-    """Create the missing budget accounts of ``user_ids`` in ``session``'s transaction
-    (a unit of its own: a grid's first query, or :func:`lock_budget`'s side transaction)."""
+def create_accounts(
+    session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int], *, window: date
+) -> None:
+    """Create the missing budget accounts of ``user_ids`` in ``window`` in ``session``'s
+    transaction (a unit of its own: a grid's first query, or :func:`lock_budgets`' side
+    transaction)."""
     repo = LedgerRepository(session)
-    missing = repo.missing_accounts(dataset_id, epoch, [int(u) for u in user_ids])
+    missing = repo.missing_accounts(dataset_id, epoch, [int(u) for u in user_ids], window=window)
     if missing:
-        repo.insert_accounts(dataset_id, epoch, missing)
+        repo.insert_accounts(dataset_id, epoch, missing, window=window)
         repo.analyze_after_growth(len(missing))
 
 
@@ -113,14 +171,15 @@ def charge(
     reference_id: int,
     grid_id: int | None,
 ) -> None:
-    """Charge ``epsilon`` to each of ``user_ids`` (locked in ``budget``), or refuse.
+    """Charge ``epsilon`` to each of ``user_ids`` (locked in ``budget``, in its window),
+    or refuse.
 
     Raises ``BudgetExhausted`` if one of them would pass the cap; the caller has
     already left out exhausted users when the dataset says ``exclude``.
     """
     event = rule.Charge.of(
-        budget.dataset_id, budget.epoch, user_ids, epsilon, key_id=key_id, kind=kind,
-        grid_id=grid_id,
+        budget.dataset_id, budget.epoch, user_ids, epsilon, window=budget.window,
+        key_id=key_id, kind=kind, grid_id=grid_id,
     )  # fmt: skip
     over = rule.over_cap(event, budget.spent, budget.cap)
     if over:
@@ -130,35 +189,85 @@ def charge(
         budget.spent[u] += epsilon
 
 
-def budget_summary(session: Session, dataset: Dataset) -> dict[str, object]:
+def parse_window_param(dataset: Dataset, text: str | None) -> date | None:
+    """The ``window`` query parameter as the window it names, or ``InvalidRequest``."""
+    if text is None:
+        return None
+    try:
+        return parse_window(dataset, text)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
+
+
+def shown_window(
+    session: Session, dataset: Dataset, epoch: int, window: date | None, now: datetime | None = None
+) -> date:
+    """The window the budget and ledger answers describe: the one asked for; without
+    one, for a dataset with windows, the window where some user spent the most in the
+    epoch (the latest of ties: the one nearest exhaustion), or today's local window
+    when nobody was charged; :data:`ALL_TIME` for a dataset without windows."""
+    if dataset.budget_window == "none":
+        return ALL_TIME
+    if window is not None:
+        return window
+    found = LedgerRepository(session).most_spent_window(dataset.id, epoch)
+    if found is not None:
+        return found
+    today = local_today(dataset, now or datetime.now(UTC))
+    return window_start(dataset.budget_window, today)
+
+
+def _window_fields(dataset: Dataset, window: date) -> dict[str, object]:
+    return {
+        "window": window_json(dataset, window),
+        "budget_window": dataset.budget_window,
+        "privacy_unit": privacy_unit(dataset),
+    }
+
+
+def budget_summary(
+    session: Session, dataset: Dataset, *, window: date | None = None
+) -> dict[str, object]:
     repo = LedgerRepository(session)
     epoch = dataset.epoch
-    max_spent, at_cap = repo.summary(dataset.id, epoch, dataset.budget_per_user)
+    shown = shown_window(session, dataset, epoch, window)
+    max_spent, at_cap = repo.summary(dataset.id, epoch, dataset.budget_per_user, window=shown)
     return {
         "budget_per_user": float(dataset.budget_per_user),
         "max_spent": float(max_spent),
         "users_at_cap": at_cap,
         "epoch": epoch,
-        "users_charged": repo.count_accounts(dataset.id, epoch),
+        "users_charged": repo.count_accounts(dataset.id, epoch, window=shown),
+        **_window_fields(dataset, shown),
     }
 
 
 def ledger_page(
-    session: Session, dataset: Dataset, *, epoch: int | None, limit: int, offset: int
+    session: Session,
+    dataset: Dataset,
+    *,
+    epoch: int | None,
+    window: date | None = None,
+    limit: int,
+    offset: int,
 ) -> dict[str, object]:
     repo = LedgerRepository(session)
     epoch = dataset.epoch if epoch is None else epoch
-    rows = repo.accounts(dataset.id, epoch, limit=limit, offset=offset)
+    shown = shown_window(session, dataset, epoch, window)
+    rows = repo.accounts(dataset.id, epoch, window=shown, limit=limit, offset=offset)
     return {
         "epoch": epoch,
-        "total": repo.count_accounts(dataset.id, epoch),
+        **_window_fields(dataset, shown),
+        "total": repo.count_accounts(dataset.id, epoch, window=shown),
         "users": [{"user": h, "spent": float(s), "spent_exact": str(s)} for h, s in rows],
     }
 
 
 def reset_budget(session: Session, dataset: Dataset, *, key_id: int, reason: str) -> int:
-    """Open a new epoch; every old entry stays; the reset is audited."""
-    epoch = lock_dataset(session, dataset.id, exclusive=True).epoch
+    """Open a new epoch (of every window at once); every old entry stays; the reset is
+    audited. One ``UPDATE`` of the dataset's epoch: queries and releases in flight
+    finish in the epoch they read (docs/math.md §10.5)."""
+    epoch = lock_for_reset(session, dataset.id).epoch
     return LedgerRepository(session).open_epoch(dataset.id, epoch, key_id, reason)
 
 

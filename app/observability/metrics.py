@@ -4,12 +4,14 @@ One server process keeps its metrics in memory. With several worker processes
 (``dpgate serve --workers N``, N > 1) every worker writes its own to files in
 ``PROMETHEUS_MULTIPROC_DIR`` (the client library's multiprocess mode; ``dpgate serve``
 makes a fresh directory and removes it at exit unless the variable is set), and a
-scrape of any worker reports the sum over all of them. The database pools' gauges are
-read when scraped, from the process that answers.
+scrape of any worker reports the sum over all of them. The database pools' gauges, the
+users at their cap (one query) and ``dpgate_database_up`` are read when scraped, from
+the process that answers.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Iterator
 from decimal import Decimal
@@ -26,6 +28,12 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
+from sqlalchemy.exc import DBAPIError
+
+from app.errors import DPGateError
+from app.ledger.repository import LedgerRepository
+
+log = logging.getLogger("dpgate.metrics")
 
 __all__ = [
     "ANSWERS",
@@ -133,9 +141,42 @@ class PoolCollector(Collector):
         yield from (size, busy, waiting)
 
 
+class LedgerCollector(Collector):
+    """The ledger's state and the database's, read when scraped: users at their cap per
+    dataset (current epoch) and whether this process finds the database answering."""
+
+    def __init__(self, state: Any) -> None:
+        self.state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        watch = getattr(self.state, "db_watch", None)
+        up = GaugeMetricFamily(
+            "dpgate_database_up",
+            "1 while this process's heartbeat to the database is answered, else 0 (requests "
+            "then answer 503 at once).",
+            1 if watch is None or watch.down_since is None else 0,
+        )
+        at_cap = GaugeMetricFamily(
+            "dpgate_users_at_cap",
+            "Users whose spend reached the dataset's budget_per_user in its current epoch.",
+            None,
+            ["dataset"],
+        )
+        sessions = getattr(self.state, "sessionmaker", None)
+        if sessions is not None and (watch is None or watch.down_since is None):
+            try:
+                with sessions() as session:
+                    for dataset_id, n in LedgerRepository(session).users_at_cap():
+                        at_cap.add_metric([str(dataset_id)], n)
+            except (DBAPIError, DPGateError) as exc:  # the other metrics are still served
+                log.warning("users at cap not read for /metrics: %s", exc)
+        yield from (up, at_cap)
+
+
 def exposition(state: Any) -> bytes:
     """The Prometheus text of every metric: the process's (or, in multiprocess mode,
-    all workers') counters and histograms, and this process's pool gauges."""
+    all workers') counters and histograms, this process's pool gauges, the users at cap
+    and whether the database answers."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)
@@ -144,4 +185,5 @@ def exposition(state: Any) -> bytes:
         shared = generate_latest(REGISTRY)
     pools = CollectorRegistry(auto_describe=False)
     pools.register(PoolCollector(state))
+    pools.register(LedgerCollector(state))
     return shared + generate_latest(pools)

@@ -2,10 +2,12 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.json_numbers import JsonBody
+
 Id = int | str
 
 
-class PreviewIn(BaseModel):
+class PreviewIn(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     value_bound: float = Field(gt=0, allow_inf_nan=False, le=1e12)

@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
+from app.datasets.windows import privacy_unit
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.queries.models import QueryAnswer
 from app.queries.schemas import StoredAnswer, StoredAnswerList
@@ -29,6 +30,7 @@ class StoredRow:
     grid_public_id: str
     timezone: str
     reusable: bool
+    budget_window: str
 
 
 class StoredAnswerRepository:
@@ -40,7 +42,7 @@ class StoredAnswerRepository:
     def _select(self) -> Any:
         reusable = (QueryAnswer.epoch == Dataset.epoch) & (QueryAnswer.grid_version == Grid.version)
         return (
-            select(QueryAnswer, Grid.public_id, Dataset.timezone, reusable)
+            select(QueryAnswer, Grid.public_id, Dataset.timezone, reusable, Dataset.budget_window)
             .join(Grid, Grid.id == QueryAnswer.grid_id)
             .join(Dataset, Dataset.id == QueryAnswer.dataset_id)
         )
@@ -76,7 +78,7 @@ def stored_answer(row: StoredRow) -> StoredAnswer:
         epoch=a.epoch,
         created_at=_local(a.created_at, row.timezone),
         reusable=bool(row.reusable),
-        answer={**a.answer, "cached": True},
+        answer={"privacy_unit": privacy_unit(row), **a.answer, "cached": True},
     )
 
 

@@ -41,7 +41,9 @@ def users_limit(ctx: GridContext, remaining: list[Decimal]) -> Decimal:
 def largest_epsilon(
     session: Session, ctx: GridContext, key_id: int, user_ids: np.ndarray
 ) -> Decimal:
-    spent = LedgerRepository(session).spent(ctx.dataset_id, ctx.epoch, user_ids.tolist())
+    spent = LedgerRepository(session).spent(
+        ctx.dataset_id, ctx.epoch, user_ids.tolist(), window=ctx.window
+    )
     left = [budget.remaining(s, ctx.budget_per_user) for s in spent.values()]
     limits = [users_limit(ctx, left), ctx.max_epsilon_per_query]
     quota = quota_left(session, key_id)

@@ -6,7 +6,8 @@ commit is ``app.ledger.committer``'s (one call of ``dpgate_commit_query``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import date, datetime
 from decimal import Decimal
 from typing import Any
 
@@ -15,12 +16,14 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
 from app.datasets.models import Dataset, Grid
+from app.datasets.windows import ALL_TIME, privacy_unit, window_of
 from app.queries.models import QueryAnswer
 
 
 @dataclass(frozen=True)
 class GridContext:
-    """A grid at its current version and its dataset's settings at its current epoch."""
+    """A grid at its current version and its dataset's settings at its current epoch;
+    ``window`` is the budget window its slot lies in (docs/math.md §10.4)."""
 
     id: int
     public_id: str
@@ -31,6 +34,14 @@ class GridContext:
     budget_per_user: Decimal
     max_epsilon_per_query: Decimal
     on_exhausted: str
+    slot_start: datetime
+    budget_window: str
+    timezone: str
+    window: date = ALL_TIME
+
+    @property
+    def privacy_unit(self) -> str:
+        return privacy_unit(self)
 
 
 @dataclass(frozen=True)
@@ -83,6 +94,9 @@ _LOOKUP = (
         Dataset.budget_per_user,
         Dataset.max_epsilon_per_query,
         Dataset.on_exhausted,
+        Grid.slot_start,
+        Dataset.budget_window,
+        Dataset.timezone,
         _STORED,
     )
     .join(Dataset, Dataset.id == Grid.dataset_id)
@@ -93,7 +107,12 @@ _LOOKUP_SQL = str(_LOOKUP.compile(dialect=PGDialect_psycopg()))
 
 
 def _found(row: Any) -> Found | None:
-    return None if row is None else (GridContext(*row[:9]), row[9])
+    if row is None:
+        return None
+    ctx = GridContext(*row[:12])
+    if ctx.budget_window != "none":
+        ctx = replace(ctx, window=window_of(ctx, ctx.slot_start))
+    return ctx, row[12]
 
 
 class AnswerLookup:

@@ -18,14 +18,14 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 from anyio import to_thread
 from sqlalchemy.orm import Session
 
-from app import core
+from app import budget, core
 from app.answers.body import answer_body
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
 from app.answers.options import parse_options
@@ -33,6 +33,7 @@ from app.datasets.grid_store import GridArrays, GridChanged
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
+from app.ledger.committer import Committed
 from app.ledger.rule import Verdict
 from app.observability.metrics import record_charge
 from app.queries.refusal import budget_refusal
@@ -43,8 +44,12 @@ from app.releases.repository import ReleaseRepository
 GRID_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")  # opaque, URL-safe grid ids
 RESERVED_PARAMS = frozenset({"epsilon", "mechanism"})
 #: commits that found the epoch moved on, accounts missing or (``exclude``) a user
-#: newly exhausted look again; past this many the client is asked to retry.
+#: newly exhausted look again; past this many (an epoch changing again and again) the
+#: client is asked to retry.
 MAX_ATTEMPTS = 5
+#: ``exclude`` datasets: attempts that read who is exhausted without a lock before the
+#: query locks its users' accounts first (:func:`_release_under_lock`).
+OPTIMISTIC_ATTEMPTS = 2
 #: grids with more records than this are released on a worker thread.
 RELEASE_ON_LOOP_MAX_RECORDS = 20_000
 
@@ -62,8 +67,9 @@ def fingerprint(
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _cached(stored: Mapping[str, Any]) -> dict[str, Any]:
-    return {**stored, "cached": True}
+def _cached(stored: Mapping[str, Any], ctx: GridContext) -> dict[str, Any]:
+    # answers stored before privacy_unit existed get it filled in (always "user" then)
+    return {"privacy_unit": ctx.privacy_unit, **stored, "cached": True}
 
 
 def _parse_query(
@@ -94,7 +100,7 @@ async def answer_statistic(
         invalid, fp = None, fingerprint(statistic, mechanism, eps, options)
     if not GRID_ID.fullmatch(grid_public_id):
         raise NotFound(f"no grid {grid_public_id!r}")
-    for _ in range(MAX_ATTEMPTS):
+    for attempt in range(MAX_ATTEMPTS):
         found = await store.lookup(grid_public_id, fp)
         if found is None:
             raise NotFound(f"no grid {grid_public_id!r}")
@@ -103,15 +109,11 @@ async def answer_statistic(
         ctx, stored = found
         check_max_epsilon(eps, ctx.max_epsilon_per_query)
         if stored is not None:  # the same query in this epoch and grid version: free
-            return _cached(stored)
+            return _cached(stored, ctx)
         try:
             arrays = await store.snapshot(ctx)
         except GridChanged:  # an upload committed since the look-up: look again
             continue
-        try:
-            caps = await _caps(store, ctx, options, arrays, eps)
-        except BudgetExhausted as refused:  # every user exhausted (exclude)
-            raise await budget_refusal(store, ctx, key, arrays.user_ids, refused.message) from None
         step = ReleaseStep(
             ctx=ctx,
             key=key,
@@ -121,22 +123,23 @@ async def answer_statistic(
             options=options,
             fingerprint=fp,
             arrays=arrays,
-            caps=caps,
+            caps=await _plan_caps_of(store, ctx, options, arrays),
         )
-        # A small grid's release (well under a millisecond) runs right here; a large
-        # one's would stall every request of this process, so it goes to a thread.
-        small = arrays.values.size <= RELEASE_ON_LOOP_MAX_RECORDS
-        answer, record, users = step.run() if small else await to_thread.run_sync(step.run)
-        outcome = await store.commit(ctx, key, record, users)
-        if outcome.verdict is Verdict.MISSING:  # a grid's first query: its users' accounts
-            # are created (committed on their own), then the same unseen release is committed
-            await store.ensure_accounts(ctx, users)
-            outcome = await store.commit(ctx, key, record, users)
+        try:
+            if ctx.on_exhausted == "exclude" and attempt >= OPTIMISTIC_ATTEMPTS:
+                done = await _release_under_lock(store, step)
+                if done is None:  # the epoch moved on: look again
+                    continue
+                answer, outcome, users = done
+            else:
+                answer, outcome, users = await _release_optimistic(store, step)
+        except BudgetExhausted as refused:  # every user exhausted (exclude)
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, refused.message) from None
         if outcome.verdict is Verdict.OK:
             record_charge(ctx.dataset_id, "query", eps.charged)
             return answer
         if outcome.verdict is Verdict.TWIN:
-            return _cached(outcome.stored or {})
+            return _cached(outcome.stored or {}, ctx)
         if outcome.verdict is Verdict.QUOTA:
             message = f"key '{key.name}' would exceed its epsilon quota"
             raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
@@ -144,31 +147,75 @@ async def answer_statistic(
             message = _exhausted_message(len(users))
             raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
-    raise Unavailable("the ledger is busy with this grid; retry")
+    raise Unavailable("the grid or its budget epoch kept changing during this query; retry")
 
 
 def _exhausted_message(n_users: int) -> str:
     return f"a user of this grid (of {n_users} charged) would pass the privacy budget"
 
 
-async def _caps(
-    store: QueryStore,
-    ctx: GridContext,
-    options: dict[str, Any],
-    arrays: GridArrays,
-    eps: EpsilonAmount,
+async def _plan_caps_of(
+    store: QueryStore, ctx: GridContext, options: dict[str, Any], arrays: GridArrays
 ) -> np.ndarray | None:
-    """Γ caps: a plan's (its suppressed users are not charged again) and, for
-    ``exclude`` datasets, 0 for users the ledger shows exhausted (never values)."""
+    """A plan's Γ caps (its suppressed users are not charged again), else none."""
     plan_id = options.get("plan")
-    caps = None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays)
+    return None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays)
+
+
+def _without_exhausted(
+    exhausted: np.ndarray, arrays: GridArrays, caps: np.ndarray | None
+) -> np.ndarray | None:
+    """``exclude`` datasets: Γ caps with 0 for the users the ledger shows exhausted
+    (ledger only, never values; docs/math.md §10.1)."""
+    if not exhausted.any():
+        return caps
+    if exhausted.all():
+        raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
+    return np.where(exhausted, 0, arrays.counts if caps is None else caps)
+
+
+async def _release_optimistic(
+    store: QueryStore, step: ReleaseStep
+) -> tuple[dict[str, Any], Committed, list[int]]:
+    """Release, then commit (the commit re-checks everything under its locks): who is
+    exhausted is read without a lock, so a user may run out meanwhile (``exhausted``)."""
+    ctx, arrays = step.ctx, step.arrays
     if ctx.on_exhausted == "exclude":
-        exhausted = await store.exhausted(ctx, arrays.user_ids, eps.charged)
-        if exhausted.any():
-            if exhausted.all():
-                raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
-            caps = np.where(exhausted, 0, arrays.counts if caps is None else caps)
-    return caps
+        exhausted = await store.exhausted(ctx, arrays.user_ids, step.eps.charged)
+        step = replace(step, caps=_without_exhausted(exhausted, arrays, step.caps))
+    # A small grid's release (well under a millisecond) runs right here; a large
+    # one's would stall every request of this process, so it goes to a thread.
+    small = arrays.values.size <= RELEASE_ON_LOOP_MAX_RECORDS
+    answer, record, users = step.run() if small else await to_thread.run_sync(step.run)
+    outcome = await store.commit(ctx, step.key, record, users)
+    if outcome.verdict is Verdict.MISSING:  # a grid's first query: its users' accounts
+        # are created (committed on their own), then the same unseen release is committed
+        await store.ensure_accounts(ctx, users)
+        outcome = await store.commit(ctx, step.key, record, users)
+    return answer, outcome, users
+
+
+async def _release_under_lock(
+    store: QueryStore, step: ReleaseStep
+) -> tuple[dict[str, Any], Committed, list[int]] | None:
+    """``exclude`` datasets after optimistic attempts lost to users running out one
+    after another (a burst): lock the grid's accounts first (queued fairly by Postgres
+    behind the charges holding them), read who is exhausted, release and commit in that
+    transaction, so no user can run out between the reading and the charge.
+    ``None``: the epoch moved on."""
+    ctx, arrays = step.ctx, step.arrays
+    everyone = arrays.user_ids.tolist()
+    await store.ensure_accounts(ctx, everyone)
+    async with store.locked(ctx, everyone) as spent:
+        if spent is None:
+            return None
+        exhausted = budget.exhausted(spent, arrays.user_ids, step.eps.charged, ctx.budget_per_user)
+        step = replace(step, caps=_without_exhausted(exhausted, arrays, step.caps))
+        # on the loop even when large: a worker thread may be held by a request waiting
+        # for these very locks
+        answer, record, users = step.run()
+        outcome = await store.commit(ctx, step.key, record, users)
+    return answer, outcome, users
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,7 +241,16 @@ class ReleaseStep:
         release = _release(
             self.statistic, arrays, ctx, eps, self.mechanism, engine_options, self.caps
         )
-        answer = answer_body(ctx, self.statistic, self.mechanism, eps, options, release, ctx.epoch)
+        answer = answer_body(
+            ctx,
+            self.statistic,
+            self.mechanism,
+            eps,
+            options,
+            release,
+            ctx.epoch,
+            privacy_unit=ctx.privacy_unit,
+        )
         record = AnswerRecord(
             public_id=answer["query_id"],
             dataset_id=ctx.dataset_id,

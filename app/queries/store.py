@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from decimal import Decimal
+from functools import partial
 from typing import Any, TypeVar
 
 import numpy as np
@@ -33,10 +34,11 @@ R = TypeVar("R")
 def query_charge(
     ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]
 ) -> Charge:
-    """The charge of a query's answer: its epsilon to each user it kept."""
+    """The charge of a query's answer: its epsilon to each user it kept, in the budget
+    window of the grid's slot (docs/math.md §10.4)."""
     return Charge.of(
-        ctx.dataset_id, ctx.epoch, users, record.epsilon, key_id=key.id, kind="query",
-        grid_id=ctx.id,
+        ctx.dataset_id, ctx.epoch, users, record.epsilon, window=ctx.window, key_id=key.id,
+        kind="query", grid_id=ctx.id,
     )  # fmt: skip
 
 
@@ -46,6 +48,7 @@ class QueryStore:
 
     def __init__(self, database: Database, conn: AsyncConnection[Any]) -> None:
         self.database = database
+        self.conn = conn
         self.answers = AnswerLookup(conn)
         self.committer = QueryCommitter(conn)
 
@@ -66,12 +69,29 @@ class QueryStore:
     ) -> npt.NDArray[np.bool_]:
         """Bool per user: exhausted for ``epsilon`` more, as the ledger reads now."""
         return await self.run(
-            ledger.exhausted_now, ctx.dataset_id, ctx.epoch, ctx.budget_per_user, user_ids, epsilon
+            partial(ledger.exhausted_now, window=ctx.window),
+            ctx.dataset_id,
+            ctx.epoch,
+            ctx.budget_per_user,
+            user_ids,
+            epsilon,
         )
 
     async def ensure_accounts(self, ctx: GridContext, users: list[int]) -> None:
         """Create the users' missing budget accounts (a grid's first query)."""
-        await self.run(ledger.create_accounts, ctx.dataset_id, ctx.epoch, users)
+        await self.run(
+            partial(ledger.create_accounts, window=ctx.window), ctx.dataset_id, ctx.epoch, users
+        )
+
+    @asynccontextmanager
+    async def locked(
+        self, ctx: GridContext, user_ids: list[int]
+    ) -> AsyncIterator[dict[int, Decimal] | None]:
+        """A transaction on this request's connection that holds the dataset row and the
+        accounts of ``user_ids`` locked: their spend (``None``: the epoch moved on). A
+        :meth:`commit` inside it waits for nobody and finds no user newly exhausted."""
+        async with self.conn.transaction():
+            yield await self.committer.lock_spent(ctx.dataset_id, ctx.epoch, ctx.window, user_ids)
 
     async def commit(
         self, ctx: GridContext, key: KeyIdentity, record: AnswerRecord, users: list[int]

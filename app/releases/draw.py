@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
+import h3
 import numpy as np
 
 from app import core
@@ -18,6 +19,7 @@ from app.answers.body import answer_body
 from app.answers.epsilon import EpsilonAmount
 from app.datasets.grid_store import GridArrays
 from app.datasets.models import Dataset, Grid
+from app.datasets.windows import privacy_unit
 from app.errors import InvalidRequest
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.releases.planning import Occupancy, SlotPlan
@@ -48,6 +50,7 @@ def grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
     return {
         "grid_id": grid.public_id,
         "h3_cell": grid.h3_cell,
+        "h3_resolution": h3.get_resolution(grid.h3_cell),
         "slot_start": local_time(dataset, grid.slot_start),
         "n_users": int(caps.size),
         "n_users_suppressed": int(np.count_nonzero(caps == 0)),
@@ -71,6 +74,7 @@ def draw_grids(
     options = {"release": release_id, **mech_opts}
     U = dataset.value_bound
     pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
+    unit = privacy_unit(dataset)
     for i, (grid, grid_arrays) in enumerate(zip(grids, arrays, strict=True)):
         caps = plan.caps(occ, i)
         if not caps.any():
@@ -97,5 +101,7 @@ def draw_grids(
         }
     releases = core.finish_releases([p[3] for p in pending])
     for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
-        entry[stat] = answer_body(grid, stat, body.mechanism, eps, options, release, epoch)
+        entry[stat] = answer_body(
+            grid, stat, body.mechanism, eps, options, release, epoch, privacy_unit=unit
+        )
     return out, kept

@@ -7,10 +7,11 @@ answers (``estimate``, ``ci95`` = ``[lo, hi]`` or null) and are absent when not 
 Everything here is post-processing of a released answer: it costs no privacy budget.
 
 GeoJSON: one Polygon Feature per grid (its H3 cell boundary, lon/lat, ring closed) with
-properties ``grid_id, h3_cell, slot_start, n_users, mean, mean_ci95, variance,
-variance_ci95``; ``mean`` / ``variance`` are the estimates, ``*_ci95`` is ``[lo, hi]`` or
-null. CSV: one row per grid with the same columns, each interval split into two numeric
-columns ``*_ci95_lo`` and ``*_ci95_hi`` (empty when there is no interval or statistic), so a
+properties ``grid_id, h3_cell, h3_resolution, slot_start, n_users, mean, mean_ci95,
+variance, variance_ci95`` (a multi-slot release has one Feature per grid and slot);
+``mean`` / ``variance`` are the estimates, ``*_ci95`` is ``[lo, hi]`` or null. CSV: one
+row per grid with the same columns, each interval split into two numeric columns
+``*_ci95_lo`` and ``*_ci95_hi`` (empty when there is no interval or statistic), so a
 spreadsheet reads them as numbers.
 """
 
@@ -31,6 +32,7 @@ STATISTICS = ("mean", "variance")
 CSV_COLUMNS = (
     "grid_id",
     "h3_cell",
+    "h3_resolution",
     "slot_start",
     "n_users",
     "mean",
@@ -45,6 +47,9 @@ CSV_COLUMNS = (
 RELEASE_SUMMARY_FIELDS = (
     "release_id",
     "slot_start",
+    "slots",
+    "partition",
+    "coverage",
     "epsilon",
     "max_user_cost",
     "G1",
@@ -101,6 +106,7 @@ def grid_properties(grid: Mapping[str, Any], release: Mapping[str, Any]) -> dict
     return {
         "grid_id": grid["grid_id"],
         "h3_cell": grid["h3_cell"],
+        "h3_resolution": grid.get("h3_resolution", h3.get_resolution(grid["h3_cell"])),
         "slot_start": grid.get("slot_start", release.get("slot_start")),
         "n_users": _n_users(grid),
         "mean": _estimate(grid, "mean"),
@@ -148,7 +154,9 @@ def release_csv_rows(release: Mapping[str, Any]) -> list[dict[str, Any]]:
     rows = []
     for grid in release["grids"]:
         props = grid_properties(grid, release)
-        row = {k: props[k] for k in ("grid_id", "h3_cell", "slot_start", "n_users")}
+        row = {
+            k: props[k] for k in ("grid_id", "h3_cell", "h3_resolution", "slot_start", "n_users")
+        }
         for statistic in STATISTICS:
             lo_hi = props[f"{statistic}_ci95"] or [None, None]
             row[statistic] = props[statistic]

@@ -75,7 +75,7 @@ class SlotPlan:
         return self.eps.charged * self.K
 
 
-def _grids_per_user(users: np.ndarray) -> int:
+def grids_per_user(users: np.ndarray) -> int:
     return int(np.unique(users, return_counts=True)[1].max()) if users.size else 0
 
 
@@ -88,7 +88,7 @@ def plan_at(
     g, u, c = occ.grid[live], occ.user[live], occ.count[live]
     if u.size == 0:
         return SlotPlan(eps, 0, 0, kept)
-    G1 = _grids_per_user(u)
+    G1 = grids_per_user(u)
     if not opts.clip_user:
         kept[live] = c
         return SlotPlan(eps, G1, G1, kept)
@@ -106,10 +106,10 @@ def plan_at(
     except ValueError as exc:
         raise InvalidRequest(f"cannot plan this release: {exc}") from exc
     kept[live] = plan_kept(plan, g, u, c)
-    return SlotPlan(eps, G1, _grids_per_user(occ.user[kept > 0]), kept)
+    return SlotPlan(eps, G1, grids_per_user(occ.user[kept > 0]), kept)
 
 
-def _exact(value: Decimal) -> EpsilonAmount:
+def exact_amount(value: Decimal) -> EpsilonAmount:
     amount = parse_epsilon(float(value))
     return amount if amount.charged <= value else EpsilonAmount(value, float(value) * (1 - 1e-15))
 
@@ -132,7 +132,7 @@ def plan_for_cost(
                 f"max_user_cost {cost_cap} is too small: a user in {G1} grids would get "
                 f"a per-grid epsilon below {MIN_EPSILON}"
             )
-        return _exact(value)
+        return exact_amount(value)
 
     G1 = max(G1, 1)
     if G1 <= FULL_SCAN_GRIDS:  # few candidates: try each, largest epsilon first
@@ -175,7 +175,7 @@ def largest_affordable(
             return 0.0
         if fit == plan.eps.charged:
             return float(fit)
-        plan = make(_exact(fit))
+        plan = make(exact_amount(fit))
     return 0.0
 
 

@@ -75,13 +75,14 @@ class ReleaseRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def grids_in_slot(self, dataset_id: int, slot_start: datetime) -> list[Grid]:
+    def grids_in_span(self, dataset_id: int, start: datetime, end: datetime) -> list[Grid]:
+        """The dataset's own grids with records starting in ``[start, end)``."""
         return list(
             self.session.scalars(
                 select(Grid)
-                .where(Grid.dataset_id == dataset_id, Grid.slot_start == slot_start)
-                .where(Grid.n_records > 0, Grid.slot_minutes == 0)
-                .order_by(Grid.h3_cell)
+                .where(Grid.dataset_id == dataset_id, Grid.slot_minutes == 0)
+                .where(Grid.slot_start >= start, Grid.slot_start < end, Grid.n_records > 0)
+                .order_by(Grid.slot_start, Grid.h3_cell)
             )
         )
 

@@ -5,6 +5,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.answers.schemas import StatisticAnswer
+from app.json_numbers import JsonBody
 
 Statistic = Literal["mean", "variance"]
 
@@ -13,7 +14,7 @@ def _both_statistics() -> list[Statistic]:
     return ["mean", "variance"]
 
 
-class ReleaseIn(BaseModel):
+class ReleaseIn(JsonBody):
     """A whole timeslot to release; exactly one of ``epsilon`` and ``max_user_cost``."""
 
     model_config = ConfigDict(extra="forbid")
@@ -23,6 +24,14 @@ class ReleaseIn(BaseModel):
         max_length=64,
         description="Start of the slot (ISO 8601; naive = the dataset's local time). For "
         "coarser grids, the start of the coarser slot.",
+    )
+    slots: int = Field(
+        default=1,
+        ge=1,
+        le=10080,
+        description="Release this many consecutive slots from slot_start (24 hourly slots: "
+        "a day; at most 7 days in all), planned jointly: max_user_cost caps each user's "
+        "total over all of them.",
     )
     epsilon: float | None = Field(
         default=None,
@@ -57,13 +66,30 @@ class ReleaseIn(BaseModel):
     mechanism: str = Field(
         default="auto", max_length=64, description="Mechanism of every statistic."
     )
-    objective: Literal["accuracy", "interval"] = Field(
-        default="accuracy",
+    objective: Literal["accuracy", "interval"] | None = Field(
+        default=None,
         description=(
             "With mechanism auto: 'accuracy' (the most accurate path; its ci95 is honest but "
             "wide where it clips privately) or 'interval' (per grid, the bounded mechanism "
-            "whose honest ci95 is the narrowest, chosen from public counts)."
+            "whose honest ci95 is the narrowest, chosen from public counts). Default: "
+            "'interval' for an adaptive partition (planned for useful intervals), else "
+            "'accuracy'."
         ),
+    )
+    partition: Literal["fixed", "adaptive"] = Field(
+        default="fixed",
+        description="'fixed': every grid at h3_resolution. 'adaptive': each fine cell's "
+        "records released in exactly one of its H3 ancestors (or itself), no coarser than "
+        "coarsest_resolution, chosen from public occupancy: the finest cell whose interval "
+        "is useful and that has min_users users (docs/math.md §6.6); released cells are "
+        "disjoint.",
+    )
+    coarsest_resolution: int | None = Field(
+        default=None,
+        ge=0,
+        le=15,
+        description="Adaptive only: the coarsest resolution a cell may be released at "
+        "(default: three levels coarser than h3_resolution, at least 0).",
     )
     h3_resolution: int | None = Field(
         default=None, ge=0, le=15, description="Release coarser grids: H3 parents."
@@ -83,12 +109,21 @@ class ReleaseIn(BaseModel):
             raise ValueError("give exactly one of epsilon and max_user_cost")
         if len(set(self.statistics)) != len(self.statistics):
             raise ValueError("statistics must not repeat")
+        if self.objective is None:
+            adaptive_auto = self.partition == "adaptive" and self.mechanism == "auto"
+            self.objective = "interval" if adaptive_auto else "accuracy"
         return self
+
+
+class Coverage(BaseModel):
+    records: float
+    users: float
 
 
 class GridRelease(BaseModel):
     grid_id: str
     h3_cell: str
+    h3_resolution: int
     slot_start: str = Field(description="ISO 8601 with the dataset's local UTC offset.")
     n_users: int
     n_users_suppressed: int = Field(
@@ -107,7 +142,20 @@ class PlanFields(BaseModel):
     K: int = Field(description="Most released grids any user is charged in.")
     epsilon: float = Field(description="Per-grid epsilon.")
     max_user_cost: float = Field(description="The largest amount any user pays (K·epsilon).")
-    skipped_grids: int = Field(description="Grids of the slot with fewer than min_users users.")
+    slots: int = Field(default=1, description="Consecutive slots released from slot_start.")
+    partition: str = Field(default="fixed", description="'fixed' or 'adaptive'.")
+    coarsest_resolution: int | None = Field(
+        default=None, description="Adaptive: the coarsest resolution allowed (as asked)."
+    )
+    coverage: Coverage | None = Field(
+        default=None,
+        description="Shares of the slots' records and users that lie in released grids "
+        "(public: from occupancy).",
+    )
+    skipped_grids: int = Field(
+        description="Grids of the slots whose records are not released (below min_users, "
+        "or outside the adaptive partition's cells)."
+    )
     statistics: list[str]
     mechanism: str
     objective: str = Field(default="accuracy", description="auto's objective (the body's).")

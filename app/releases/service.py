@@ -16,31 +16,20 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Callable
-from dataclasses import dataclass
-from decimal import Decimal
-from functools import partial
 from typing import Any
 
+import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app import budget, core
-from app.answers.epsilon import EpsilonAmount, parse_epsilon
-from app.answers.options import parse_options
-from app.datasets.coarse import grid_level
-from app.datasets.grid_store import GridArrays
-from app.datasets.models import Dataset
+from app import core
 from app.datasets.service import (
     get_dataset,
-    load_grid_snapshot,
     parse_dataset_id,
-    parse_slot_start,
 )
-from app.errors import BudgetExhausted, InvalidRequest, NotFound
+from app.errors import BudgetExhausted, NotFound
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
-from app.ledger.repository import LedgerRepository
 from app.releases.draw import (
     draw_grids,
     grid_head,
@@ -49,131 +38,79 @@ from app.releases.draw import (
     statistic_eps,
 )
 from app.releases.expected import expected_error
+from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
 from app.releases.models import SlotRelease
 from app.releases.planning import (
-    Occupancy,
-    PlanOptions,
     SlotPlan,
     largest_affordable,
     over_budget,
-    plan_at,
-    plan_for_cost,
 )
 from app.releases.repository import ReleaseRepository
 from app.releases.schemas import ReleaseIn
-from app.releases.slot import SlotGrids, slot_grids
+from app.releases.windows import (
+    ReleaseBudget,
+    charge_release,
+    lock_release_budget,
+    read_release_budget,
+    with_privacy_unit,
+)
 
 MAX_EXCLUSION_ROUNDS = 20
 
 
-@dataclass(frozen=True)
-class SlotInput:
-    """The grids to release and their occupancy."""
-
-    dataset: Dataset
-    slot: SlotGrids
-    arrays: list[GridArrays]
-    occ: Occupancy
-
-
-def _check_statistics(body: ReleaseIn) -> None:
-    for statistic in body.statistics:
-        parse_options(statistic, body.mechanism, mechanism_options(body))
-
-
-def _slot_input(session: Session, dataset: Dataset, body: ReleaseIn) -> SlotInput:
-    _check_statistics(body)
-    level = grid_level(dataset, body.h3_resolution, body.slot_minutes)
-    slot = slot_grids(session, dataset, level, parse_slot_start(dataset, body.slot_start))
-    released = [g for g in slot.grids if g.n_users >= body.min_users]
-    slot = SlotGrids(slot.start, slot.level, released, len(slot.grids) - len(released))
-    arrays = [load_grid_snapshot(session, g) for g in released]
-    occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
-    return SlotInput(dataset, slot, arrays, occ)
-
-
-def _options(body: ReleaseIn) -> PlanOptions:
-    return PlanOptions(
-        clip_user=body.clip_user,
-        split=body.split,
-        error_target=body.error_target,
-        protect_min_error_grid=body.protect_min_error_grid,
-    )
-
-
-def _maker(
-    inp: SlotInput, body: ReleaseIn, excluded: np.ndarray
-) -> Callable[[EpsilonAmount], SlotPlan]:
-    """The plan at a given epsilon, with ``excluded`` users left out."""
-    return partial(plan_at, inp.occ, excluded, inp.dataset.value_bound, opts=_options(body))
-
-
-def _choose(inp: SlotInput, body: ReleaseIn, excluded: np.ndarray) -> SlotPlan:
-    """The plan at the given epsilon, or at the largest one within ``max_user_cost``."""
-    max_eps = inp.dataset.max_epsilon_per_query
-    make = _maker(inp, body, excluded)
-    if body.epsilon is not None:
-        return make(parse_epsilon(body.epsilon, max_eps))
-    if body.max_user_cost is None:  # the schema asks for one of the two
-        raise InvalidRequest("give epsilon or max_user_cost")
-    cap = budget.limit(body.max_user_cost)
-    live = inp.occ.user[~np.isin(inp.occ.user, excluded)]
-    G1 = int(np.unique(live, return_counts=True)[1].max()) if live.size else 1
-    return plan_for_cost(make, cap, max_eps, G1)
-
-
-def _remaining(dataset: Dataset, spent: dict[int, Decimal]) -> dict[int, Decimal]:
-    return {u: budget.remaining(s, dataset.budget_per_user) for u, s in spent.items()}
-
-
-def _plan_within_budget(inp: SlotInput, body: ReleaseIn, spent: dict[int, Decimal]) -> SlotPlan:
-    """The plan every charged user can pay; with ``on_exhausted=exclude`` users who
-    cannot are left out and the plan is made again."""
+def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -> SlotPlan:
+    """The plan every charged user can pay in each budget window (``app.releases.windows``);
+    with ``on_exhausted=exclude`` users who cannot (in some window) are left out and the
+    plan is made again."""
     excluded = np.empty(0, dtype=np.int64)
     cap = inp.dataset.budget_per_user
-    remaining = _remaining(inp.dataset, spent)
+    remaining = rb.remaining(cap)
     for _ in range(MAX_EXCLUSION_ROUNDS):
-        plan = _choose(inp, body, excluded)
-        over = over_budget(inp.occ, plan, spent, cap)
+        plan = choose_plan(inp, body, excluded)
+        over = rb.users(over_budget(rb.occ, plan, rb.spent, cap))
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
             largest = largest_affordable(
-                _maker(inp, body, excluded),
-                inp.occ,
+                plan_maker(inp, body, excluded),
+                rb.occ,
                 plan,
                 remaining,
                 inp.dataset.max_epsilon_per_query,
             )
             raise BudgetExhausted(
-                f"{over.size} user(s) of this timeslot would pass their privacy budget",
+                f"{over.size} user(s) of these slots would pass their privacy budget",
                 largest_epsilon=largest,
             )
         excluded = np.union1d(excluded, over)
-    raise BudgetExhausted("could not find users of this timeslot within their budget")
+    raise BudgetExhausted("could not find users of these slots within their budget")
 
 
-def _fingerprint(inp: SlotInput, body: ReleaseIn) -> str:
+def _fingerprint(inp: ReleaseInput, body: ReleaseIn) -> str:
     key = {
-        "slot": inp.slot.start.isoformat(),
+        "span": [inp.span.start.isoformat(), inp.span.end.isoformat()],
         "body": body.model_dump(mode="json", exclude={"slot_start"}),
-        "g": [(g.id, a.version) for g, a in zip(inp.slot.grids, inp.arrays, strict=True)],
+        "g": [(g.id, a.version) for g, a in zip(inp.grids, inp.arrays, strict=True)],
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _plan_fields(inp: SlotInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, Any]:
-    dataset, level = inp.dataset, inp.slot.level
+def _plan_fields(inp: ReleaseInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, Any]:
+    dataset, level = inp.dataset, inp.span.level
     return {
         "dataset_id": dataset.id,
-        "slot_start": local_time(dataset, inp.slot.start),
+        "slot_start": local_time(dataset, inp.span.start),
         "h3_resolution": dataset.h3_resolution if level is None else level.h3_resolution,
         "slot_minutes": dataset.timeslot_minutes if level is None else level.slot_minutes,
         "G1": plan.G1,
         "K": plan.K,
         "epsilon": float(plan.eps.charged),
         "max_user_cost": float(plan.max_cost),
-        "skipped_grids": inp.slot.skipped,
+        "slots": inp.span.slots,
+        "partition": body.partition,
+        "coarsest_resolution": body.coarsest_resolution,
+        "coverage": inp.coverage.as_json(),
+        "skipped_grids": inp.skipped,
         "statistics": list(body.statistics),
         "mechanism": body.mechanism,
         "objective": body.objective,
@@ -190,24 +127,23 @@ def release_slot(
 ) -> dict[str, Any]:
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
     epoch = dataset.epoch
-    inp = _slot_input(session, dataset, body)
+    inp = release_input(session, dataset, body)
     fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**stored.answer, "cached": True}
-    users = np.unique(inp.occ.user)
-    budget = ledger.lock_budget(session, dataset, epoch, users)
+        return {**with_privacy_unit(stored.answer, dataset), "cached": True}
+    budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**stored.answer, "cached": True}
+        return {**with_privacy_unit(stored.answer, dataset), "cached": True}
 
-    plan = _plan_within_budget(inp, body, budget.spent)
+    plan = _plan_within_budget(inp, body, budget)
     if plan.K:
         ledger.spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
         public_id=uuid.uuid4().hex,
         dataset_id=dataset.id,
         epoch=epoch,
-        slot_start=inp.slot.start,
+        slot_start=inp.span.start,
         fingerprint=fp,
         epsilon=plan.eps.charged,
         answer={},
@@ -215,47 +151,22 @@ def release_slot(
         key_id=key.id,
     )
     grids, kept = draw_grids(
-        inp.dataset, inp.slot.grids, inp.arrays, inp.occ, body, plan, record.public_id, epoch
+        inp.dataset, inp.grids, inp.arrays, inp.occ, body, plan, record.public_id, epoch
     )
     charged_users = plan.user_costs(inp.occ)[0]
     record.answer = {
         "release_id": record.public_id,
         **_plan_fields(inp, body, plan),
         "grids": grids,
-        "withheld_grids": len(inp.slot.grids) - len(grids),
+        "withheld_grids": len(inp.grids) - len(grids),
         "n_users_charged": int(charged_users.size),
         "cached": False,
         "epoch": epoch,
     }
     record.kept = kept
     repo.add(record)
-    _charge(session, inp, plan, budget, key, record.id)
+    charge_release(session, budget, plan, key, record.id)
     return record.answer
-
-
-def _charge(
-    session: Session,
-    inp: SlotInput,
-    plan: SlotPlan,
-    budget: ledger.LockedBudget,
-    key: KeyIdentity,
-    release_row_id: int,
-) -> None:
-    """Charge every kept user the per-grid epsilon once per grid where it is kept: one
-    ledger entry per distinct number of grids (the stored release keeps, per grid, who
-    was kept; admins only)."""
-    users, n_grids = plan.user_costs(inp.occ)
-    for k in np.unique(n_grids).tolist():
-        ledger.charge(
-            session,
-            budget,
-            users[n_grids == k].tolist(),
-            plan.eps.charged * k,
-            key_id=key.id,
-            kind="release",
-            reference_id=release_row_id,
-            grid_id=None,
-        )
 
 
 # ------------------------------------------------------------------- preview
@@ -264,16 +175,15 @@ def _charge(
 def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> dict[str, Any]:
     """The plan of ``body`` without values and without any charge."""
     dataset = get_dataset(session, dataset_id)
-    inp = _slot_input(session, dataset, body)
-    plan = _choose(inp, body, np.empty(0, dtype=np.int64))
-    users = np.unique(inp.occ.user)
-    spent = LedgerRepository(session).spent(dataset.id, dataset.epoch, users.tolist())
-    remaining = _remaining(dataset, spent)
+    inp = release_input(session, dataset, body)
+    plan = choose_plan(inp, body, np.empty(0, dtype=np.int64))
+    rb = read_release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ)
+    cap = dataset.budget_per_user
 
     eps = statistic_eps(plan, len(body.statistics))
     grids = []
     U = dataset.value_bound
-    for i, (grid, arrays) in enumerate(zip(inp.slot.grids, inp.arrays, strict=True)):
+    for i, (grid, arrays) in enumerate(zip(inp.grids, inp.arrays, strict=True)):
         caps = plan.caps(inp.occ, i)
         if not caps.any():
             continue
@@ -300,12 +210,12 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     return {
         **_plan_fields(inp, body, plan),
         "grids": grids,
-        "users_over_budget": int(over_budget(inp.occ, plan, spent, dataset.budget_per_user).size),
+        "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.spent, cap)).size),
         "largest_epsilon": largest_affordable(
-            _maker(inp, body, np.empty(0, dtype=np.int64)),
-            inp.occ,
+            plan_maker(inp, body, np.empty(0, dtype=np.int64)),
+            rb.occ,
             plan,
-            remaining,
+            rb.remaining(cap),
             dataset.max_epsilon_per_query,
         ),
     }
@@ -321,4 +231,7 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
-    return {**stored.answer, "cached": True}
+    answer = with_privacy_unit(stored.answer, get_dataset(session, stored.dataset_id))
+    for grid in answer["grids"]:  # releases stored before adaptive partitions
+        grid.setdefault("h3_resolution", h3.get_resolution(grid["h3_cell"]))
+    return {"slots": 1, "partition": "fixed", **answer, "cached": True}

@@ -1,36 +1,63 @@
-"""The grids of one slot to release: the dataset's own, or coarser ones made on demand."""
+"""The grids of the slots to release: the dataset's own, or coarser ones made on demand.
+
+A release covers ``slots`` consecutive slots: every grid whose slot starts in
+``[slot_start, slot_start + slots × slot_minutes)``.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from app.datasets.coarse import GridLevel, coarse_grids
 from app.datasets.models import Dataset, Grid
-from app.errors import NotFound
+from app.errors import InvalidRequest, NotFound
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.releases.repository import ReleaseRepository
 
+#: The longest span one release may cover (API.md: "allow at least a week").
+MAX_SPAN = timedelta(days=7)
+
 
 @dataclass(frozen=True)
-class SlotGrids:
+class SpanGrids:
     start: datetime  # UTC
+    end: datetime  # UTC, exclusive
+    slots: int
     level: GridLevel | None  # None: the dataset's own grids
     grids: list[Grid] = field(default_factory=list)
-    skipped: int = 0  # grids below min_users, not released
+    skipped: int = 0  # grids below min_users (or outside an adaptive partition)
 
 
-def slot_grids(
-    session: Session, dataset: Dataset, level: GridLevel | None, start: datetime
-) -> SlotGrids:
-    """Every grid with records that starts at ``start`` at ``level`` (404 if none)."""
+def slot_length(dataset: Dataset, level: GridLevel | None) -> timedelta:
+    return timedelta(minutes=dataset.timeslot_minutes if level is None else level.slot_minutes)
+
+
+def grids_at(
+    session: Session, dataset: Dataset, level: GridLevel | None, start: datetime, end: datetime
+) -> list[Grid]:
+    """Every grid with records at ``level`` starting in ``[start, end)``, by (slot, cell)."""
     if level is None:
-        grids = ReleaseRepository(session).grids_in_slot(dataset.id, start)
-    else:
-        grids = coarse_grids(session, dataset, level, start)
+        return ReleaseRepository(session).grids_in_span(dataset.id, start, end)
+    return coarse_grids(session, dataset, level, start, end)
+
+
+def span_grids(
+    session: Session, dataset: Dataset, level: GridLevel | None, start: datetime, slots: int
+) -> SpanGrids:
+    """The grids of ``slots`` consecutive slots from ``start`` (404 if none has a grid)."""
+    length = slot_length(dataset, level)
+    if slots * length > MAX_SPAN:
+        raise InvalidRequest(
+            f"slots × slot length must be at most 7 days; {slots} slots of "
+            f"{int(length.total_seconds() // 60)} minutes is longer: release fewer slots"
+        )
+    end = start + slots * length
+    grids = grids_at(session, dataset, level, start, end)
     if not grids:
         local = format_local(datetime_to_us(start), get_zone(dataset.timezone))
-        raise NotFound(f"no grid of dataset {dataset.id} starts at {local} ({dataset.timezone})")
-    return SlotGrids(start, level, grids)
+        what = "starts at" if slots == 1 else f"starts in the {slots} slots from"
+        raise NotFound(f"no grid of dataset {dataset.id} {what} {local} ({dataset.timezone})")
+    return SpanGrids(start, end, slots, level, grids)

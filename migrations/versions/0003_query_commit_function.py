@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from app.ledger.sql import COMMIT_QUERY_SIGNATURE, commit_query_sql
+from app.ledger.sql import COMMIT_QUERY_0003_SIGNATURE, commit_query_0003_sql
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -29,9 +29,10 @@ depends_on: str | Sequence[str] | None = None
 
 UQ = "uq_query_answers_grid_id"
 
-# The function's text lives in app/ledger/sql/commit_query.sql (read, not copied here).
-COMMIT_QUERY = commit_query_sql()
-SIGNATURE = COMMIT_QUERY_SIGNATURE
+# The function's text as this revision made it: app/ledger/sql/commit_query_0003.sql
+# (frozen; read, not copied here).
+COMMIT_QUERY = commit_query_0003_sql()
+SIGNATURE = COMMIT_QUERY_0003_SIGNATURE
 
 
 def upgrade() -> None:

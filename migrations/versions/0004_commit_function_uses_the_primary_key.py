@@ -17,14 +17,14 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from app.ledger.sql import COMMIT_QUERY_SIGNATURE
+from app.ledger.sql import COMMIT_QUERY_0003_SIGNATURE
 
 revision: str = "0004"
 down_revision: str | None = "0003"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-SIGNATURE = COMMIT_QUERY_SIGNATURE
+SIGNATURE = COMMIT_QUERY_0003_SIGNATURE
 
 
 def upgrade() -> None:

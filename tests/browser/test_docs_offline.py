@@ -25,15 +25,11 @@ def assert_only_served_by(page: Page, base_url: str) -> None:
     assert not outside, f"the page asked for something the server does not serve: {outside}"
 
 
-def test_the_browser_really_has_no_network_but_the_test_server(
-    page: Page, live_url: str
-) -> None:
+def test_the_browser_really_has_no_network_but_the_test_server(page: Page, live_url: str) -> None:
     # On a page without a Content-Security-Policy, so only the network can refuse.
     page.navigate(f"{live_url}/healthz")
     page.wait_for("document.readyState === 'complete'")
-    assert page.evaluate(FETCH.format(url=f"{live_url}/healthz"), await_promise=True) == (
-        "reached"
-    )
+    assert page.evaluate(FETCH.format(url=f"{live_url}/healthz"), await_promise=True) == ("reached")
     for url in (
         "https://cdn.jsdelivr.net/npm/swagger-ui-dist@5/swagger-ui.css",
         "http://example.com/",
@@ -43,9 +39,7 @@ def test_the_browser_really_has_no_network_but_the_test_server(
         assert got.startswith("failed"), f"{url} was reachable from the page: {got}"
 
 
-def test_docs_render_every_operation_offline(
-    page: Page, live_url: str, tmp_path: Path
-) -> None:
+def test_docs_render_every_operation_offline(page: Page, live_url: str, tmp_path: Path) -> None:
     spec = httpx.get(f"{live_url}/openapi.json", trust_env=False).json()
     expected = sorted(
         [method, path]

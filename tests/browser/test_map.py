@@ -233,9 +233,7 @@ def test_map_page_is_served_with_a_strict_policy(live_url: str) -> None:
     assert 'id="map"' in resp.text and "dpgate-tile-url" not in resp.text
 
 
-def test_map_finds_the_released_cell_above_a_footprint_cell(
-    page: Page, live_url: str
-) -> None:
+def test_map_finds_the_released_cell_above_a_footprint_cell(page: Page, live_url: str) -> None:
     """An adaptive release's coarse cell covers the fine footprint cells below it: the
     page's H3 parent (from the index bits) agrees with h3's."""
     page.navigate(f"{live_url}/map")
@@ -255,3 +253,50 @@ def test_map_finds_the_released_cell_above_a_footprint_cell(
         await_promise=True,
     )
     assert covering == [coarse, None]
+
+
+def test_map_draws_an_adaptive_day_release_slot_by_slot(
+    page: Page, live_url: str, tmp_path: Path
+) -> None:
+    """One release of three hours with an adaptive partition: each hour's cells (coarser
+    ones where traffic is thin) are drawn, and ◀ ▶ step through the release's own slots."""
+    city = make_city(live_url)
+    with city.client(live_url) as api:
+        made = api.post(
+            f"/datasets/{city.dataset_id}/releases",
+            json={
+                "slot_start": HOURS[0].isoformat(),
+                "slots": 3,
+                "partition": "adaptive",
+                "coarsest_resolution": 6,
+                "max_user_cost": 1.2,  # the hourly releases left each bus 1.33
+                "statistics": ["mean"],
+            },
+        )
+        assert made.status_code == 200, made.text
+        release = made.json()
+    assert release["slots"] == 3 and release["partition"] == "adaptive"
+    by_slot: dict[str, set[str]] = {}
+    for g in release["grids"]:
+        by_slot.setdefault(g["slot_start"], set()).add(g["grid_id"])
+    assert len(by_slot) == 3
+    resolutions = {g["h3_resolution"] for g in release["grids"]}
+    assert len(resolutions) >= 2 and resolutions <= {6, 7, 8}, resolutions
+
+    open_map(page, live_url, city, release["release_id"])
+    page.screenshot(tmp_path / "map-adaptive.png", full_page=True)
+    for step, slot in enumerate(sorted(by_slot, key=lambda s: s)):
+        if step:
+            page.evaluate("document.getElementById('next-slot').click()")
+            page.wait_for(
+                f"document.getElementById('facts').textContent.includes('{slot[11:16]}–')",
+                what=f"the slot {slot}",
+            )
+            wait_drawn(page, release["release_id"])
+        drawn = page.evaluate(
+            "[...document.querySelectorAll('#map path.cell')].map(e => e.dataset.gridId)"
+        )
+        assert set(drawn) == by_slot[slot], slot
+        assert "(one of 3)" in text_of(page, "#facts")
+    page.screenshot(tmp_path / "map-adaptive-last.png", full_page=True)
+    assert page.errors() == [], "the map page logged errors"

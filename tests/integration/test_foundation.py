@@ -95,9 +95,7 @@ def test_oversized_json_body_is_413(client: TestClient, app) -> None:
     )
 
 
-def test_serving_app_freezes_startup_objects_out_of_the_collector(
-    settings, monkeypatch
-) -> None:
+def test_serving_app_freezes_startup_objects_out_of_the_collector(settings, monkeypatch) -> None:
     """``dpgate serve`` builds its app with ``create_server_app``: after start-up every
     long-lived object is frozen, so no full collection walks them mid-request."""
     import gc

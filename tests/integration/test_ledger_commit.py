@@ -3,10 +3,13 @@
 the function is the one allowed second copy of the budget rule.
 
 Each scenario builds a small world straight in the database (a dataset, a key, users
-with given spends, maybe a twin answer or a moved epoch), asks the rule what it
-expects from those inputs, commits through the function and checks the verdict and the
-writes: on ``ok`` each user's spend grew by exactly epsilon, one ledger entry and one
-answer were added and the key's quota was spent; otherwise nothing changed.
+with given spends, maybe a twin answer or a moved epoch, maybe budget windows with
+spends in the window before the grid's), asks the rule what it expects from those
+inputs — the accounts of the charge's window only, as ``app.ledger.service`` locks them
+— commits through the function and checks the verdict and the writes: on ``ok`` each
+user's spend in the grid's window grew by exactly epsilon (every other window's
+unchanged), one ledger entry (of that window) and one answer were added and the key's
+quota was spent; otherwise nothing changed.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import asyncio
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
 import numpy as np
@@ -26,6 +29,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import Budget, exhausted
 from app.datasets.models import Dataset, DatasetUser, Grid
+from app.datasets.windows import ALL_TIME, window_of
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import conninfo_from_url
 from app.keys.models import ApiKey
@@ -49,6 +53,9 @@ class Scenario:
     stale: bool = False
     twin: bool = False
     n_users: int = 5
+    budget_window: str = "none"
+    # user index -> spend in the window before the grid's (budget windows only)
+    other_spent: dict[int, Decimal] = field(default_factory=dict)
 
 
 @dataclass
@@ -60,7 +67,8 @@ class World:
     record: AnswerRecord
     charge: Charge
     scenario: Scenario
-    accounts: dict[int, Decimal] = field(default_factory=dict)  # by dataset_users.id
+    window: date  # the grid's budget window
+    accounts: dict[int, Decimal] = field(default_factory=dict)  # its window's, by user id
 
 
 def _build(session: Session, sc: Scenario) -> World:
@@ -68,7 +76,7 @@ def _build(session: Session, sc: Scenario) -> World:
     ds = Dataset(
         name=f"d{tag}", value_bound=10.0, h3_resolution=8, timeslot_minutes=60,
         timezone="UTC", budget_per_user=sc.cap, max_epsilon_per_query=Decimal(5),
-        on_exhausted="refuse", epoch=1,
+        on_exhausted="refuse", epoch=1, budget_window=sc.budget_window,
     )  # fmt: skip
     key = ApiKey(
         name=f"k{tag}", role="analyst", key_hash=tag * 5, prefix=tag[:8],
@@ -85,9 +93,17 @@ def _build(session: Session, sc: Scenario) -> World:
     session.add_all([grid, *users])
     session.flush()
     ids = [u.id for u in users]
+    window = window_of(ds, grid.slot_start)
+    assert (window == ALL_TIME) == (sc.budget_window == "none")
     session.add_all(
-        BudgetAccount(dataset_id=ds.id, epoch=1, user_id=ids[i], spent=s)
+        BudgetAccount(dataset_id=ds.id, epoch=1, window_start=window, user_id=ids[i], spent=s)
         for i, s in sc.spent.items()
+    )
+    assert not sc.other_spent or window != ALL_TIME  # other windows exist with windows only
+    before = window - timedelta(days=1) if sc.other_spent else window
+    session.add_all(
+        BudgetAccount(dataset_id=ds.id, epoch=1, window_start=before, user_id=ids[i], spent=s)
+        for i, s in sc.other_spent.items()
     )
     record = AnswerRecord(
         public_id=uuid.uuid4().hex, dataset_id=ds.id, grid_id=grid.id, epoch=1,
@@ -101,11 +117,11 @@ def _build(session: Session, sc: Scenario) -> World:
         ds.epoch = 2
     session.flush()
     charge = Charge.of(
-        ds.id, 1, [ids[i] for i in sc.charged], sc.epsilon, key_id=key.id, kind="query",
-        grid_id=grid.id,
+        ds.id, 1, [ids[i] for i in sc.charged], sc.epsilon, window=window, key_id=key.id,
+        kind="query", grid_id=grid.id,
     )  # fmt: skip
     accounts = {ids[i]: s for i, s in sc.spent.items()}
-    return World(ds.id, key.id, grid.id, ids, record, charge, sc, accounts)
+    return World(ds.id, key.id, grid.id, ids, record, charge, sc, window, accounts)
 
 
 def _expected(w: World) -> Verdict:
@@ -122,25 +138,28 @@ def _expected(w: World) -> Verdict:
 
 @dataclass(frozen=True)
 class State:
-    accounts: dict[int, Decimal]
-    entries: int
+    accounts: dict[tuple[date, int], Decimal]  # (window, user id) -> spend
+    entries: list[date]  # the windows of the dataset's ledger entries
     answers: int
     key_spent: Decimal
 
 
 def _state(session: Session, w: World) -> State:
     rows = session.execute(
-        select(BudgetAccount.user_id, BudgetAccount.spent).where(
+        select(BudgetAccount.window_start, BudgetAccount.user_id, BudgetAccount.spent).where(
             BudgetAccount.dataset_id == w.dataset_id
         )
     )
     count = func.count()
     return State(
-        accounts={u: s for u, s in rows},
-        entries=session.scalar(
-            select(count).select_from(LedgerEntry).where(LedgerEntry.dataset_id == w.dataset_id)
-        )
-        or 0,
+        accounts={(win, u): s for win, u, s in rows},
+        entries=list(
+            session.scalars(
+                select(LedgerEntry.window_start)
+                .where(LedgerEntry.dataset_id == w.dataset_id)
+                .order_by(LedgerEntry.id)
+            )
+        ),
         answers=session.scalar(
             select(count).select_from(QueryAnswer).where(QueryAnswer.dataset_id == w.dataset_id)
         )
@@ -189,10 +208,10 @@ def _check(make: sessionmaker[Session], commit: Commit, sc: Scenario) -> Verdict
     with make() as session:
         after = _state(session, w)
     if want is Verdict.OK:
-        charged = set(w.charge.users)
-        grown = {u: s + sc.epsilon if u in charged else s for u, s in before.accounts.items()}
+        charged = {(w.window, u) for u in w.charge.users}
+        grown = {a: s + sc.epsilon if a in charged else s for a, s in before.accounts.items()}
         assert after.accounts == grown
-        assert after.entries == before.entries + (1 if w.charge.users else 0)
+        assert after.entries == before.entries + ([w.window] if w.charge.users else [])
         assert after.answers == before.answers + 1
         quota_spent = before.key_spent + (sc.epsilon if sc.quota is not None else 0)
         assert after.key_spent == quota_spent
@@ -216,6 +235,20 @@ NAMED = {
     "quota": Scenario({0: Decimal(0)}, (0,), Decimal("0.2"), quota=QUOTA),
     "quota reached exactly": Scenario({0: Decimal(0)}, (0,), Decimal("0.1"), quota=QUOTA),
     "nobody charged": Scenario({}, (), Decimal("0.1")),
+    "window: the day before's spend does not count": Scenario(
+        {0: Decimal("0.5"), 1: Decimal(0)}, (0, 1), Decimal("0.5"), budget_window="day",
+        other_spent={0: CAP, 1: CAP}),
+    "window: exhausted in the grid's window": Scenario(
+        {0: CAP, 1: Decimal(0)}, (0, 1), Decimal("0.1"), budget_window="week",
+        other_spent={0: Decimal(0)}),
+    "window: passes the cap by one pico": Scenario(
+        {0: Decimal("0.7") + PICO}, (0,), Decimal("0.3"), budget_window="month",
+        other_spent={0: Decimal(0)}),
+    "window: an account in another window is not this one's": Scenario(
+        {1: Decimal(0)}, (0, 1), Decimal("0.1"), budget_window="day",
+        other_spent={0: Decimal(0)}),
+    "window: twin beats exhausted": Scenario(
+        {0: CAP}, (0,), Decimal("0.1"), twin=True, budget_window="day"),
 }  # fmt: skip
 
 
@@ -237,9 +270,14 @@ def _random_scenario(rng: np.random.Generator) -> Scenario:
     if rng.random() < 0.3:
         limit = Decimal(int(rng.integers(1, 10))) / 10
         quota = Budget(limit, limit - eps + (PICO if rng.random() < 0.5 else 0))
+    kind = ("none", "day", "week", "month")[int(rng.integers(0, 4))]
+    other = {}
+    if kind != "none":  # spends in the window before, on and around the boundary too
+        other = {i: near[int(rng.integers(0, len(near)))] for i in range(n) if rng.random() < 0.7}
     return Scenario(
-        spent, charged, eps, quota=quota, stale=rng.random() < 0.1, twin=rng.random() < 0.1
-    )
+        spent, charged, eps, quota=quota, stale=rng.random() < 0.1, twin=rng.random() < 0.1,
+        budget_window=kind, other_spent=other,
+    )  # fmt: skip
 
 
 def test_random_scenarios_agree_with_the_rule(
@@ -280,13 +318,11 @@ def test_excluding_the_exhausted_users_lets_the_rest_be_charged(
         w = _build(session, sc)
     ids = np.array(w.users[:4])
     with database() as session:
-        read = ledger.exhausted_now(session, w.dataset_id, 1, sc.cap, ids, eps)
+        read = ledger.exhausted_now(session, w.dataset_id, 1, sc.cap, ids, eps, window=w.window)
     assert read.tolist() == exhausted(w.accounts, ids, eps, sc.cap).tolist()
     assert read.tolist() == [True, True, False, False]
     assert commit(w).verdict is Verdict.EXHAUSTED
-    kept = Charge.of(w.dataset_id, 1, ids[~read], eps, key_id=w.key_id, kind="query",
-                     grid_id=w.grid_id)  # fmt: skip
+    kept = Charge.of(w.dataset_id, 1, ids[~read], eps, window=w.window, key_id=w.key_id,
+                     kind="query", grid_id=w.grid_id)  # fmt: skip
     w.charge = kept
     assert commit(w).verdict is Verdict.OK
-
-

@@ -419,9 +419,7 @@ def test_needs_analyze_when_never_analyzed_or_after_a_large_batch() -> None:
     assert needs_analyze(1000.0, 151)
 
 
-def test_commit_function_probes_the_primary_key_as_accounts_grow(
-    client: TestClient, app
-) -> None:
+def test_commit_function_probes_the_primary_key_as_accounts_grow(client: TestClient, app) -> None:
     """12 grids of 50 users charged one after another: the commit function may not scan
     every account of the dataset to charge one grid's (migration 0004), though the
     statistics were taken when the first grid's 50 accounts were all there were."""
@@ -448,6 +446,7 @@ def test_commit_function_probes_the_primary_key_as_accounts_grow(
         plan = "\n".join(
             conn.exec_driver_sql(
                 f"EXPLAIN SELECT spent FROM budget_accounts WHERE dataset_id = {ds} AND epoch = 1"
+                " AND window_start = '0001-01-01'"
                 " AND user_id = ANY ('{1,2,3,4,5,6,7,8,9,10}'::integer[]) FOR UPDATE"
             ).scalars()
         )

@@ -46,8 +46,13 @@ def test_preview_widths_bound_the_published_ones(client: TestClient, objective: 
 def test_objective_needs_auto(client: TestClient) -> None:
     ds = make_dataset(client, budget_per_user=10.0, value_bound=U)
     load(client, ds, GRIDS)
-    req = {"slot_start": HOUR.isoformat(), "epsilon": 1.0, "min_users": 5,
-           "mechanism": "baseline", "objective": "interval"}
+    req = {
+        "slot_start": HOUR.isoformat(),
+        "epsilon": 1.0,
+        "min_users": 5,
+        "mechanism": "baseline",
+        "objective": "interval",
+    }
     bad = client.post(f"/datasets/{ds}/releases", json=req)
     assert bad.status_code == 400 and "auto" in bad.json()["error"]["message"]
     worse = client.post(f"/datasets/{ds}/releases", json={**req, "objective": "narrow"})

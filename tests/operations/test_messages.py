@@ -102,6 +102,41 @@ def test_numbers_with_underscores_are_refused_and_charge_nothing(pg_client: Test
     assert pg_client.get(f"/grids/{grid}/mean?epsilon=1_0", headers=auth("nope")).status_code == 401
 
 
+def test_json_numbers_with_underscores_are_refused(pg_client: TestClient) -> None:
+    """``{"epsilon": "1_0"}`` was read as epsilon 10; every body refuses it, naming the
+    field, and changes nothing."""
+    ds = make_dataset(pg_client, max_epsilon_per_query=20)
+    load(pg_client, ds, {CELL_A: GRID_A})
+    slot = {"slot_start": "2024-03-05T10:00:00Z", "min_users": 2}
+    cases = [
+        (f"/datasets/{ds}/releases", {**slot, "epsilon": "1_0"}, "epsilon"),
+        (f"/datasets/{ds}/releases", {**slot, "max_user_cost": "1_0"}, "max_user_cost"),
+        (f"/datasets/{ds}/releases", {**slot, "epsilon": 0.5, "min_users": "1_0"}, "min_users"),
+        (f"/datasets/{ds}/releases/preview", {**slot, "epsilon": "1_0"}, "epsilon"),
+        (
+            "/datasets",
+            {"name": "u", "value_bound": 10, "budget_per_user": "1_0"},
+            "budget_per_user",
+        ),
+        ("/keys", {"name": "k", "role": "analyst", "epsilon_quota": "1_0"}, "epsilon_quota"),
+        (
+            "/plans/preview",
+            {"value_bound": 1, "epsilon": "1_0", "occupancy": [[1, 1, 1]]},
+            "epsilon",
+        ),
+    ]
+    for path, body, field in cases:
+        message = error(pg_client.post(path, json=body), 400, "invalid_request")
+        assert field in message and "underscore" in message, (path, message)
+    assert pg_client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
+    assert len(pg_client.get("/datasets").json()) == 1
+    # an underscore in a text field is just text; a number written as a string still reads
+    made = pg_client.post(
+        "/datasets", json={"name": "a_b", "value_bound": "10", "budget_per_user": 1}
+    )
+    assert made.status_code == 201, made.text
+
+
 def test_trailing_slash_is_a_clear_404(pg_client: TestClient) -> None:
     for path, bare in (("/datasets/", "/datasets"), ("/keys/me/", "/keys/me")):
         resp = pg_client.get(path, follow_redirects=False)

@@ -79,6 +79,21 @@ def test_metrics_move_with_queries_refusals_and_releases(pg_client: TestClient) 
     assert value(after, "dpgate_db_pool_in_use", pool="query") >= 0
 
 
+def test_users_at_cap_and_database_up(pg_client: TestClient) -> None:
+    ds = make_dataset(pg_client)  # budget 1.0 per user
+    grid_b = load(pg_client, ds, {CELL_A: GRID_A, CELL_B: GRID_B})[CELL_B]
+    assert value(scrape(pg_client), "dpgate_users_at_cap", dataset=str(ds)) == 0
+    full = {"epsilon": 1.0, "mechanism": "baseline"}  # the whole budget of grid B's users
+    assert pg_client.get(f"/grids/{grid_b}/mean", params=full).status_code == 200
+    after = scrape(pg_client)
+    assert value(after, "dpgate_users_at_cap", dataset=str(ds)) == len(GRID_B) == 3
+    assert pg_client.get(f"/datasets/{ds}/budget").json()["users_at_cap"] == 3
+    assert value(after, "dpgate_database_up") == 1
+    reset = pg_client.post(f"/datasets/{ds}/budget/reset", json={"reason": "metrics test"})
+    assert reset.status_code == 200
+    assert value(scrape(pg_client), "dpgate_users_at_cap", dataset=str(ds)) == 0  # new epoch
+
+
 def test_unmatched_paths_share_one_label(pg_client: TestClient) -> None:
     before = scrape(pg_client)
     for path in ("/no/such/path", "/another-one", "/datasets/"):

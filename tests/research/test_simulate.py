@@ -62,7 +62,7 @@ def test_levy_matches_core_release(grid, eps):
     for i in range(25):
         src = Scripted([picks[i]], [z[i]])
         core.append(release_mean(grid, U, eps, "levy", noise=src).estimate)
-        (scores, e, sens), = src.asked
+        ((scores, e, sens),) = src.asked
         assert np.array_equal(scores, -cost) and e == eps / 2 and sens == 1
     np.testing.assert_allclose(vec, core, rtol=0, atol=1e-9)
     assert np.all((vec >= 0) & (vec <= U))
@@ -140,7 +140,7 @@ def test_akmv_rows_match_core_quantile():
         assert cands[pick] == t_vec[r]
         src = Scripted([pick], [0.0])
         rel = akmv_release(g, U, eps, src)
-        (scores, e, _), = src.asked
+        ((scores, e, _),) = src.asked
         assert np.array_equal(scores, quantile_scores(g.head_sums(counts), q, cands))
         assert e == eps / 2
         assert rel.details["T"] == t_vec[r]

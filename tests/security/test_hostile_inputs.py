@@ -173,7 +173,6 @@ BAD_DATASET_IDS = [
 ]  # fmt: skip
 
 
-
 def test_stored_limits_round_down_never_up(client: TestClient) -> None:
     """A limit with more than the ledger's 12 decimals is stored rounded **down**: a
     user is never charged past the ``budget_per_user`` given, and a key's quota reads

@@ -11,13 +11,16 @@ import numpy as np
 import pytest
 
 from app.budget import Budget, exhausted
+from app.datasets.windows import ALL_TIME
 from app.ledger.rule import Charge, Verdict, over_cap, query_verdict
 
 CAP = Decimal("1.000000000000")
 
 
 def test_charge_users_are_distinct_and_ascending() -> None:
-    charge = Charge.of(1, 1, np.array([5, 3, 5, 1]), Decimal("0.1"), key_id=1, kind="query")
+    charge = Charge.of(
+        1, 1, np.array([5, 3, 5, 1]), Decimal("0.1"), window=ALL_TIME, key_id=1, kind="query"
+    )
     assert charge.users == (1, 3, 5)
     with pytest.raises(AttributeError):
         charge.epsilon = Decimal(1)  # type: ignore[misc]
@@ -31,7 +34,7 @@ def test_exhausted_matches_each_user_checked_alone() -> None:
     got = exhausted(spent, users, eps, CAP)
     want = [spent.get(u, Decimal(0)) + eps > CAP for u in range(25)]
     assert got.tolist() == want
-    charge = Charge.of(1, 1, users, eps, key_id=1, kind="release")
+    charge = Charge.of(1, 1, users, eps, window=ALL_TIME, key_id=1, kind="release")
     assert over_cap(charge, spent, CAP) == [u for u in range(25) if want[u]]
 
 
@@ -58,7 +61,7 @@ def test_query_verdict_follows_the_documented_order(
     stale: bool, missing: bool, twin: bool, over: bool, quota_over: bool | None
 ) -> None:
     eps = Decimal("0.25")
-    charge = Charge.of(1, 1, [10, 11], eps, key_id=3, kind="query", grid_id=4)
+    charge = Charge.of(1, 1, [10, 11], eps, window=ALL_TIME, key_id=3, kind="query", grid_id=4)
     accounts = {10: CAP if over else Decimal(0)}
     if not missing:
         accounts[11] = Decimal(0)
@@ -72,7 +75,7 @@ def test_query_verdict_follows_the_documented_order(
 
 
 def test_a_charge_of_nobody_is_never_missing_nor_exhausted() -> None:
-    charge = Charge.of(1, 1, [], Decimal("0.5"), key_id=1, kind="query")
+    charge = Charge.of(1, 1, [], Decimal("0.5"), window=ALL_TIME, key_id=1, kind="query")
     assert query_verdict(charge, epoch_now=1, accounts={}, cap=CAP, twin=False, quota=None) is (
         Verdict.OK
     )

@@ -60,3 +60,56 @@ def test_ledger_is_append_only_on_postgres(postgres_url: str) -> None:
                 conn.execute(text(stmt))
     finally:
         engine.dispose()
+
+
+def _commit_functions(conn) -> list[tuple[int, list[str] | None]]:
+    from sqlalchemy import text
+
+    return conn.execute(
+        text(
+            "SELECT pronargs, proconfig FROM pg_proc WHERE proname = 'dpgate_commit_query'"
+            " AND pronamespace = current_schema()::regnamespace"
+        )
+    ).all()
+
+
+def test_budget_windows_migrate_down_and_up_and_refuse_to_drop_windows(postgres_url: str) -> None:
+    """0009 swaps the commit function for the one taking the window (still with
+    ``enable_seqscan = off``) and back; it refuses to go down while windowed accounts exist."""
+    import pytest
+    from alembic import command
+    from sqlalchemy import text
+
+    from app.db.migrate import alembic_config
+
+    upgrade(postgres_url)
+    engine = make_engine(postgres_url)
+    try:
+        with engine.connect() as conn:
+            assert _commit_functions(conn) == [(16, ["enable_seqscan=off"])]
+        command.downgrade(alembic_config(postgres_url), "0008")
+        with engine.connect() as conn:
+            assert _commit_functions(conn) == [(15, ["enable_seqscan=off"])]
+        upgrade(postgres_url)
+        with engine.begin() as conn:
+            conn.execute(
+                text(
+                    "insert into datasets (id, name, value_bound, h3_resolution,"
+                    " timeslot_minutes, timezone, budget_per_user, max_epsilon_per_query,"
+                    " on_exhausted, epoch, created_at, budget_window)"
+                    " values (1, 'd', 1, 8, 60, 'UTC', 1, 1, 'refuse', 1, now(), 'day')"
+                )
+            )
+            conn.execute(
+                text("insert into dataset_users (id, dataset_id, user_hash) values (1, 1, 'h')")
+            )
+            conn.execute(
+                text(
+                    "insert into budget_accounts (dataset_id, epoch, window_start, user_id, spent)"
+                    " values (1, 1, '2016-11-25', 1, 0)"
+                )
+            )
+        with pytest.raises(RuntimeError, match="budget windows"):
+            command.downgrade(alembic_config(postgres_url), "0008")
+    finally:
+        engine.dispose()

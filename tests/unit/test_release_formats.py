@@ -103,9 +103,9 @@ def test_geojson_has_one_polygon_per_grid_on_its_h3_cell_in_lon_lat_order() -> N
         (ring,) = feature["geometry"]["coordinates"]
         assert ring[0] == ring[-1], "a GeoJSON ring is closed"
         # The vertices are the cell's boundary, swapped from h3's (lat, lng) to (lon, lat).
-        expected = {(round(lng, 12), round(lat, 12)) for lat, lng in h3.cell_to_boundary(
-            grid["h3_cell"]
-        )}
+        expected = {
+            (round(lng, 12), round(lat, 12)) for lat, lng in h3.cell_to_boundary(grid["h3_cell"])
+        }
         assert {(round(x, 12), round(y, 12)) for x, y in ring[:-1]} == expected
         # Read as (lon, lat), the ring's centre lies in the same cell: the order is right
         # whatever the boundary's formula (Austin's lon < -90, so a swap would fail h3).
@@ -122,6 +122,7 @@ def test_geojson_properties_are_the_estimates_and_intervals() -> None:
     assert set(props[0]) == {
         "grid_id",
         "h3_cell",
+        "h3_resolution",
         "slot_start",
         "n_users",
         "mean",
@@ -132,6 +133,7 @@ def test_geojson_properties_are_the_estimates_and_intervals() -> None:
     assert props[0] == {
         "grid_id": "g-a",
         "h3_cell": CELL_A,
+        "h3_resolution": 8,
         "slot_start": "2026-11-20T08:00:00-06:00",
         "n_users": 31,
         "mean": 6.123456789012345,

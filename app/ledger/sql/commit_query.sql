@@ -1,10 +1,14 @@
 -- dpgate_commit_query: a query's commit in one atomic statement (Postgres only).
 -- The decision order is app.ledger.rule.query_verdict, the Python rule it must match
--- (tests/integration/test_ledger_commit.py runs both on the same inputs). Migration 0003 creates
--- the function from this file and 0004 sets enable_seqscan = off on it; a revision that
--- changes the body must first freeze this text for 0003 (e.g. commit_query_0003.sql).
+-- (tests/integration/test_ledger_commit.py runs both on the same inputs). Migration 0009
+-- creates the function from this file (with enable_seqscan = off, as 0004 set it on the
+-- first version, frozen in commit_query_0003.sql); a revision that changes the body must
+-- first freeze this text for 0009 (e.g. commit_query_0009.sql).
+-- p_window: the budget window the grid's slot lies in (app.datasets.windows.window_of;
+-- 0001-01-01 for a dataset without windows): only that window's accounts are read,
+-- checked and charged (docs/math.md §10.4).
 CREATE FUNCTION dpgate_commit_query(
-    p_dataset integer, p_epoch integer, p_grid integer, p_grid_version integer,
+    p_dataset integer, p_epoch integer, p_window date, p_grid integer, p_grid_version integer,
     p_fingerprint varchar, p_users integer[], p_epsilon numeric, p_cap numeric,
     p_key integer, p_key_has_quota boolean, p_public_id varchar, p_statistic varchar, p_mechanism varchar,
     p_options json, p_answer json
@@ -14,7 +18,7 @@ LANGUAGE plpgsql AS $$
 -- (some budget accounts do not exist yet), 'exhausted' (a user would pass the
 -- cap), 'quota' (the key would pass its quota), 'twin' (the same query was
 -- stored meanwhile; ``stored`` is its answer). Nothing is written unless 'ok'.
--- Lock order, as everywhere: dataset row, accounts by ascending user id, key row.
+-- Lock order, as everywhere: dataset row, accounts by ascending (window, user id), key row.
 DECLARE
     v_epoch integer;
     v_locked integer := 0;
@@ -33,7 +37,7 @@ BEGIN
           INTO v_locked, v_over
           FROM (SELECT b.spent FROM budget_accounts b
                  WHERE b.dataset_id = p_dataset AND b.epoch = p_epoch
-                   AND b.user_id = ANY (p_users)
+                   AND b.window_start = p_window AND b.user_id = ANY (p_users)
                  ORDER BY b.user_id FOR UPDATE) s;
         IF v_locked < v_n THEN
             RETURN QUERY SELECT 'missing'::text, NULL::json; RETURN;
@@ -72,11 +76,12 @@ BEGIN
     END IF;
     IF v_n > 0 THEN
         UPDATE budget_accounts SET spent = spent + p_epsilon
-         WHERE dataset_id = p_dataset AND epoch = p_epoch AND user_id = ANY (p_users);
-        INSERT INTO ledger_entries (dataset_id, epoch, key_id, kind, reference_id, grid_id,
-                                    epsilon, n_users, users, created_at)
-        VALUES (p_dataset, p_epoch, p_key, 'query', v_answer, p_grid, p_epsilon, v_n,
-                to_json(p_users), now());
+         WHERE dataset_id = p_dataset AND epoch = p_epoch AND window_start = p_window
+           AND user_id = ANY (p_users);
+        INSERT INTO ledger_entries (dataset_id, epoch, window_start, key_id, kind,
+                                    reference_id, grid_id, epsilon, n_users, users, created_at)
+        VALUES (p_dataset, p_epoch, p_window, p_key, 'query', v_answer, p_grid, p_epsilon,
+                v_n, to_json(p_users), now());
     END IF;
     RETURN QUERY SELECT 'ok'::text, NULL::json;
 END $$;

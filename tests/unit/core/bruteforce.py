@@ -43,9 +43,7 @@ def maximise(
     sizes = [int(s) for s in sizes]
     dim = sum(sizes)
     cuts = np.cumsum([0, *sizes])
-    idx = [
-        np.concatenate([np.arange(cuts[g], cuts[g + 1]) for g in groups]) for _, groups in terms
-    ]
+    idx = [np.concatenate([np.arange(cuts[g], cuts[g + 1]) for g in groups]) for _, groups in terms]
 
     def value(z: np.ndarray) -> np.ndarray:
         return sum(c * _f(stat, z[..., i]) for (c, _), i in zip(terms, idx, strict=True))

@@ -50,9 +50,7 @@ def test_interval_k_is_the_narrowest_among_every_k(seed: int) -> None:
     info = prepare_counts(rng.integers(1, 30, size=40))
     eps = float(rng.choice([0.5, 1.0, 2.0]))
     k = interval_k(info, 30.0, eps)
-    halves = {
-        kk: plan_mean(info.counts, 30.0, eps, "capped_weights", k=kk) for kk in range(1, 31)
-    }
+    halves = {kk: plan_mean(info.counts, 30.0, eps, "capped_weights", k=kk) for kk in range(1, 31)}
     best = min(p.noise_scale * math.log(20) + p.worst_case_bias for p in halves.values())
     got = halves[k].noise_scale * math.log(20) + halves[k].worst_case_bias
     assert got <= best * (1 + 1e-9)

@@ -30,11 +30,15 @@ from app.core.variance import head_moments
 from tests.unit.core.helpers import ZeroNoise, random_grid
 
 U = 65.0
-BOUNDED = sorted(
-    name for name, spec in MEAN_MECHANISMS.items() if spec.bounded and name != "auto"
-)
-LINEAR = ["baseline", "array_avg_wrap", "array_avg_bestfit", "opt_array", "opt_array_convex",
-          "clip"]
+BOUNDED = sorted(name for name, spec in MEAN_MECHANISMS.items() if spec.bounded and name != "auto")
+LINEAR = [
+    "baseline",
+    "array_avg_wrap",
+    "array_avg_bestfit",
+    "opt_array",
+    "opt_array_convex",
+    "clip",
+]
 
 
 def _noiseless(grid: GridData, mechanism: str, eps: float = 1.0, **kw: object) -> float:
@@ -101,15 +105,19 @@ def test_worst_case_optimal_by_hand() -> None:
     assert plan.details["T"] == pytest.approx(T)
     lo = [max((U * m - T) / (2 * m), 0) for m in (4, 1, 2)]
     hi = [min((U * m + T) / (2 * m), U) for m in (4, 1, 2)]
-    per_record = np.concatenate([
-        np.clip([60, 64, 50, 1], lo[0], hi[0]), np.clip([3], lo[1], hi[1]),
-        np.clip([30, 65], lo[2], hi[2]),
-    ])
+    per_record = np.concatenate(
+        [
+            np.clip([60, 64, 50, 1], lo[0], hi[0]),
+            np.clip([3], lo[1], hi[1]),
+            np.clip([30, 65], lo[2], hi[2]),
+        ]
+    )
     got = _noiseless(grid, "worst_case_optimal", eps, user_mean_fill=False)
     assert got == pytest.approx(per_record.mean())
     means = [np.mean([60, 64, 50, 1]), 3.0, 47.5]
-    filled = sum(m * np.clip(mu, a, b) for m, mu, a, b in zip((4, 1, 2), means, lo, hi,
-                                                               strict=True)) / 7
+    filled = (
+        sum(m * np.clip(mu, a, b) for m, mu, a, b in zip((4, 1, 2), means, lo, hi, strict=True)) / 7
+    )
     assert _noiseless(grid, "worst_case_optimal", eps) == pytest.approx(filled)
     assert plan.sensitivity == pytest.approx(T / 7)
     bias = sum(max((U * m - T) / 2, 0) for m in (4, 1, 2)) / 7
@@ -129,8 +137,10 @@ def test_worst_case_optimal_without_threshold() -> None:
 
 
 # ---------------------------------------------------------------- kept records
-@pytest.mark.parametrize("mechanism", ["clip", "array_avg_bestfit", "array_avg_wrap",
-                                       "opt_array", "worst_case_optimal", "baseline"])
+@pytest.mark.parametrize(
+    "mechanism",
+    ["clip", "array_avg_bestfit", "array_avg_wrap", "opt_array", "worst_case_optimal", "baseline"],
+)
 def test_records_outside_the_kept_heads_are_never_read(mechanism: str) -> None:
     """Changing any value beyond a user's kept head (or of an unused user) changes nothing."""
     rng = np.random.default_rng(3)
@@ -138,8 +148,12 @@ def test_records_outside_the_kept_heads_are_never_read(mechanism: str) -> None:
         grid = random_grid(rng, U, n_users=7, max_count=12)
         caps = rng.integers(0, 12, size=7)
         caps[0] = 12
-        kw: dict[str, object] = {"user_mean_fill": False} if mechanism in (
-            "array_avg_bestfit", "array_avg_wrap", "opt_array", "worst_case_optimal") else {}
+        kw: dict[str, object] = (
+            {"user_mean_fill": False}
+            if mechanism
+            in ("array_avg_bestfit", "array_avg_wrap", "opt_array", "worst_case_optimal")
+            else {}
+        )
         rel = release_mean(grid, U, 1.0, mechanism, caps=caps, noise=ZeroNoise(), **kw)
         assert np.all(rel.kept <= np.minimum(grid.counts, caps))
         assert np.all(rel.kept[caps == 0] == 0)
@@ -199,7 +213,9 @@ def test_linear_bias_is_the_exact_worst_case(mechanism: str, fill: bool, capped:
             continue
 
         def estimate(
-            x: np.ndarray, caps: np.ndarray | None = caps, offsets: np.ndarray = grid.offsets,
+            x: np.ndarray,
+            caps: np.ndarray | None = caps,
+            offsets: np.ndarray = grid.offsets,
             kw: dict[str, object] = kw,
         ) -> float:
             g = GridData(values=x, offsets=offsets)
@@ -224,12 +240,15 @@ def _wco_bias_check(capped: bool, rounds: int, seed: int) -> None:
         plan = plan_mean(grid.counts, U, 2.0, "worst_case_optimal", caps=caps)
 
         def gap(
-            x: np.ndarray, sign: float, caps: np.ndarray | None = caps,
+            x: np.ndarray,
+            sign: float,
+            caps: np.ndarray | None = caps,
             offsets: np.ndarray = grid.offsets,
         ) -> float:
             g = GridData(values=np.clip(x, 0, U), offsets=offsets)
-            est = release_mean(g, U, 2.0, "worst_case_optimal", caps=caps,
-                               noise=ZeroNoise()).estimate
+            est = release_mean(
+                g, U, 2.0, "worst_case_optimal", caps=caps, noise=ZeroNoise()
+            ).estimate
             return -sign * (est - g.values.mean())
 
         found = 0.0
@@ -237,8 +256,9 @@ def _wco_bias_check(capped: bool, rounds: int, seed: int) -> None:
         starts += [np.zeros(grid.n_records), np.full(grid.n_records, U)]
         for sign in (1.0, -1.0):
             for x0 in starts:
-                res = minimize(gap, x0, args=(sign,), method="Powell",
-                               bounds=[(0, U)] * grid.n_records)
+                res = minimize(
+                    gap, x0, args=(sign,), method="Powell", bounds=[(0, U)] * grid.n_records
+                )
                 found = max(found, -res.fun)
         assert found <= plan.worst_case_bias + 1e-9
         if not capped:
@@ -298,6 +318,7 @@ def test_clip_m_minimises_the_error_over_integers() -> None:
     counts = np.array([417, 200, 46, 46, 30, 5, 2, 1, 1, 80])
     n = int(counts.sum())
     for eps in (0.05, 0.5, 3.0):
+
         def mean_err(m: int, eps: float = eps) -> float:
             s = int(np.minimum(counts, m).sum())
             return mean_clip_bias(U, s, n) + mean_sensitivity(U, m, s) / eps
@@ -306,8 +327,10 @@ def test_clip_m_minimises_the_error_over_integers() -> None:
             s = int(np.minimum(counts, m).sum())
             return variance_clip_bias(U, s, n) + variance_sensitivity(U, m, s) / eps
 
-        for err, plan in ((mean_err, plan_mean(counts, U, eps, "clip")),
-                          (var_err, plan_variance(counts, U, eps, "clip"))):
+        for err, plan in (
+            (mean_err, plan_mean(counts, U, eps, "clip")),
+            (var_err, plan_variance(counts, U, eps, "clip")),
+        ):
             values = {m: err(m) for m in range(1, 418)}
             m = plan.details["m"]
             assert values[m] == pytest.approx(min(values.values()))
@@ -324,13 +347,17 @@ def test_joint_release(split: str) -> None:
     m = mean.details["m"]
     kept = np.minimum(counts, m)
     assert np.array_equal(mean.kept, kept) and np.array_equal(var.kept, kept)
-    errors = {k: joint_clip_error(U, 1.0, min(k, int(counts.max())),
-                                  int(np.minimum(counts, k).sum()), n, split=split)
-              for k in range(int(counts.min()), int(counts.max()) + 1)}
+    errors = {
+        k: joint_clip_error(
+            U, 1.0, min(k, int(counts.max())), int(np.minimum(counts, k).sum()), n, split=split
+        )
+        for k in range(int(counts.min()), int(counts.max()) + 1)
+    }
     assert errors[m] == pytest.approx(min(errors.values()))
     assert mean.details["joint_error"] == pytest.approx(errors[m], rel=1e-9)
     assert mean.details["joint_error"] == pytest.approx(
-        mean.worst_case_error + var.worst_case_error)
+        mean.worst_case_error + var.worst_case_error
+    )
     vals = grid.values[grid.record_rank < kept[grid.record_user]]
     assert mean.estimate == pytest.approx(vals.mean())
     assert var.estimate == pytest.approx(vals.var())
@@ -353,7 +380,8 @@ def test_quote_epsilon() -> None:
         assert plan_mean(counts, U, eps, name).worst_case_error <= target
         assert plan_mean(counts, U, eps * (1 - 1e-6), name).worst_case_error > target
         best_elsewhere = min(
-            plan_mean(counts, U, eps * (1 - 1e-6), m).worst_case_error for m in BOUNDED)
+            plan_mean(counts, U, eps * (1 - 1e-6), m).worst_case_error for m in BOUNDED
+        )
         assert best_elsewhere > target
     assert quote_epsilon(counts, U, 1e-6, max_epsilon=1.0) is None
     eps, name = quote_epsilon(counts, U, 500.0, "variance", max_epsilon=10.0)
@@ -395,7 +423,10 @@ def test_bad_inputs() -> None:
 
 def test_validate_options_coerces() -> None:
     assert validate_options("mean", "levy", {"gamma": "0.1", "user_mean_fill": "false"}) == {
-        "gamma": 0.1, "m_ub": None, "user_mean_fill": False}
+        "gamma": 0.1,
+        "m_ub": None,
+        "user_mean_fill": False,
+    }
     assert validate_options("mean", "clip", {"m": "4"}) == {"m": 4}
     assert validate_options("joint", "clip", {"split": "OPTIMAL"})["split"] == "optimal"
     for bad in ({"gamma": "1"}, {"gamma": "x"}, {"m_ub": "2.5"}, {"user_mean_fill": "maybe"}):
@@ -429,10 +460,12 @@ def test_d_dimensional_reduces_to_the_1d_mechanism() -> None:
     rng = np.random.default_rng(10)
     grid = random_grid(rng, U, n_users=9, max_count=10)
     for fill in (True, False):
-        one = worst_case_optimal_d(grid.values[:, None], grid.offsets, U, 1.0,
-                                   user_mean_fill=fill, noise=ZeroNoise())
-        ref = release_mean(grid, U, 1.0, "worst_case_optimal", user_mean_fill=fill,
-                           noise=ZeroNoise())
+        one = worst_case_optimal_d(
+            grid.values[:, None], grid.offsets, U, 1.0, user_mean_fill=fill, noise=ZeroNoise()
+        )
+        ref = release_mean(
+            grid, U, 1.0, "worst_case_optimal", user_mean_fill=fill, noise=ZeroNoise()
+        )
         assert one.estimate[0] == pytest.approx(ref.estimate)
         assert one.sensitivity == pytest.approx(ref.sensitivity)
         assert one.worst_case_error == pytest.approx(ref.worst_case_error)

@@ -67,8 +67,16 @@ def test_partition_is_the_best_disjoint_choice(seed: int) -> None:
     cells, users, counts = _occupancy(rng)
     kw = {"min_users": 8, "eps": 1.0, "useful": 9.0, "fine_weight": 0.5}
     got = adaptive_partition(
-        cells, users, counts, finest=FINEST, coarsest=COARSEST, min_users=8, U=30.0,
-        eps=1.0, parent_of=parent_of, useful_width=9.0,
+        cells,
+        users,
+        counts,
+        finest=FINEST,
+        coarsest=COARSEST,
+        min_users=8,
+        U=30.0,
+        eps=1.0,
+        parent_of=parent_of,
+        useful_width=9.0,
     )
     chosen = list(got.released)
     # disjoint, each fine cell in exactly one released ancestor, each released cell big enough
@@ -87,15 +95,42 @@ def test_shares_and_refusals() -> None:
     cells = np.array([111, 112, 121])
     users = np.array([1, 2, 3])
     counts = np.array([4, 5, 6])
-    p = adaptive_partition(cells, users, counts, finest=3, coarsest=1, min_users=2, U=30.0,
-                           eps=1.0, parent_of=parent_of)
+    p = adaptive_partition(
+        cells,
+        users,
+        counts,
+        finest=3,
+        coarsest=1,
+        min_users=2,
+        U=30.0,
+        eps=1.0,
+        parent_of=parent_of,
+    )
     assert p.record_share == 1.0 and p.user_share == 1.0 and list(p.released) == [1]
-    alone = adaptive_partition(cells, users, counts, finest=3, coarsest=1, min_users=4,
-                               U=30.0, eps=1.0, parent_of=parent_of)
+    alone = adaptive_partition(
+        cells,
+        users,
+        counts,
+        finest=3,
+        coarsest=1,
+        min_users=4,
+        U=30.0,
+        eps=1.0,
+        parent_of=parent_of,
+    )
     assert alone.released == {} and alone.record_share == 0.0 and len(alone.skipped) == 3
     with pytest.raises(ValueError, match="positive count"):
-        adaptive_partition(cells, users, np.array([1, 0, 1]), finest=3, coarsest=1,
-                           min_users=1, U=30.0, eps=1.0, parent_of=parent_of)
+        adaptive_partition(
+            cells,
+            users,
+            np.array([1, 0, 1]),
+            finest=3,
+            coarsest=1,
+            min_users=1,
+            U=30.0,
+            eps=1.0,
+            parent_of=parent_of,
+        )
 
 
 DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "capmetrics" / "2017-03-16.csv"
@@ -115,8 +150,17 @@ def test_capmetrics_hour_keeps_its_records_in_disjoint_cells() -> None:
     sel = slot == first
     key = np.stack([day.cells[sel], day.users[sel]], 1)
     rows, counts = np.unique(key, axis=0, return_counts=True)
-    p = adaptive_partition(rows[:, 0], rows[:, 1], counts, finest=8, coarsest=5,
-                           min_users=10, U=30.0, eps=1.0, parent_of=h3i.cell_to_parent)
+    p = adaptive_partition(
+        rows[:, 0],
+        rows[:, 1],
+        counts,
+        finest=8,
+        coarsest=5,
+        min_users=10,
+        U=30.0,
+        eps=1.0,
+        parent_of=h3i.cell_to_parent,
+    )
     assert p.released and p.record_share > 0.5
     for a, b in itertools.combinations(p.released, 2):
         ra, rb = p.released[a], p.released[b]

@@ -51,8 +51,13 @@ class _RawSeeded(SeededNoise):
 
 @pytest.mark.parametrize(
     ("statistic", "mechanism"),
-    [("mean", "baseline"), ("mean", "clip"), ("mean", "opt_array"),
-     ("mean", "worst_case_optimal"), ("variance", "clip")],
+    [
+        ("mean", "baseline"),
+        ("mean", "clip"),
+        ("mean", "opt_array"),
+        ("mean", "worst_case_optimal"),
+        ("variance", "clip"),
+    ],
 )
 def test_noise_is_laplace_with_the_reported_scale(statistic: str, mechanism: str) -> None:
     """KS test of (raw noisy value - noiseless)/scale against Lap(1), α = 1e-3, seed fixed;

@@ -135,7 +135,7 @@ def test_shares_never_exceed_eps_and_noise_uses_the_rest(eps: float) -> None:
         noise = FixedChoice(1)
         mech = "user_window" if stat == "mean" else "window"
         rel = release(grid, U, eps, mech, noise=noise)
-        (_, e_choice, sens), = noise.calls
+        ((_, e_choice, sens),) = noise.calls
         assert sens == 1 and e_choice == 2 * rel.details["eps_window"]  # monotone scores
         assert rel.details["eps_window"] + rel.details["eps_noise"] <= eps
         assert rel.noise_scale == pytest.approx(rel.sensitivity / rel.details["eps_noise"])

@@ -1,0 +1,164 @@
+"""Noticing a database that stopped answering, and answering 503 in bounded time.
+
+A stopped or frozen Postgres (``SIGSTOP``, a paused container, a hung host) accepts
+connections and its kernel acknowledges every byte, so neither TCP keepalives nor the
+server's own ``statement_timeout`` ever fire: a request on an open connection waited
+for the whole outage (issue 26). Each server process therefore keeps a heartbeat: a
+``SELECT 1`` on a connection of its own, once a second. When none has been answered
+for ``silence`` seconds the database is **down**: every connection this process holds
+to it has its socket shut (``shutdown(2)``), so each statement waiting on one fails at
+once (503, and a transaction not yet committed is rolled back by the server when it
+resumes), and new connections are refused at once (:meth:`DatabaseWatch.check`)
+until a heartbeat is answered again.
+
+A request therefore waits at most about ``silence`` for a database that stopped
+answering (the setting ``db_deadline_seconds`` is ``silence`` plus one second).
+A statement that is merely slow is never cut: the heartbeat still answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import threading
+import time
+import weakref
+from collections.abc import Callable
+from contextlib import suppress
+from typing import Any
+
+from psycopg import AsyncConnection
+from psycopg import Error as PsycopgError
+from psycopg.conninfo import make_conninfo
+
+from app.config import Settings
+from app.db.liveness import session_parameters
+from app.db.pg_async import conninfo_from_url
+from app.errors import Unavailable
+
+log = logging.getLogger("dpgate.db")
+
+#: Seconds between heartbeats.
+INTERVAL = 1.0
+#: What ``db_deadline_seconds`` leaves for shutting the sockets and answering.
+MARGIN = 1.0
+
+
+def shut_socket(conn: Any) -> None:
+    """Shut the socket of a psycopg connection (either kind) in both directions: a
+    statement waiting on it, in any thread, fails at once; the connection is then
+    broken and its pool discards it. A closed connection is left alone."""
+    if conn.closed:
+        return
+    try:
+        fd = conn.pgconn.socket
+    except PsycopgError:  # no usable socket: nothing to shut
+        return
+    with suppress(OSError), socket.socket(fileno=os.dup(fd)) as sock:
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+class DatabaseWatch:
+    """One process's heartbeat to the database, and the connections it may shut."""
+
+    def __init__(self, conninfo: str, *, deadline: float) -> None:
+        self.conninfo = conninfo
+        self.silence = max(deadline - MARGIN, 2 * INTERVAL)
+        self.down_since: float | None = None
+        self._connections: weakref.WeakSet[Any] = weakref.WeakSet()
+        self._lock = threading.Lock()
+        self._task: asyncio.Task[None] | None = None
+        self._heart: AsyncConnection[Any] | None = None
+        self._on_down: list[Callable[[], None]] = []
+
+    # ---------------------------------------------------------------- the pools' side
+    def track(self, conn: Any) -> None:
+        """Count ``conn`` (a new psycopg connection of a pool) among those to shut."""
+        with self._lock:
+            self._connections.add(conn)
+
+    def on_down(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (in the event loop) each time the database goes down."""
+        self._on_down.append(callback)
+
+    def check(self) -> None:
+        """Refuse at once (503) while the database is down."""
+        since = self.down_since
+        if since is not None:
+            waited = time.monotonic() - since + self.silence
+            raise Unavailable(f"the database has not answered for {waited:.0f} s; retry later")
+
+    # --------------------------------------------------------------- the heartbeat
+    def start(self) -> None:
+        """Start the heartbeat in the running event loop."""
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="dpgate-db-watch")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with suppress(asyncio.CancelledError):
+                await self._task
+        if self._heart is not None:
+            shut_socket(self._heart)
+            with suppress(Exception):
+                await self._heart.close()
+
+    async def _run(self) -> None:
+        last_answer = time.monotonic()
+        while True:
+            beat = asyncio.ensure_future(self._beat())
+            while not beat.done():
+                left = last_answer + self.silence - time.monotonic()
+                if left <= 0:  # silent too long (or again, while down)
+                    self._go_down(last_answer)
+                    left = self.silence
+                await asyncio.wait({beat}, timeout=left)
+            if beat.exception() is None:
+                last_answer = time.monotonic()
+                self._go_up()
+            elif self._heart is not None:  # a failed heartbeat opens a new connection
+                shut_socket(self._heart)
+                self._heart = None
+            await asyncio.sleep(INTERVAL)
+
+    async def _beat(self) -> None:
+        if self._heart is None or self._heart.closed:
+            self._heart = await AsyncConnection.connect(self.conninfo, autocommit=True)
+        await self._heart.execute("SELECT 1")
+
+    def _go_down(self, last_answer: float) -> None:
+        with self._lock:
+            connections = list(self._connections)
+        if self._heart is not None:
+            connections.append(self._heart)
+        for conn in connections:
+            shut_socket(conn)
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+            for callback in self._on_down:
+                callback()
+            log.error(
+                "the database has not answered for %.1f s: %d connection(s) shut; requests "
+                "answer 503 until it answers again",
+                time.monotonic() - last_answer,
+                len(connections),
+            )
+
+    def _go_up(self) -> None:
+        if self.down_since is not None:
+            log.warning(
+                "the database answers again (down for %.1f s)", time.monotonic() - self.down_since
+            )
+            self.down_since = None
+
+
+def make_watch(url: str, settings: Settings) -> DatabaseWatch:
+    """The watch of a server process on the database at ``url`` (SQLAlchemy URL)."""
+    params = session_parameters(
+        url, connect_timeout=settings.db_connect_timeout_seconds, statement_timeout=None
+    )
+    return DatabaseWatch(
+        make_conninfo(conninfo_from_url(url), **params), deadline=settings.db_deadline_seconds
+    )

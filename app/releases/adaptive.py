@@ -1,0 +1,137 @@
+"""The grids of an adaptive release, and the coverage of any release (docs/math.md §6.6).
+
+Each fine cell's records of a slot are released in exactly one of its H3 ancestors (or
+itself), no coarser than ``coarsest``, as :func:`app.core.partition.adaptive_partition`
+chooses from public occupancy; released cells are disjoint and each has at least
+``min_users`` users. The coverage (shares of the slots' records and users that lie in
+released grids) is public too.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import h3
+import numpy as np
+from h3.api import basic_int as h3_int
+from sqlalchemy.orm import Session
+
+from app.core.partition import PartitionTree
+from app.datasets.coarse import grid_level
+from app.datasets.grid_store import GridArrays, load_grid_snapshot
+from app.datasets.models import Dataset, Grid
+from app.ingest.timeslots import datetime_to_us
+from app.releases.slot import SpanGrids, grids_at
+
+#: ``coarsest_resolution``'s default: this many levels coarser than the finest.
+DEFAULT_LEVELS = 3
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Shares of the slots' records and users that lie in released grids."""
+
+    records: float
+    users: float
+
+    def as_json(self) -> dict[str, float]:
+        return {"records": self.records, "users": self.users}
+
+
+def coverage(arrays: Sequence[GridArrays], covered: Sequence[bool]) -> Coverage:
+    """The coverage when the fine grids with ``covered`` set are released (whole)."""
+    records = sum(int(a.counts.sum()) for a in arrays)
+    kept = sum(int(a.counts.sum()) for a, c in zip(arrays, covered, strict=True) if c)
+    every = [a.user_ids for a in arrays]
+    inside = [a.user_ids for a, c in zip(arrays, covered, strict=True) if c]
+    users = np.unique(np.concatenate(every)).size if every else 0
+    users_in = np.unique(np.concatenate(inside)).size if inside else 0
+    return Coverage(kept / records if records else 0.0, users_in / users if users else 0.0)
+
+
+@dataclass(frozen=True)
+class AdaptiveGrids:
+    grids: list[Grid]
+    arrays: list[GridArrays]
+
+
+def _parent(cell: int, res: int) -> int:
+    return int(h3_int.cell_to_parent(cell, res))
+
+
+def _slot_us(grid: Grid) -> int:
+    return datetime_to_us(grid.slot_start)
+
+
+@dataclass(frozen=True)
+class SpanTrees:
+    """Each slot's partition tree (built once; chosen at any ``ε``)."""
+
+    n_grids: int
+    slots: list[tuple[int, list[int], list[int], PartitionTree]]  # slot, grids, cells, tree
+
+    @classmethod
+    def of(
+        cls, span: SpanGrids, arrays: Sequence[GridArrays], *, finest: int, coarsest: int
+    ) -> SpanTrees:
+        by_slot: dict[int, list[int]] = defaultdict(list)
+        for i, g in enumerate(span.grids):
+            by_slot[_slot_us(g)].append(i)
+        slots = []
+        for slot, members in by_slot.items():
+            cells = [h3.str_to_int(span.grids[i].h3_cell) for i in members]
+            sizes = [arrays[i].user_ids.size for i in members]
+            tree = PartitionTree.of(
+                np.repeat(np.array(cells, dtype=np.int64), sizes),
+                np.concatenate([arrays[i].user_ids for i in members]),
+                np.concatenate([arrays[i].counts for i in members]),
+                finest=finest,
+                coarsest=coarsest,
+                parent_of=_parent,
+            )
+            slots.append((slot, members, cells, tree))
+        return cls(len(span.grids), slots)
+
+    def choose(
+        self, *, min_users: int, U: float, eps: float
+    ) -> tuple[dict[tuple[int, str], int], list[bool]]:
+        """``{(slot µs, released cell): resolution}`` and, per fine grid, whether it is
+        covered."""
+        released: dict[tuple[int, str], int] = {}
+        covered = [False] * self.n_grids
+        for slot, members, cells, tree in self.slots:
+            part = tree.choose(min_users=min_users, U=U, eps=eps)
+            released.update({(slot, h3.int_to_str(c)): r for c, r in part.released.items()})
+            for i, cell in zip(members, cells, strict=True):
+                covered[i] = cell in part.cell_of
+        return released, covered
+
+
+def adaptive_grids(
+    session: Session,
+    dataset: Dataset,
+    span: SpanGrids,
+    arrays: Sequence[GridArrays],
+    released: dict[tuple[int, str], int],
+    min_users: int,
+) -> AdaptiveGrids:
+    """The released cells as grids (the fine ones as they are, coarser ones made on
+    demand at their level), in (slot, resolution, cell) order, with their arrays."""
+    minutes = dataset.timeslot_minutes if span.level is None else span.level.slot_minutes
+    finest = dataset.h3_resolution if span.level is None else span.level.h3_resolution
+    chosen: list[tuple[Grid, GridArrays]] = []
+    for res in sorted(set(released.values())):
+        if res == finest:
+            pairs = zip(span.grids, arrays, strict=True)
+            chosen += [(g, a) for g, a in pairs if (_slot_us(g), g.h3_cell) in released]
+            continue
+        level = grid_level(dataset, res, minutes)
+        for g in grids_at(session, dataset, level, span.start, span.end):
+            if released.get((_slot_us(g), g.h3_cell)) == res:
+                chosen.append((g, load_grid_snapshot(session, g)))
+    chosen.sort(key=lambda p: (p[0].slot_start, -h3.get_resolution(p[0].h3_cell), p[0].h3_cell))
+    if len(chosen) != len(released) or any(g.n_users < min_users for g, _ in chosen):
+        raise RuntimeError("the adaptive partition's grids differ from its cells")
+    return AdaptiveGrids([g for g, _ in chosen], [a for _, a in chosen])

@@ -1,0 +1,140 @@
+"""``dpgate publish`` against ``dpgate serve``: a whole local day in one release, run twice
+and charged once, exit codes a scheduler can act on (API.md, issue 25)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from datetime import date, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import httpx
+import pytest
+from sqlalchemy.engine import Engine, make_url
+
+from app.cli import main
+from app.cli_publish import (
+    EXIT_NO_DATA,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_UNAVAILABLE,
+    EXIT_USAGE,
+    day_slots,
+)
+from tests.conftest import ADMIN_KEY
+from tests.helpers import make_csv
+from tests.live_server import LiveServer, free_port, live_server
+
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+ZONE = ZoneInfo("America/Chicago")
+DAY = date(2024, 3, 5)
+
+
+@pytest.fixture(scope="module")
+def served(
+    postgres_base_url: str, postgres_admin: Engine, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[LiveServer, int]]:
+    schema = "t_pub_" + uuid.uuid4().hex[:12]
+    with postgres_admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    url = make_url(postgres_base_url).update_query_dict({"options": f"-csearch_path={schema}"})
+    try:
+        with live_server(
+            url.render_as_string(hide_password=False),
+            tmp_path_factory.mktemp("publish"),
+            workers=1,
+        ) as server:
+            yield server, _load(server)
+    finally:
+        with postgres_admin.begin() as conn:
+            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
+
+
+def _load(server: LiveServer) -> int:
+    """A Chicago dataset with 12 buses in one cell at 06:00, 07:00 and 23:00 local."""
+    with httpx.Client(base_url=server.url, headers=ADMIN, timeout=30) as http:
+        ds = http.post(
+            "/datasets",
+            json={
+                "name": "pub",
+                "value_bound": 10.0,
+                "budget_per_user": 3.0,
+                "timezone": "America/Chicago",
+            },
+        ).json()["id"]
+        rows = []
+        for hour in (6, 7, 23):
+            start = datetime(DAY.year, DAY.month, DAY.day, hour, 5, tzinfo=ZONE)
+            for bus in range(12):
+                for i in range(3):
+                    when = start + timedelta(seconds=60 * i + bus)
+                    rows.append((f"b{bus}", when.isoformat(), 30.2672, -97.7431, float(i)))
+        resp = http.post(
+            f"/datasets/{ds}/records",
+            content=make_csv(rows).encode(),
+            headers={"Content-Type": "text/csv"},
+        )
+        assert resp.status_code == 200 and resp.json()["rejected"] == 0, resp.text
+    return int(ds)
+
+
+def _publish(server_url: str, ds: int, *extra: str) -> int:
+    argv = ["publish", "--url", server_url, "--key", ADMIN_KEY, "--dataset", str(ds)]
+    return main([*argv, "--day", DAY.isoformat(), "--min-users", "5", *extra])
+
+
+def _ledger(server: LiveServer, ds: int) -> list[dict]:
+    with httpx.Client(base_url=server.url, headers=ADMIN, timeout=30) as http:
+        return http.get(f"/datasets/{ds}/ledger", params={"limit": 10_000}).json()["users"]
+
+
+def test_a_day_is_one_release_and_a_second_run_charges_nothing(
+    served: tuple[LiveServer, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, ds = served
+    assert _publish(server.url, ds, "--max-user-cost", "1.5") == EXIT_OK
+    first = capsys.readouterr()
+    assert "24 slots, 3 grids" in first.out, first
+    spent = {u["user"]: u["spent"] for u in _ledger(server, ds)}
+    assert len(spent) == 12 and max(spent.values()) <= 1.5
+    for slot in ("06:00", "07:00", "23:00"):
+        assert f"T{slot}:00-06:00  1 grid(s) released" in first.err
+    assert _publish(server.url, ds, "--max-user-cost", "1.5") == EXIT_OK
+    assert "already released: nothing charged" in capsys.readouterr().out
+    assert {u["user"]: u["spent"] for u in _ledger(server, ds)} == spent
+    # the budget (3 per user) cannot pay another 1.5 for each of three grids at eps 1
+    assert _publish(server.url, ds, "--epsilon", "1.0") == EXIT_REFUSED
+    assert "refused" in capsys.readouterr().err
+
+
+def test_exit_codes_for_a_scheduler(
+    served: tuple[LiveServer, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, ds = served
+    argv = ["publish", "--url", server.url, "--key", ADMIN_KEY, "--epsilon", "0.1"]
+    assert main([*argv, "--dataset", str(ds), "--day", "2030-01-01"]) == EXIT_NO_DATA
+    assert main([*argv, "--dataset", str(ds + 99), "--day", "2024-03-05"]) == EXIT_NO_DATA
+    bad = ["--dataset", str(ds), "--day", "2024-03-05", "--coarsest-resolution", "5"]
+    assert main([*argv, *bad]) == EXIT_USAGE  # coarsest without adaptive: a 400
+    dead = f"http://127.0.0.1:{free_port()}"
+    refused = ["publish", "--url", dead, "--key", ADMIN_KEY, "--epsilon", "0.1"]
+    assert main([*refused, "--dataset", "1", "--day", "2024-03-05"]) == EXIT_UNAVAILABLE
+    assert "cannot reach" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as usage:
+        main(["publish", "--dataset", "1", "--day", "2024-03-05"])  # no budget flag
+    assert usage.value.code == 2
+
+
+@pytest.mark.parametrize(
+    ("day", "zone", "minutes", "slots"),
+    [
+        (date(2024, 3, 5), "America/Chicago", 60, 24),
+        (date(2024, 3, 10), "America/Chicago", 60, 23),  # spring forward
+        (date(2024, 11, 3), "America/Chicago", 60, 25),  # fall back
+        (date(2024, 11, 3), "America/Chicago", 15, 100),
+        (date(2024, 3, 31), "Europe/Berlin", 30, 46),
+        (date(2024, 3, 10), "UTC", 60, 24),
+    ],
+)
+def test_the_days_slots_follow_its_timezone(day: date, zone: str, minutes: int, slots: int) -> None:
+    assert day_slots(day, zone, minutes) == slots
