@@ -1,4 +1,4 @@
-"""The ``dpgate`` command: serve, migrate, keys, budget, demo, experiments."""
+"""The ``dpgate`` command: serve, migrate, keys, budget, ingest, demo, experiments."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from app import __version__
 from app.cli_admin import add_budget, add_keys
+from app.cli_ingest import add_ingest
 from app.cli_publish import add_publish
 from app.cli_support import DefaultsHelp, StartupRefused, settings_or_refusal
 from app.config import Settings
@@ -196,6 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     ).set_defaults(func=_migrate)
     add_keys(sub)
     add_budget(sub)
+    add_ingest(sub)
     add_publish(sub)
     _add_demo(sub)
     _add_experiments(sub)

@@ -9,9 +9,18 @@ snapshots and commit included). ``--http`` adds one run through
 ``POST /datasets/{id}/records`` with the app in-process and a streamed body.
 ``--memory N ...`` measures the peak RSS of a fresh interpreter uploading an
 N-row file (about a million rows per day, so grids grow with it), to show that
-memory does not grow with the file.
+memory does not grow with the file. ``--format gtfs-rt`` uploads the same rows as one
+GTFS-Realtime ``FeedMessage`` (an entity per row: the vehicle, its timestamp, position
+and speed), the body of ``POST /datasets/{id}/records`` with
+``Content-Type: application/x-protobuf``; ``--format both`` alternates the two.
 
     python benchmarks/ingest.py                              # 1e6 rows
+    python benchmarks/ingest.py --format both --runs 5
+    DPGATE_BENCH_CODE=/tmp/base python benchmarks/ingest.py --runs 5   # the code before
+
+Each run also reports the CPU seconds of the uploading process and of its Postgres
+backend (from ``/proc``, when the server is local): on a machine shared with other
+work, wall time moves with the load and these barely do.
     python benchmarks/ingest.py --runs 0 --memory 1000000 5000000
 """
 
@@ -35,7 +44,9 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+#: ``DPGATE_BENCH_CODE``: measure the ``app`` package of another checkout with this same
+#: harness (an A/B against the code before: ``git worktree add /tmp/base main``).
+sys.path.insert(0, os.environ.get("DPGATE_BENCH_CODE", str(ROOT)))
 
 PG_URL = os.environ.get(
     "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -75,6 +86,26 @@ def generate_csv(path: Path, rows: int, users: int = 2000, days: int = 1, seed: 
     assert written == rows
 
 
+def generate_feed(csv_path: Path, feed_path: Path) -> None:
+    """The rows of ``csv_path`` as one GTFS-Realtime ``FeedMessage`` in ``feed_path``."""
+    import csv
+
+    from google.transit import gtfs_realtime_pb2
+
+    msg = gtfs_realtime_pb2.FeedMessage()
+    msg.header.gtfs_realtime_version = "2.0"
+    with csv_path.open(newline="") as f:
+        for i, row in enumerate(csv.DictReader(f)):
+            v = msg.entity.add(id=str(i)).vehicle
+            v.vehicle.id = row["vehicle_id"]
+            v.timestamp = int(datetime.fromisoformat(row["timestamp"]).timestamp())
+            v.position.latitude = float(row["latitude"])
+            v.position.longitude = float(row["longitude"])
+            v.position.speed = float(row["speed"])
+    msg.header.timestamp = int(time.time())
+    feed_path.write_bytes(msg.SerializeToString())
+
+
 def file_chunks(path: Path) -> Iterator[bytes]:
     with path.open("rb") as f:
         while chunk := f.read(CHUNK):
@@ -112,17 +143,19 @@ def fresh_database(
     return url.render_as_string(hide_password=False), drop
 
 
-def _options() -> Any:
+def _options(fmt: str = "csv") -> Any:
     from app.ingest.csv_records import ColumnMap
     from app.uploads.service import UploadOptions
 
+    if fmt == "gtfs-rt":
+        return UploadOptions(format="gtfs-rt")
     return UploadOptions(
         columns=ColumnMap(*(COLUMNS[k] for k in ("user_col", "time_col", "lat_col", "lon_col")),
                           COLUMNS["value_col"])
     )  # fmt: skip
 
 
-def run_service(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
+def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple[float, dict]:
     """One upload through the service layer into a fresh database: (seconds, answer)."""
     from app.datasets.schemas import DatasetCreate
     from app.datasets.service import create_dataset
@@ -141,15 +174,31 @@ def run_service(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
             )
             dataset_id = create_dataset(session, spec).id
         t0 = time.perf_counter()
+        client0 = time.process_time()
         with sessionmaker.begin() as session:
+            backend = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
+            server0 = _cpu_seconds(backend)
             answer, _ = upload_records(
-                session, dataset_id, file_chunks(csv_path), _options(), hash_secret=SECRET
+                session, dataset_id, file_chunks(csv_path), _options(fmt), hash_secret=SECRET
             )
         elapsed = time.perf_counter() - t0
+        answer["client_cpu_s"] = time.process_time() - client0
+        answer["server_cpu_s"] = _cpu_seconds(backend) - server0  # committed: backend idle
         engine.dispose()
         return elapsed, answer
     finally:
         drop()
+
+
+def _cpu_seconds(pid: int | None) -> float:
+    """CPU seconds (user + system) of a local process so far, or NaN where unknown (the
+    server is remote, or there is no ``/proc``). Unlike wall time, barely moved by other
+    work on a shared machine."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def run_http(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
@@ -259,6 +308,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pg-url", default=PG_URL)
     parser.add_argument("--http", action="store_true", help="also one run through HTTP")
     parser.add_argument("--memory", type=int, nargs="*", default=[], metavar="ROWS")
+    parser.add_argument(
+        "--format",
+        choices=("csv", "gtfs-rt", "both"),
+        default="csv",
+        help="the body uploaded: CSV, one GTFS-Realtime FeedMessage, or both alternated",
+    )
     args = parser.parse_args(argv)
     PG_URL = args.pg_url
     kinds = ["postgres"]
@@ -266,24 +321,44 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="dpgate-bench-") as d:
         tmp = Path(d)
+        formats = ["csv", "gtfs-rt"] if args.format == "both" else [args.format]
+        bodies: dict[str, Path] = {}
         if args.runs:
-            csv_path = tmp / "records.csv"
+            csv_path = bodies["csv"] = tmp / "records.csv"
             t0 = time.perf_counter()
             generate_csv(csv_path, args.rows)
             took = time.perf_counter() - t0
             print(f"generated {args.rows:,} rows ({_mib(csv_path.stat().st_size)}) in {took:.1f}s")
+            if "gtfs-rt" in formats:
+                bodies["gtfs-rt"] = tmp / "feed.pb"
+                generate_feed(csv_path, bodies["gtfs-rt"])
+                size = _mib(bodies["gtfs-rt"].stat().st_size)
+                print(f"the same rows as one GTFS-Realtime FeedMessage: {size}")
         for kind in kinds if args.runs else []:
-            times = []
+            times: dict[str, list[float]] = {fmt: [] for fmt in formats}
+            cpus: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in formats}
             for i in range(args.runs):
-                elapsed, answer = run_service(kind, csv_path, tmp)
-                times.append(elapsed)
+                for fmt in formats:  # alternated, so both see the same machine load
+                    elapsed, answer = run_service(kind, bodies[fmt], tmp, fmt)
+                    times[fmt].append(elapsed)
+                    cpu = (answer["client_cpu_s"], answer["server_cpu_s"])
+                    cpus[fmt].append(cpu)
+                    print(
+                        f"  {kind} {fmt:7s} run {i + 1}: {elapsed:6.2f}s "
+                        f"{args.rows / elapsed:10,.0f} rows/s (accepted {answer['accepted']:,}, "
+                        f"duplicates {answer['duplicates']:,}, grids {answer['grids_updated']:,}); "
+                        f"CPU: dpgate {cpu[0]:.2f}s, its Postgres backend {cpu[1]:.2f}s"
+                    )
+            for fmt, ts in times.items():
+                med = statistics.median(ts)
+                client = statistics.median(c for c, _ in cpus[fmt])
+                server = statistics.median(s for _, s in cpus[fmt])
                 print(
-                    f"  {kind:8s} run {i + 1}: {elapsed:6.2f}s {args.rows / elapsed:10,.0f} rows/s "
-                    f"(accepted {answer['accepted']:,}, duplicates {answer['duplicates']:,}, "
-                    f"grids {answer['grids_updated']:,})"
+                    f"{kind} {fmt}: median {med:.2f}s = {args.rows / med:,.0f} rows/s "
+                    f"({args.runs} runs; min {min(ts):.2f}s, max {max(ts):.2f}s); median CPU "
+                    f"dpgate {client:.2f}s ({args.rows / client:,.0f} rows per CPU-second), "
+                    f"Postgres {server:.2f}s ({args.rows / server:,.0f} rows per CPU-second)"
                 )
-            med = statistics.median(times)
-            print(f"{kind}: median {med:.2f}s = {args.rows / med:,.0f} rows/s ({args.runs} runs)")
             if args.http:
                 elapsed, _ = run_http(kind, csv_path, tmp)
                 print(f"{kind}: through HTTP in-process: {args.rows / elapsed:,.0f} rows/s")

@@ -131,11 +131,33 @@ MULTIPART_REFUSAL = (
     "Content-Type: text/csv (curl --data-binary @records.csv -H 'Content-Type: text/csv', "
     "not curl -F)"
 )
-_CSV_BODY = {
+#: Content types read as one serialized GTFS-Realtime ``FeedMessage``.
+PROTOBUF_TYPES = frozenset(
+    ("application/x-protobuf", "application/protobuf", "application/vnd.google.protobuf")
+)
+#: Query parameters that only mean something for a CSV.
+CSV_ONLY = ("user_col", "time_col", "lat_col", "lon_col", "value_col", "delimiter")
+_RECORDS_BODY = {
     "requestBody": {
         "required": True,
-        "description": "CSV with a header line, UTF-8 (a BOM is ignored). Streamed.",
-        "content": {"text/csv": {"schema": {"type": "string"}}},
+        "content": {
+            "text/csv": {
+                "schema": {
+                    "type": "string",
+                    "description": "CSV with a header line, UTF-8 (a BOM is ignored). Streamed.",
+                }
+            },
+            "application/x-protobuf": {
+                "schema": {
+                    "type": "string",
+                    "format": "binary",
+                    "description": "One serialized GTFS-Realtime FeedMessage (vehicle "
+                    "positions): vehicle.vehicle.id is the user, vehicle.timestamp (else the "
+                    "header's) the time, position.latitude/longitude the place, "
+                    "position.speed (m/s) the value.",
+                }
+            },
+        },
     }
 }
 
@@ -144,8 +166,8 @@ _CSV_BODY = {
     "/datasets/{dataset_id}/records",
     response_model=UploadResult,
     responses=responses(Unauthenticated, Forbidden, NotFound, PayloadTooLarge, IdempotencyConflict),
-    openapi_extra=_CSV_BODY,
-    summary="Upload raw records as CSV (admin); all or nothing",
+    openapi_extra=_RECORDS_BODY,
+    summary="Upload raw records as CSV or a GTFS-Realtime feed (admin); all or nothing",
     description=(
         "Each data row is accepted, rejected (line and reason; the first 100 reasons are "
         "listed, all are counted), a duplicate of a stored (user, timestamp), or dropped "
@@ -155,7 +177,14 @@ _CSV_BODY = {
         "(method, path, query, body) returns the first answer and writes nothing; the key "
         "reused with a different request is refused (422 `idempotency_conflict`). "
         "`drop_zero=true` and `out_of_range=reject` need a dataset created with "
-        "`value_filters_public: true` (else 400)."
+        "`value_filters_public: true` (else 400). "
+        "With `Content-Type: application/x-protobuf` the body is one GTFS-Realtime "
+        "`FeedMessage`: each entity is a row (vehicle id = user, `position.speed` = value in "
+        "m/s, `vehicle.timestamp` or the header's = time), with the same answer and "
+        "guarantees; an error's `line` is then the entity's number (1-based) and its reason "
+        "names the entity and vehicle (no vehicle id, no position, no speed, out of range). "
+        "A body that is not a FeedMessage is refused with 400; the `*_col` and `delimiter` "
+        "parameters are CSV-only."
     ),
 )
 async def upload(
@@ -176,10 +205,18 @@ async def upload(
         str | None, Header(alias="Idempotency-Key", min_length=1, max_length=200)
     ] = None,
 ) -> UploadResult:
-    if request.headers.get("content-type", "").lower().startswith("multipart/"):
+    content_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if content_type.startswith("multipart/"):
         raise InvalidRequest(MULTIPART_REFUSAL)
+    is_feed = content_type in PROTOBUF_TYPES
+    if is_feed and (given := [p for p in CSV_ONLY if p in request.query_params]):
+        raise InvalidRequest(
+            f"{', '.join(given)}: CSV-only parameter(s), meaningless for a GTFS-Realtime feed "
+            "(Content-Type: application/x-protobuf); leave them out"
+        )
     dataset = service.parse_dataset_id(dataset_id)
     options = UploadOptions(
+        format="gtfs-rt" if is_feed else "csv",
         columns=ColumnMap(user_col, time_col, lat_col, lon_col, value_col),
         drop_zero=drop_zero,
         out_of_range=out_of_range,

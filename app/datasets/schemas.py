@@ -95,7 +95,10 @@ class DatasetList(BaseModel):
 
 
 class RowError(BaseModel):
-    line: int = Field(description="1-based physical line of the row (the header is line 1).")
+    line: int = Field(
+        description="1-based physical line of the row (the header is line 1); for a "
+        "GTFS-Realtime feed, the entity's 1-based number."
+    )
     reason: str
 
 

@@ -20,7 +20,8 @@ from zoneinfo import ZoneInfo
 import h3.api.basic_int as h3i
 import numpy as np
 
-from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us, slot_start_us
+from app.ingest.batches import Batch, GridCoder
+from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us
 
 __all__ = [
     "MAX_COLUMNS",
@@ -72,33 +73,6 @@ class ParseOptions:
     drop_zero: bool = False
     reject_out_of_range: bool = False
     delimiter: str = ","
-
-
-@dataclass
-class Batch:
-    """Kept rows of one batch, as arrays, plus this batch's tallies.
-
-    Users and grids are given as *codes*, numbered in order of first appearance
-    across the whole upload: ``new_users`` / ``new_grids`` list the raw user
-    identifiers and ``(h3 cell as int, slot start µs)`` keys first seen in this
-    batch, whose codes continue from the previous batch's. ``ts_us`` are UTC
-    microseconds; ``values`` are already clamped to ``[0, U]``.
-    """
-
-    user_codes: np.ndarray
-    grid_codes: np.ndarray
-    ts_us: np.ndarray
-    values: np.ndarray
-    new_users: list[str] = field(default_factory=list)
-    new_grids: list[tuple[int, int]] = field(default_factory=list)
-    rows: int = 0
-    rejected: int = 0
-    clamped: int = 0
-    dropped_zero: int = 0
-    errors: list[tuple[int, str]] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return len(self.ts_us)
 
 
 def iter_lines(chunks: Iterable[bytes], max_line_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
@@ -190,7 +164,7 @@ class RecordReader:
         self._done = False
         self._parse_ts = TimestampParser()
         self._user_codes: dict[str, int] = {}
-        self._grid_codes: dict[tuple[int, int], int] = {}
+        self._grids = GridCoder(options.timezone, options.timeslot_minutes)
 
     def _next_or_none(self) -> list[str] | None:
         try:
@@ -328,19 +302,10 @@ class RecordReader:
         if naive:
             idx = np.array(naive, dtype=np.int64)
             ts_arr[idx] = localize_us(ts_arr[idx], opts.timezone)
-        slots = slot_start_us(ts_arr, opts.timezone, opts.timeslot_minutes).tolist()
-        grid_codes = self._grid_codes
-        new_grids: list[tuple[int, int]] = []
-        codes: list[int] = []
-        for key in zip(cells, slots, strict=True):
-            code = grid_codes.get(key)
-            if code is None:
-                code = grid_codes[key] = len(grid_codes)
-                new_grids.append(key)
-            codes.append(code)
+        grid_codes, new_grids = self._grids.codes(cells, ts_arr)
         return Batch(
             user_codes=np.array(users, dtype=np.int64),
-            grid_codes=np.array(codes, dtype=np.int64),
+            grid_codes=grid_codes,
             ts_us=ts_arr,
             values=np.array(values, dtype=np.float64),
             new_users=new_users,

@@ -1,103 +1,206 @@
-"""GTFS-Realtime vehicle positions in: a ``FeedMessage`` becomes the upload path's CSV.
+"""GTFS-Realtime vehicle positions in: a ``FeedMessage`` becomes batches of records.
 
-A feed is read with Google's ``gtfs-realtime-bindings`` and each entity becomes one CSV
-line of ``user_id,timestamp,lat,lon,value`` — the vehicle's id, its timestamp (the
-vehicle's, else the header's; POSIX seconds, written as UTC), its position and
-``position.speed`` (m/s) — so a feed goes through exactly the checks, clamping, grids
-and idempotency of a CSV upload (:class:`app.ingest.csv_records.RecordReader`): the same
-positions as CSV give the same records. An entity that is not a usable vehicle position
-(no vehicle id, no position, no speed, no timestamp) is rejected here with its reason and
-left as a blank line, so that CSV line ``n`` is entity ``n - 1`` (the header is line 1)
-and every rejection can be reported by entity number.
+A feed is read with Google's ``gtfs-realtime-bindings``. Each entity is one record: the
+vehicle's id (``vehicle.vehicle.id``) is the user, ``vehicle.timestamp`` (else the
+header's; POSIX seconds) the time, ``position.latitude`` / ``longitude`` the place and
+``position.speed`` (m/s) the value. The checks, clamping, ``drop_zero`` and grids are
+the CSV reader's (:class:`app.ingest.csv_records.RecordReader`), so the same positions
+sent as CSV give the same records. An entity that is not a usable vehicle position (no
+vehicle, no vehicle id, no position, no speed, no timestamp) or whose values are out of
+range is rejected with its number (1-based, in feed order), its vehicle id and a reason.
 
-Coordinates and speeds are 32-bit floats in the protocol; each is written as the
-shortest decimal of its exact value, so nothing is rounded twice.
+Coordinates and speeds are 32-bit floats in the protocol; each is used as the double of
+its exact value (what the shortest decimal of it reads back as in a CSV).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Iterator
 
+import h3.api.basic_int as h3i
+import numpy as np
 from google.protobuf.message import DecodeError
 from google.transit import gtfs_realtime_pb2
 
-__all__ = ["CSV_HEADER", "FeedCsv", "FeedFormatError", "entity_of_line", "feed_to_csv"]
+from app.ingest.batches import Batch, GridCoder
+from app.ingest.csv_records import MAX_REPORTED_ERRORS, ParseOptions
+from app.ingest.timeslots import MAX_US, MIN_US
 
-CSV_HEADER = "user_id,timestamp,lat,lon,value\n"
-_QUOTE_IF = frozenset(',"\n\r')
+__all__ = ["FeedFormatError", "FeedReader", "entity_label"]
+
+US = 1_000_000
+#: The CSV reader's time range (1900-01-02..2299-12-30, UTC µs); feed times are unsigned.
+_LATEST_US = MAX_US - 86_400 * US
+assert MIN_US < 0
 
 
 class FeedFormatError(ValueError):
     """The body is not a GTFS-Realtime ``FeedMessage``."""
 
 
-@dataclass(frozen=True)
-class FeedCsv:
-    """The feed as CSV text (header, then one line per entity, blank where rejected), the
-    rejections as ``(entity number, reason)`` and the number of entities."""
-
-    text: str
-    rejected: list[tuple[int, str]]
-    entities: int
+def entity_label(number: int, vehicle: str) -> str:
+    """How a rejection names its entity: ``entity 3 (vehicle '8919')``."""
+    return f"entity {number}" + (f" (vehicle {vehicle!r})" if vehicle else "")
 
 
-def entity_of_line(line: int) -> int:
-    """The entity number (1-based) of a CSV line number of :func:`feed_to_csv`'s text."""
-    return line - 1
+class FeedReader:
+    """Read one serialized ``FeedMessage``: :meth:`batches` yields :class:`Batch` objects
+    of at most ``batch_rows`` entities; ``errors`` are ``(entity number, reason)``.
 
+    ``FeedReader(body, options)`` parses the body at once and raises
+    :class:`FeedFormatError` when it is not a ``FeedMessage``.
+    """
 
-def _csv_field(text: str) -> str:
-    if _QUOTE_IF.isdisjoint(text):
-        return text
-    return '"' + text.replace('"', '""') + '"'
+    def __init__(self, body: bytes, options: ParseOptions) -> None:
+        message = gtfs_realtime_pb2.FeedMessage()
+        try:
+            message.ParseFromString(body)
+        except DecodeError as exc:
+            raise FeedFormatError(
+                f"the body is not a GTFS-Realtime FeedMessage ({exc}); send the feed's bytes "
+                "as they are, with Content-Type: application/x-protobuf"
+            ) from None
+        self.options = options
+        self.header_ts: int | None = (
+            message.header.timestamp if message.header.HasField("timestamp") else None
+        )
+        self._entities = message.entity
+        self._user_codes: dict[str, int] = {}
+        self._grids = GridCoder(options.timezone, options.timeslot_minutes)
 
+    def __len__(self) -> int:
+        return len(self._entities)
 
-def _utc(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    def batches(self, batch_rows: int) -> Iterator[Batch]:
+        for start in range(0, len(self._entities), batch_rows):
+            yield self._read_batch(start, min(start + batch_rows, len(self._entities)))
 
+    def _read_batch(self, start: int, stop: int) -> Batch:
+        header_ts = self.header_ts
+        errors: list[tuple[int, str]] = []
+        numbers: list[int] = []
+        vehicles: list[str] = []
+        seconds: list[int] = []
+        lats: list[float] = []
+        lons: list[float] = []
+        speeds: list[float] = []
+        entities = self._entities
+        # An absent sub-message reads as an empty one, so the usual entity is read with
+        # no HasField call; the reason of a failed check is then found by _unusable.
+        for number in range(start + 1, stop + 1):
+            entity = entities[number - 1]
+            v = entity.vehicle
+            vid = v.vehicle.id.strip()
+            p = v.position
+            ts = v.timestamp
+            if not vid or not p.HasField("speed") or (not ts and not v.HasField("timestamp")):
+                ts = header_ts if not v.HasField("timestamp") else ts
+                if (reason := _unusable(entity, vid, ts)) is not None:
+                    errors.append((number, reason))
+                    continue
+            if ts * US >= _LATEST_US:
+                errors.append((number, f"timestamp {ts} outside 1900-01-02..2299-12-30"))
+                continue
+            numbers.append(number)
+            vehicles.append(vid)
+            seconds.append(ts)
+            lats.append(p.latitude)
+            lons.append(p.longitude)
+            speeds.append(p.speed)
+        # reasons are labelled (entity, vehicle) once sorted, for the reported ones only
+        return self._checked(stop - start, errors, numbers, vehicles, seconds, lats, lons, speeds)
 
-def _line(entity: gtfs_realtime_pb2.FeedEntity, header_ts: int) -> tuple[str | None, str]:
-    """``(csv line, "")`` for a usable vehicle position, else ``(None, reason)``."""
-    if not entity.HasField("vehicle"):
-        return None, "not a vehicle position (the entity has no 'vehicle')"
-    v = entity.vehicle
-    vid = v.vehicle.id.strip() if v.HasField("vehicle") else ""
-    if not vid:
-        return None, "no vehicle id (vehicle.vehicle.id is empty)"
-    if not v.HasField("position"):
-        return None, "no position"
-    p = v.position
-    if not p.HasField("speed"):
-        return None, "no speed (position.speed is missing)"
-    seconds = v.timestamp if v.HasField("timestamp") else header_ts
-    if not seconds:
-        return None, "no timestamp (neither the vehicle's nor the header's)"
-    try:
-        when = _utc(int(seconds))
-    except (OverflowError, OSError, ValueError):
-        return None, f"timestamp {seconds} is out of range"
-    return f"{_csv_field(vid)},{when},{p.latitude!r},{p.longitude!r},{p.speed!r}\n", ""
-
-
-def feed_to_csv(body: bytes) -> FeedCsv:
-    """Parse a serialized ``FeedMessage`` into CSV text (see the module docstring)."""
-    message = gtfs_realtime_pb2.FeedMessage()
-    try:
-        message.ParseFromString(body)
-    except DecodeError as exc:
-        raise FeedFormatError(
-            f"the body is not a GTFS-Realtime FeedMessage ({exc}); send the feed's bytes "
-            "as they are, with Content-Type: application/x-protobuf"
-        ) from None
-    header_ts = message.header.timestamp if message.header.HasField("timestamp") else 0
-    lines = [CSV_HEADER]
-    rejected: list[tuple[int, str]] = []
-    for number, entity in enumerate(message.entity, start=1):
-        line, reason = _line(entity, header_ts)
-        if line is None:
-            rejected.append((number, reason))
-            lines.append("\n")
+    def _checked(
+        self,
+        rows: int,
+        errors: list[tuple[int, str]],
+        numbers: list[int],
+        vehicles: list[str],
+        seconds: list[int],
+        lats: list[float],
+        lons: list[float],
+        speeds: list[float],
+    ) -> Batch:
+        """The range checks of :class:`app.ingest.csv_records.RecordReader`, on arrays and
+        in its order: latitude, longitude, a finite value, ``drop_zero``, the value range."""
+        opts = self.options
+        U = float(opts.value_bound)
+        ts = np.array(seconds, dtype=np.int64) * US
+        lat = np.array(lats, dtype=np.float64)
+        lon = np.array(lons, dtype=np.float64)
+        value = np.array(speeds, dtype=np.float64)
+        bad_lat = ~(np.abs(lat) <= 90.0)  # NaN included
+        bad_lon = ~bad_lat & ~(np.abs(lon) <= 180.0)
+        bad_value = ~bad_lat & ~bad_lon & ~np.isfinite(value)
+        ok = ~(bad_lat | bad_lon | bad_value)
+        zero = ok & (value == 0.0) if opts.drop_zero else np.zeros(len(ok), dtype=bool)
+        outside = ok & ~zero & ((value < 0.0) | (value > U))
+        if opts.reject_out_of_range:
+            rejected_oor, clamped = outside, 0
         else:
-            lines.append(line)
-    return FeedCsv("".join(lines), rejected, len(message.entity))
+            rejected_oor, clamped = np.zeros(len(ok), dtype=bool), int(outside.sum())
+            value = np.clip(value, 0.0, U)
+        for i in np.flatnonzero(~ok | rejected_oor).tolist():
+            if bad_lat[i]:
+                reason = f"latitude {lats[i]!r} outside [-90, 90]"
+            elif bad_lon[i]:
+                reason = f"longitude {lons[i]!r} outside [-180, 180]"
+            elif bad_value[i]:
+                reason = f"non-finite speed {speeds[i]!r}"
+            else:
+                reason = f"speed {speeds[i]!r} outside [0, {U!r}]"
+            errors.append((numbers[i], reason))
+        rejected = len(errors)
+        errors = [
+            (n, f"{entity_label(n, _vehicle_id(self._entities[n - 1]))}: {r}")
+            for n, r in sorted(errors)[:MAX_REPORTED_ERRORS]
+        ]
+        keep = np.flatnonzero(ok & ~zero & ~rejected_oor)
+        res, to_cell = opts.h3_resolution, h3i.latlng_to_cell
+        cells = [
+            to_cell(a, b, res) for a, b in zip(lat[keep].tolist(), lon[keep].tolist(), strict=True)
+        ]
+        user_codes = self._user_codes
+        new_users: list[str] = []
+        users: list[int] = []
+        for i in keep.tolist():
+            vid = vehicles[i]
+            code = user_codes.get(vid)
+            if code is None:
+                code = user_codes[vid] = len(user_codes)
+                new_users.append(vid)
+            users.append(code)
+        ts_kept = ts[keep]
+        grid_codes, new_grids = self._grids.codes(cells, ts_kept)
+        return Batch(
+            user_codes=np.array(users, dtype=np.int64),
+            grid_codes=grid_codes,
+            ts_us=ts_kept,
+            values=value[keep],
+            new_users=new_users,
+            new_grids=new_grids,
+            rows=rows,
+            rejected=rejected,
+            clamped=clamped,
+            dropped_zero=int(zero.sum()),
+            errors=errors,
+        )
+
+
+def _unusable(entity: gtfs_realtime_pb2.FeedEntity, vid: str, ts: int | None) -> str | None:
+    """Why an entity is not a usable vehicle position (checked in this order), or None."""
+    if not entity.HasField("vehicle"):
+        return "not a vehicle position (the entity has no 'vehicle')"
+    if not vid:
+        return "no vehicle id (vehicle.vehicle.id is empty)"
+    if not entity.vehicle.HasField("position"):
+        return "no position (vehicle.position is missing)"
+    if not entity.vehicle.position.HasField("speed"):
+        return "no speed (vehicle.position.speed is missing)"
+    if ts is None:
+        return "no timestamp (neither vehicle.timestamp nor the header's)"
+    return None
+
+
+def _vehicle_id(entity: gtfs_realtime_pb2.FeedEntity) -> str:
+    return entity.vehicle.vehicle.id.strip()

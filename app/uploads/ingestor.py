@@ -9,6 +9,7 @@ grids that had records are re-read from the database.
 
 from __future__ import annotations
 
+import base64
 import secrets
 import tempfile
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset
 from app.datasets.repository import GridRepository
-from app.ingest.csv_records import Batch
+from app.ingest.batches import Batch
 from app.ingest.timeslots import datetime_to_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
 
@@ -262,7 +263,7 @@ class Ingestor:
                 old_snaps.append(snap)
             else:
                 cell, slot = grid.new_key
-                new_grids.append((s.grid_id, secrets.token_urlsafe(12), cell, slot, *summary))
+                new_grids.append((s.grid_id, "", cell, slot, *summary))
                 new_snaps.append(snap)
             if len(new_grids) + len(old_grids) >= STORE_GRIDS:
                 changed += self._flush(new_grids, new_snaps, old_grids, old_snaps)
@@ -270,11 +271,20 @@ class Ingestor:
         return changed + self._flush(new_grids, new_snaps, old_grids, old_snaps)
 
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
+        ids = public_ids(len(new_grids))
+        new_grids = [(g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)]
         self.bulk.insert_grids(self.dataset.id, new_grids)
         self.bulk.write_snapshots(new_snaps, replace=False)
         self.bulk.update_grids(old_grids)
         self.bulk.write_snapshots(old_snaps, replace=True)
         return len(new_grids) + len(old_grids)
+
+
+def public_ids(n: int) -> list[str]:
+    """``n`` grid ids for the API, each as ``secrets.token_urlsafe(12)`` makes one (12
+    random bytes in URL-safe base64: 16 characters), drawn in one call."""
+    text = base64.urlsafe_b64encode(secrets.token_bytes(12 * n)).decode()
+    return [text[i : i + 16] for i in range(0, 16 * n, 16)]
 
 
 def _groups(grids: list[tuple[int, int]]) -> Iterator[list[int]]:

@@ -30,13 +30,39 @@ _PG_COPY_TRAILER = struct.pack(">h", -1)
 _PG_STAGE_ROW = np.dtype(
     [
         ("n", ">i2"),
-        ("l1", ">i4"), ("grid", ">i8"),
-        ("l2", ">i4"), ("user", ">i8"),
+        ("l1", ">i4"), ("grid", ">i4"),
+        ("l2", ">i4"), ("user", ">i4"),
         ("l3", ">i4"), ("ts", ">i8"),
         ("l4", ">i4"), ("value", ">f8"),
-        ("l5", ">i4"), ("check", "u1"),
     ]
 )  # fmt: skip
+_PG_RECORD_ROW = np.dtype(
+    [("n0", ">i2"), ("l0", ">i4"), ("dataset", ">i4"), *_PG_STAGE_ROW.descr[1:]]
+)
+
+
+def _copy_rows(
+    dtype: np.dtype,
+    grid_ids: np.ndarray,
+    user_ids: np.ndarray,
+    ts_us: np.ndarray,
+    values: np.ndarray,
+) -> np.ndarray:
+    """Binary ``COPY`` tuples: ``(grid int4, user int4, ts, value)``, after a leading
+    ``dataset int4`` for ``_PG_RECORD_ROW`` (the caller sets it)."""
+    rows = np.empty(len(grid_ids), dtype=dtype)
+    fields = dtype.names or ()
+    if "n0" in fields:
+        rows["n0"], rows["l0"] = 5, 4
+    else:
+        rows["n"] = 4
+    rows["l1"] = rows["l2"] = 4
+    rows["l3"] = rows["l4"] = 8
+    rows["grid"] = grid_ids
+    rows["user"] = user_ids
+    rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
+    rows["value"] = values
+    return rows
 
 
 def hash_user(secret: bytes, user_id: str) -> str:
@@ -94,9 +120,31 @@ class IngestRepository:
         self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
     ) -> None:
         """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
-        max_user_records, version)``."""
+        max_user_records, version)`` with one binary ``COPY`` built by numpy (public ids
+        and cells of one length each, as ``secrets.token_urlsafe`` and H3 make them)."""
         if not rows:
             return
+        ids, public, cells, slots, nu, nr, mx, version = zip(*rows, strict=True)
+        p_len, c_len = len(public[0]), len(cells[0])
+        if any(len(p) != p_len for p in public) or any(len(c) != c_len for c in cells):
+            raise ValueError("grid public ids and cells must each have one length")
+        dtype = np.dtype(
+            [("n", ">i2"), ("l1", ">i4"), ("id", ">i4"), ("l2", ">i4"), ("public", f"S{p_len}"),
+             ("l3", ">i4"), ("dataset", ">i4"), ("l4", ">i4"), ("cell", f"S{c_len}"),
+             ("l5", ">i4"), ("slot", ">i8"), ("l6", ">i4"), ("nu", ">i4"), ("l7", ">i4"),
+             ("nr", ">i4"), ("l8", ">i4"), ("mx", ">i4"), ("l9", ">i4"), ("version", ">i4")]
+        )  # fmt: skip
+        out = np.empty(len(rows), dtype=dtype)
+        out["n"] = 9
+        for name, length in (("l1", 4), ("l2", p_len), ("l3", 4), ("l4", c_len), ("l5", 8)):
+            out[name] = length
+        for name in ("l6", "l7", "l8", "l9"):
+            out[name] = 4
+        out["id"], out["dataset"] = ids, dataset_id
+        out["public"] = np.array(public, dtype=f"S{p_len}")
+        out["cell"] = np.array(cells, dtype=f"S{c_len}")
+        out["slot"] = np.array(slots, dtype=np.int64) - PG_EPOCH_OFFSET_US
+        out["nu"], out["nr"], out["mx"], out["version"] = nu, nr, mx, version
         with (
             self.driver.cursor() as cur,
             cur.copy(
@@ -104,13 +152,7 @@ class IngestRepository:
                 "n_records, max_user_records, version) FROM STDIN (FORMAT BINARY)"
             ) as copy,
         ):
-            copy.set_types(
-                ["int4", "text", "int4", "text", "timestamptz", "int4", "int4", "int4", "int4"]
-            )
-            for i, p, c, t, nu, nr, mx, v in rows:
-                copy.write_row(
-                    (i, p, dataset_id, c, _EPOCH + timedelta(microseconds=t), nu, nr, mx, v)
-                )
+            copy.write(_PG_COPY_HEADER + out.tobytes() + _PG_COPY_TRAILER)
 
     def update_grids(self, rows: Sequence[tuple[int, int, int, int, int]]) -> None:
         """Set ``(id, n_users, n_records, max_user_records, version)`` of grids."""
@@ -170,57 +212,68 @@ class IngestRepository:
         The rows must not repeat a (user, ts) among themselves (see
         ``app.uploads.ingestor.first_occurrences``); they are best given in (user, ts)
         order. ``check`` (bool per row, default all) marks the rows that may repeat a
-        stored one; the others are inserted without looking (the unique constraint
-        still guards them). Records go through binary ``COPY`` into a temporary staging
-        table and one ``INSERT ... SELECT ... WHERE NOT EXISTS`` (an anti-join on the
-        unique key: cheaper than ``ON CONFLICT`` and exact under the dataset lock).
+        stored one. The others go straight into ``records`` by binary ``COPY`` (the
+        unique constraint still guards them); the checked ones go through a temporary
+        staging table and one ``INSERT ... SELECT ... WHERE NOT EXISTS`` (an anti-join
+        on the unique key: cheaper than ``ON CONFLICT`` and exact under the dataset lock).
         """
         if len(grid_ids) == 0:
             return 0
         if check is None:
             check = np.ones(len(grid_ids), dtype=bool)
-        rows = np.empty(len(grid_ids), dtype=_PG_STAGE_ROW)
-        rows["n"] = 5
-        for length in ("l1", "l2", "l3", "l4"):
-            rows[length] = 8
-        rows["l5"] = 1
-        rows["grid"] = grid_ids
-        rows["user"] = user_ids
-        rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
-        rows["value"] = values
-        rows["check"] = check
         inserted = 0
         with self.driver.cursor() as cur:
-            if not self._staged:
-                # JIT-compiling each batch's statement costs more than it saves here
-                cur.execute("SET LOCAL jit = off")
-                cur.execute(
-                    "CREATE TEMP TABLE dpgate_ingest_stage (grid_id bigint, user_id bigint, "
-                    "ts timestamptz, value double precision, checked boolean) ON COMMIT DROP"
-                )
-                self._staged = True
-            with cur.copy(
-                "COPY dpgate_ingest_stage (grid_id, user_id, ts, value, checked) "
-                "FROM STDIN (FORMAT BINARY)"
-            ) as copy:
-                copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
-            insert = (
-                "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
-                "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM dpgate_ingest_stage s "
-            )
             if not check.all():  # rows that cannot repeat a stored one: no look-up
-                cur.execute(insert + "WHERE NOT s.checked", {"d": dataset_id})
-                inserted += cur.rowcount
-            if check.any():
-                # The dataset lock makes this the only writer of the dataset's records, so
-                # an anti-join finds every duplicate (the unique constraint is a backstop).
-                cur.execute(
-                    insert + "WHERE s.checked AND NOT EXISTS (SELECT 1 FROM records r "  # noqa: S608
-                    "WHERE r.dataset_id = %(d)s AND r.user_id = s.user_id AND r.ts = s.ts)",
-                    {"d": dataset_id},
+                free = ~check
+                rows = _copy_rows(
+                    _PG_RECORD_ROW, grid_ids[free], user_ids[free], ts_us[free], values[free]
                 )
-                inserted += cur.rowcount
-            cur.execute("TRUNCATE dpgate_ingest_stage")
+                rows["dataset"] = dataset_id
+                with cur.copy(
+                    "COPY records (dataset_id, grid_id, user_id, ts, value) "
+                    "FROM STDIN (FORMAT BINARY)"
+                ) as copy:
+                    copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
+                inserted += len(rows)
+            if check.any():
+                inserted += self._insert_checked(
+                    cur, dataset_id, grid_ids[check], user_ids[check], ts_us[check], values[check]
+                )
+        return inserted
+
+    def _insert_checked(
+        self,
+        cur: Any,
+        dataset_id: int,
+        grid_ids: np.ndarray,
+        user_ids: np.ndarray,
+        ts_us: np.ndarray,
+        values: np.ndarray,
+    ) -> int:
+        if not self._staged:
+            # JIT-compiling each batch's statement costs more than it saves here
+            cur.execute("SET LOCAL jit = off")
+            cur.execute(
+                "CREATE TEMP TABLE dpgate_ingest_stage (grid_id int, user_id int, "
+                "ts timestamptz, value double precision) ON COMMIT DROP"
+            )
+            self._staged = True
+        rows = _copy_rows(_PG_STAGE_ROW, grid_ids, user_ids, ts_us, values)
+        with cur.copy(
+            "COPY dpgate_ingest_stage (grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
+        ) as copy:
+            copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
+        # The dataset lock makes this the only writer of the dataset's records, so an
+        # anti-join finds every duplicate (the unique constraint is a backstop).
+        cur.execute(
+            "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
+            "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM dpgate_ingest_stage s "
+            "WHERE NOT EXISTS (SELECT 1 FROM records r "
+            "WHERE r.dataset_id = %(d)s AND r.user_id = s.user_id AND r.ts = s.ts)",
+            {"d": dataset_id},
+        )
+        inserted = int(cur.rowcount)
+        cur.execute("TRUNCATE dpgate_ingest_stage")
         return inserted
 
     def latest_ts(self, dataset_id: int, user_ids: Sequence[int]) -> list[int | None]:

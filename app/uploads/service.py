@@ -1,10 +1,11 @@
-"""Uploading raw records: one CSV stream, one transaction, exact tallies.
+"""Uploading raw records: one CSV stream or GTFS-Realtime feed, one transaction, exact tallies.
 
 The caller owns the transaction (the request's session): everything here is
 flushed into it and nothing is committed, so any error (a malformed file, a body
 over the limit, a crash) leaves the dataset exactly as it was.
 
-Pipeline: the calling thread parses batches (:mod:`app.ingest.csv_records`)
+Pipeline: the calling thread parses batches (:mod:`app.ingest.csv_records`, or
+:mod:`app.ingest.gtfs_realtime` for a feed, read whole: protobuf has no streaming form)
 while a helper thread maps them to user and grid ids and bulk-writes them
 (:class:`app.uploads.ingestor.Ingestor`); at the end every grid that received
 records gets a fresh snapshot and summary. Memory is bounded by a few batches, the
@@ -28,25 +29,30 @@ from app.datasets.repository import DatasetRepository
 from app.datasets.schemas import RowError, UploadResult
 from app.errors import InvalidRequest, NotFound
 from app.idempotency.service import BodyHasher, RequestIdentity, check_same_request
+from app.ingest.batches import Batch
 from app.ingest.csv_records import (
     MAX_REPORTED_ERRORS,
-    Batch,
     ColumnMap,
     CsvFormatError,
     ParseOptions,
     RecordReader,
 )
+from app.ingest.gtfs_realtime import FeedFormatError, FeedReader
 from app.ingest.timeslots import get_zone
 from app.uploads.ingestor import Ingestor
 
-__all__ = ["BATCH_ROWS", "UploadOptions", "upload_records"]
+__all__ = ["BATCH_ROWS", "RecordFormat", "UploadOptions", "upload_records"]
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
 
+#: The body's format: CSV text, or one serialized GTFS-Realtime ``FeedMessage``.
+RecordFormat = Literal["csv", "gtfs-rt"]
+
 
 @dataclass(frozen=True)
 class UploadOptions:
+    format: RecordFormat = "csv"
     columns: ColumnMap = field(default_factory=ColumnMap)
     drop_zero: bool = False
     out_of_range: Literal["clamp", "reject"] = "clamp"
@@ -105,14 +111,15 @@ def upload_records(
     idempotency_key: str | None = None,
     request: RequestIdentity | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Ingest a CSV byte stream into a dataset inside the caller's transaction.
+    """Ingest a CSV byte stream (or a feed's bytes) into a dataset inside the caller's
+    transaction.
 
     Locks the dataset (uploads to one dataset are serialised). With an
     ``idempotency_key`` already used for this dataset, writes nothing and returns
     the stored first answer if the body and ``request`` (method, path, query) are
     the same, else raises ``IdempotencyConflict``. Returns ``(answer, replayed)``;
     the answer is an :class:`UploadResult` as a dict. Raises ``NotFound``,
-    ``InvalidRequest`` (the file as a whole is unreadable, or a value filter the
+    ``InvalidRequest`` (the file or feed as a whole is unreadable, or a value filter the
     dataset does not allow); exceptions from ``chunks`` propagate.
     """
     datasets = DatasetRepository(session)
@@ -142,7 +149,11 @@ def upload_records(
     try:
         writer = _Writer(ingestor.write)
         try:
-            reader = RecordReader(body, parse)
+            reader: RecordReader | FeedReader = (
+                FeedReader(b"".join(body), parse)
+                if options.format == "gtfs-rt"
+                else RecordReader(body, parse)
+            )
             for batch in reader.batches(BATCH_ROWS):
                 rows += batch.rows
                 rejected += batch.rejected
@@ -157,6 +168,8 @@ def upload_records(
         refresh_after_upload(session, dataset, ingestor.slot_grids if changed else ())
     except CsvFormatError as exc:
         raise InvalidRequest(f"cannot read the CSV: {exc}") from None
+    except FeedFormatError as exc:
+        raise InvalidRequest(str(exc)) from None
     finally:
         ingestor.new_rows.close()
 

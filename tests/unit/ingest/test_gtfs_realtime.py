@@ -1,147 +1,128 @@
 """GTFS-Realtime feeds become the CSV upload's records (app/ingest/gtfs_realtime.py).
 
-Feeds are built from CapMetrics rows (the shared folder's, when present; else a few made
+Feeds are built from CapMetrics rows (the shared folder's, when present; else rows made
 here), one ``FeedMessage`` per 30 s as the agency publishes them; the records read from
 them equal the records read from the same positions written as CSV."""
 
 from __future__ import annotations
 
-import csv
-import io
-from datetime import datetime
-from pathlib import Path
+from dataclasses import replace
 from zoneinfo import ZoneInfo
 
-import numpy as np
 import pytest
 from google.transit import gtfs_realtime_pb2
 
 from app.ingest.csv_records import ParseOptions, RecordReader
-from app.ingest.gtfs_realtime import FeedFormatError, entity_of_line, feed_to_csv
+from app.ingest.gtfs_realtime import FeedFormatError, FeedReader
+from tests.gtfs_support import capmetrics_rows, feeds, made_rows, positions_csv
 
-DATA = Path(__file__).resolve().parents[4] / "shared" / "data" / "capmetrics" / "2016-11-26.csv"
 OPTIONS = ParseOptions(
     value_bound=30.0, h3_resolution=8, timeslot_minutes=60, timezone=ZoneInfo("America/Chicago")
 )
 
 
-def _rows(limit: int) -> list[dict[str, str]]:
-    if DATA.is_file():
-        with DATA.open() as f:
-            return [r for _, r in zip(range(limit), csv.DictReader(f), strict=False)]
-    rng = np.random.default_rng(0)  # the shared data is absent: positions made here
-    return [
-        {
-            "vehicle_id": str(8900 + i % 40),
-            "timestamp": f"2016-11-26T08:{i % 60:02d}:07-06:00",
-            "latitude": str(30.2 + rng.uniform(0, 0.2)),
-            "longitude": str(-97.8 + rng.uniform(0, 0.2)),
-            "speed": str(rng.uniform(0, 20)),
-        }
-        for i in range(limit)
-    ]
-
-
-def _feeds(rows: list[dict[str, str]]) -> list[bytes]:
-    """One FeedMessage per 30 s of the rows' times."""
-    by_window: dict[int, gtfs_realtime_pb2.FeedMessage] = {}
-    for i, r in enumerate(rows):
-        ts = int(datetime.fromisoformat(r["timestamp"]).timestamp())
-        msg = by_window.setdefault(ts // 30, gtfs_realtime_pb2.FeedMessage())
-        msg.header.gtfs_realtime_version = "2.0"
-        msg.header.timestamp = ts
-        e = msg.entity.add()
-        e.id = str(i)
-        e.vehicle.vehicle.id = r["vehicle_id"]
-        e.vehicle.timestamp = ts
-        e.vehicle.position.latitude = float(r["latitude"])
-        e.vehicle.position.longitude = float(r["longitude"])
-        e.vehicle.position.speed = float(r["speed"])
-    return [m.SerializeToString() for _, m in sorted(by_window.items())]
-
-
-def _records(text: str) -> list[tuple[str, int, int, float]]:
-    reader = RecordReader(iter([text.encode()]), OPTIONS)
+def _records(reader: RecordReader | FeedReader, batch: int = 10_000) -> list[tuple]:
     users: list[str] = []
     grids: list[tuple[int, int]] = []
     out = []
-    for b in reader.batches(10_000):
+    for b in reader.batches(batch):
         users += b.new_users
         grids += b.new_grids
         out += [
-            (users[u], grids[g][0], grids[g][1], v)
-            for u, g, v in zip(
-                b.user_codes.tolist(), b.grid_codes.tolist(), b.values.tolist(), strict=True
+            (users[u], t, grids[g][0], grids[g][1], v)
+            for u, g, t, v in zip(
+                b.user_codes.tolist(), b.grid_codes.tolist(), b.ts_us.tolist(),
+                b.values.tolist(), strict=True,
             )
-        ]
+        ]  # fmt: skip
     return out
 
 
-def _float32(x: str) -> float:
-    return float(np.float32(float(x)))
+def _errors(reader: FeedReader) -> list[tuple[int, str]]:
+    return [e for b in reader.batches(100) for e in b.errors]
 
 
 def test_feeds_give_the_records_of_the_same_positions_as_csv() -> None:
-    rows = _rows(3000)
+    rows = (capmetrics_rows("2016-11-26") or made_rows(3000))[:3000]
     from_feeds = []
-    for body in _feeds(rows):
-        feed = feed_to_csv(body)
-        assert feed.rejected == []
-        from_feeds += _records(feed.text)
-    # the same positions as CSV (coordinates and speeds are 32-bit floats in the protocol)
-    out = io.StringIO()
-    out.write("user_id,timestamp,lat,lon,value\n")
-    for r in sorted(rows, key=lambda r: datetime.fromisoformat(r["timestamp"]).timestamp()):
-        out.write(
-            f"{r['vehicle_id']},{r['timestamp']},{_float32(r['latitude'])!r},"
-            f"{_float32(r['longitude'])!r},{_float32(r['speed'])!r}\n"
-        )
-    assert sorted(from_feeds) == sorted(_records(out.getvalue()))
-    assert len(from_feeds) == len(rows)
+    for body in feeds(rows):
+        from_feeds += _records(FeedReader(body, OPTIONS), batch=7)  # several batches per feed
+    from_csv = _records(RecordReader(iter([positions_csv(rows)]), OPTIONS))
+    assert len(from_feeds) == len(rows) == len(from_csv)
+    assert sorted(from_feeds) == sorted(from_csv)
 
 
-def test_unusable_entities_are_rejected_by_number_with_a_reason() -> None:
+def _feed_of_bad_entities() -> bytes:
     msg = gtfs_realtime_pb2.FeedMessage()
     msg.header.gtfs_realtime_version = "2.0"
     msg.header.timestamp = 1480168800
     good = msg.entity.add()
-    good.id = "a"
     good.vehicle.vehicle.id = "v1"
     good.vehicle.position.latitude, good.vehicle.position.longitude = 30.3, -97.7
     good.vehicle.position.speed = 5.0  # the header's timestamp
-    msg.entity.add().id = "no vehicle"  # e.g. an alert
-    e = msg.entity.add()
-    e.vehicle.position.latitude, e.vehicle.position.speed = 30.3, 1.0  # no id
-    e = msg.entity.add()
-    e.vehicle.vehicle.id = "v2"  # no position
-    e = msg.entity.add()
+    msg.entity.add().id = "an alert"  # 2: no vehicle
+    e = msg.entity.add()  # 3: no id
+    e.vehicle.position.latitude, e.vehicle.position.speed = 30.3, 1.0
+    msg.entity.add().vehicle.vehicle.id = "v2"  # 4: no position
+    e = msg.entity.add()  # 5: no speed
     e.vehicle.vehicle.id = "v3"
-    e.vehicle.position.latitude = 30.3  # no speed
-    feed = feed_to_csv(msg.SerializePartialToString())  # entities without ids: partial
-    reasons = dict(feed.rejected)
-    assert sorted(reasons) == [2, 3, 4, 5] and feed.entities == 5
-    assert "vehicle" in reasons[2] and "id" in reasons[3]
-    assert "position" in reasons[4] and "speed" in reasons[5]
-    records = _records(feed.text)
-    assert len(records) == 1 and records[0][0] == "v1"
-    assert entity_of_line(2) == 1  # the header is line 1
+    e.vehicle.position.latitude = 30.3
+    bad = [(95.0, 0.0, 1.0), (0.0, 181.0, 1.0), (0.0, 0.0, float("nan")), (0.0, 0.0, 31.0)]
+    for i, (lat, lon, speed) in enumerate(bad):
+        e = msg.entity.add()  # 6..9: latitude, longitude, not finite, value out of range
+        e.vehicle.vehicle.id = f"w{i}"
+        e.vehicle.position.latitude, e.vehicle.position.longitude = lat, lon
+        e.vehicle.position.speed = speed
+    return msg.SerializePartialToString()  # entities without ids: partial
 
 
-def test_a_value_out_of_range_is_reported_by_entity() -> None:
+def test_unusable_entities_are_rejected_by_number_and_vehicle_with_a_reason() -> None:
+    options = replace(OPTIONS, reject_out_of_range=True)
+    records = _records(FeedReader(_feed_of_bad_entities(), options))
+    assert [r[0] for r in records] == ["v1"] and records[0][1] == 1480168800 * 10**6
+    reasons = dict(_errors(FeedReader(_feed_of_bad_entities(), options)))
+    assert sorted(reasons) == [2, 3, 4, 5, 6, 7, 8, 9]
+    assert reasons[2].startswith("entity 2: not a vehicle position")
+    assert reasons[3].startswith("entity 3: no vehicle id")
+    assert reasons[4] == "entity 4 (vehicle 'v2'): no position (vehicle.position is missing)"
+    assert reasons[5].startswith("entity 5 (vehicle 'v3'): no speed")
+    assert reasons[6].startswith("entity 6 (vehicle 'w0'): latitude 95.0 outside")
+    assert reasons[7].startswith("entity 7 (vehicle 'w1'): longitude 181.0 outside")
+    assert reasons[8].startswith("entity 8 (vehicle 'w2'): non-finite speed")
+    assert reasons[9] == "entity 9 (vehicle 'w3'): speed 31.0 outside [0, 30.0]"
+
+
+def test_clamping_and_drop_zero_as_for_csv() -> None:
     msg = gtfs_realtime_pb2.FeedMessage()
-    for i, lat in enumerate((30.3, 95.0)):
+    for i, speed in enumerate((0.0, -2.0, 45.0, 7.5)):
         e = msg.entity.add()
         e.vehicle.vehicle.id = f"v{i}"
-        e.vehicle.timestamp = 1480168800
-        e.vehicle.position.latitude, e.vehicle.position.longitude = lat, -97.7
-        e.vehicle.position.speed = 3.0
-    feed = feed_to_csv(msg.SerializePartialToString())  # entities without ids: partial
-    reader = RecordReader(iter([feed.text.encode()]), OPTIONS)
-    errors = [err for b in reader.batches(100) for err in b.errors]
-    assert [(entity_of_line(line), "latitude" in why) for line, why in errors] == [(2, True)]
+        e.vehicle.timestamp = 1480168800 + i
+        e.vehicle.position.latitude, e.vehicle.position.longitude = 30.3, -97.7
+        e.vehicle.position.speed = speed
+    body = msg.SerializePartialToString()
+    batch = next(FeedReader(body, replace(OPTIONS, drop_zero=True)).batches(100))
+    assert (batch.rows, batch.rejected, batch.dropped_zero, batch.clamped) == (4, 0, 1, 2)
+    assert batch.values.tolist() == [0.0, 30.0, 7.5]
+    no_time = gtfs_realtime_pb2.FeedMessage()
+    no_time.entity.add().CopyFrom(msg.entity[3])
+    no_time.entity[0].vehicle.ClearField("timestamp")  # nor a header time
+    (error,) = _errors(FeedReader(no_time.SerializePartialToString(), OPTIONS))
+    assert error == (1, "entity 1 (vehicle 'v3'): no timestamp (neither vehicle.timestamp "
+                        "nor the header's)")  # fmt: skip
 
 
 @pytest.mark.parametrize("body", [b"not a protobuf \xff\xff", b"\x0a\x05"])
 def test_garbage_is_refused_with_a_message(body: bytes) -> None:
-    with pytest.raises(FeedFormatError, match="FeedMessage"):
-        feed_to_csv(body)
+    with pytest.raises(FeedFormatError, match="not a GTFS-Realtime FeedMessage"):
+        FeedReader(body, OPTIONS)
+
+
+def test_every_rejection_is_counted_and_the_first_hundred_listed() -> None:
+    msg = gtfs_realtime_pb2.FeedMessage()
+    msg.header.timestamp = 1480168800
+    for _ in range(150):
+        msg.entity.add().vehicle.position.speed = 1.0  # no vehicle id
+    batches = list(FeedReader(msg.SerializePartialToString(), OPTIONS).batches(1000))
+    assert sum(b.rejected for b in batches) == 150
+    assert [n for b in batches for n, _ in b.errors] == list(range(1, 101))

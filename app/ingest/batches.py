@@ -1,0 +1,66 @@
+"""What every record reader hands the writer: :class:`Batch` (kept rows as arrays) and
+:class:`GridCoder`, which numbers an upload's grids and computes their time slots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+import numpy as np
+
+from app.ingest.timeslots import slot_start_us
+
+__all__ = ["Batch", "GridCoder"]
+
+
+@dataclass
+class Batch:
+    """Kept rows of one batch, as arrays, plus this batch's tallies.
+
+    Users and grids are given as *codes*, numbered in order of first appearance
+    across the whole upload: ``new_users`` / ``new_grids`` list the raw user
+    identifiers and ``(h3 cell as int, slot start µs)`` keys first seen in this
+    batch, whose codes continue from the previous batch's. ``ts_us`` are UTC
+    microseconds; ``values`` are already clamped to ``[0, U]``. ``errors`` are
+    ``(line, reason)``: a CSV line, or a feed entity's number.
+    """
+
+    user_codes: np.ndarray
+    grid_codes: np.ndarray
+    ts_us: np.ndarray
+    values: np.ndarray
+    new_users: list[str] = field(default_factory=list)
+    new_grids: list[tuple[int, int]] = field(default_factory=list)
+    rows: int = 0
+    rejected: int = 0
+    clamped: int = 0
+    dropped_zero: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.ts_us)
+
+
+class GridCoder:
+    """Numbers the grids ``(h3 cell, slot start)`` of one upload in order of first
+    appearance; the slot of each row is its local-time slot in ``timezone``."""
+
+    def __init__(self, timezone: ZoneInfo, timeslot_minutes: int) -> None:
+        self.timezone = timezone
+        self.minutes = timeslot_minutes
+        self._codes: dict[tuple[int, int], int] = {}
+
+    def codes(self, cells: Sequence[int], ts_us: np.ndarray) -> tuple[np.ndarray, list]:
+        """``(grid code per row, the keys first seen here)`` for rows at UTC ``ts_us``."""
+        slots = slot_start_us(ts_us, self.timezone, self.minutes).tolist()
+        known = self._codes
+        new_grids: list[tuple[int, int]] = []
+        codes: list[int] = []
+        for key in zip(cells, slots, strict=True):
+            code = known.get(key)
+            if code is None:
+                code = known[key] = len(known)
+                new_grids.append(key)
+            codes.append(code)
+        return np.array(codes, dtype=np.int64), new_grids
