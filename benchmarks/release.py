@@ -19,7 +19,8 @@ apart, as ``coarsen r7``); later ones read them by version from the grid cache.
 Prints the median of ``--repeats`` runs of each and the growth between sizes.
 ``--plan-hours 24`` instead times the planner alone (Clip-User over every grid of a
 city-like day of ``--sizes`` records per hour; no database).
-Targets (issue 15): at 10^6 records, preview <= 2 s and release <= 5 s.
+Targets (issue 15): at 10^6 records, preview <= 2 s and release <= 5 s; ``adaptive r8``
+(``partition: adaptive``, res 8 to 5, ``min_users`` 10) within 1.5× of ``release r8`` (issue 23).
 """
 
 from __future__ import annotations
@@ -145,6 +146,7 @@ def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str,
         )
         base = {"slot_start": SLOT, "min_users": 1, "clip_user": True}
         r7 = {"h3_resolution": 7}
+        adaptive = {"partition": "adaptive", "min_users": 10}
         out["coarsen r7"] = timed(
             lambda: client.get(f"/datasets/{ds}/grids", params={**r7, "limit": 1})
         )
@@ -160,6 +162,15 @@ def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str,
             ),
             "release r7": lambda i: post(
                 client, f"/datasets/{ds}/releases", {**base, **r7, "epsilon": 0.1 + i * 1e-6}
+            ),
+            # res 8 down to 5 (issue 23): the partition, then the same release steps
+            "adaptive r8": lambda i: post(
+                client, f"/datasets/{ds}/releases", {**base, **adaptive, "epsilon": 0.1 + i * 1e-6}
+            ),
+            "adaptive cost": lambda i: post(
+                client,
+                f"/datasets/{ds}/releases",
+                {**base, **adaptive, "max_user_cost": 1.0 + i * 1e-6},
             ),
         }
         for name, fn in cases.items():
@@ -256,6 +267,8 @@ def main() -> None:
             and max(res["release r8"], res["release r7"]) <= 5
         )
         print(f"targets at 10^6 (preview <= 2 s, release <= 5 s): {'met' if ok else 'NOT met'}")
+        ratio = res["adaptive r8"] / res["release r8"]
+        print(f"adaptive / fixed res-8 release: {ratio:.2f} (issue 23: <= 1.5)")
 
 
 if __name__ == "__main__":
