@@ -31,6 +31,10 @@ def closed_while_idle(conn: Any) -> bool:
     return bool(readable)
 
 
+#: A session idle inside a transaction for this many statement timeouts is ended.
+IDLE_IN_TRANSACTION_FACTOR = 10
+
+
 def session_parameters(
     url: str,
     *,
@@ -41,10 +45,13 @@ def session_parameters(
     """libpq connection parameters adding the time limits to those of ``url``
     (``options`` is merged with the URL's own, e.g. a ``search_path``).
 
-    ``statement_timeout`` also bounds how long a session may sit idle inside a
-    transaction (``idle_in_transaction_session_timeout``: a client that stopped midway
-    releases its row locks). ``keepalive_seconds`` turns on TCP keepalives that find a
-    peer gone from the network in about that time on an idle connection (a stopped
+    ``IDLE_IN_TRANSACTION_FACTOR`` times ``statement_timeout`` also bounds how long a
+    session may sit idle inside a transaction (``idle_in_transaction_session_timeout``:
+    a client that stopped midway releases its row locks). Not the statement timeout
+    itself: between two statements of its transaction a release computes in Python for
+    as long as its slots need (a day of a 10⁶-record-per-hour city plans and draws for
+    over a minute), and being cut there would waste the whole release.
+    ``keepalive_seconds`` turns on TCP keepalives that find a peer gone from the network in about that time on an idle connection (a stopped
     server's kernel still answers them: ``app.db.watch`` covers that case)."""
     params: dict[str, Any] = {}
     if connect_timeout is not None:  # libpq takes whole seconds, at least 2
@@ -54,8 +61,9 @@ def session_parameters(
         if isinstance(own, tuple):
             own = " ".join(own)
         ms = max(1, round(statement_timeout * 1000))
+        idle = ms * IDLE_IN_TRANSACTION_FACTOR
         params["options"] = (
-            f"{own} -c statement_timeout={ms} -c idle_in_transaction_session_timeout={ms}"
+            f"{own} -c statement_timeout={ms} -c idle_in_transaction_session_timeout={idle}"
         ).strip()
     if keepalive_seconds:  # idle, then `count` probes `interval` apart (whole seconds)
         interval = max(1, math.floor(keepalive_seconds / 4))

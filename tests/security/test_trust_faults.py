@@ -39,7 +39,7 @@ def test_time_limits_join_the_urls_own_options() -> None:
     assert params == {
         "connect_timeout": 2,
         "options": "-csearch_path=s1 -c statement_timeout=1250"
-        " -c idle_in_transaction_session_timeout=1250",
+        " -c idle_in_transaction_session_timeout=12500",
     }
     assert session_parameters(url, connect_timeout=None, statement_timeout=0) == {}
 
