@@ -51,8 +51,9 @@ def session_parameters(
     itself: between two statements of its transaction a release computes in Python for
     as long as its slots need (a day of a 10⁶-record-per-hour city plans and draws for
     over a minute), and being cut there would waste the whole release.
-    ``keepalive_seconds`` turns on TCP keepalives that find a peer gone from the network in about that time on an idle connection (a stopped
-    server's kernel still answers them: ``app.db.watch`` covers that case)."""
+    ``keepalive_seconds`` turns on TCP keepalives that find a peer gone from the network
+    in about that time on an idle connection (a stopped server's kernel still answers
+    them: ``app.db.watch`` covers that case)."""
     params: dict[str, Any] = {}
     if connect_timeout is not None:  # libpq takes whole seconds, at least 2
         params["connect_timeout"] = max(2, math.ceil(connect_timeout))
