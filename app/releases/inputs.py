@@ -26,10 +26,24 @@ from app.datasets.grid_store import GridArrays, load_grid_snapshots
 from app.datasets.models import Dataset, Grid
 from app.datasets.service import parse_slot_start
 from app.errors import InvalidRequest
-from app.releases.adaptive import DEFAULT_LEVELS, Coverage, SpanTrees, adaptive_grids, coverage
+from app.releases.adaptive import (
+    DEFAULT_LEVELS,
+    AdaptiveGrids,
+    Coverage,
+    SpanTrees,
+    adaptive_grids,
+    coverage,
+)
 from app.releases.draw import mechanism_options
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
-from app.releases.planning import Occupancy, PlanOptions, SlotPlan, plan_at, plan_for_cost
+from app.releases.planning import (
+    Occupancy,
+    PlanOptions,
+    SlotPlan,
+    grids_per_user,
+    plan_at,
+    plan_for_cost,
+)
 from app.releases.schemas import ReleaseIn
 from app.releases.slot import SpanGrids, span_grids
 
@@ -96,7 +110,8 @@ def choose_plan(inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray) -> Slo
 
 
 def _grids_per_user(users: np.ndarray) -> int:
-    return int(np.unique(users, return_counts=True)[1].max()) if users.size else 1
+    """``G1`` of ``users``' pairs, at least 1 (a divisor of the cost)."""
+    return max(grids_per_user(users), 1)
 
 
 def _input(
@@ -193,18 +208,19 @@ def _adaptive_for_intervals(
     n_stats = len(body.statistics)
     U = dataset.value_bound
     fine_users = np.concatenate([a.user_ids for a in fine_arrays])
-    best: tuple[tuple[int, float], ReleaseInput] | None = None
+    best: tuple[tuple[int, float], AdaptiveGrids, list[bool]] | None = None
     for k in candidate_ks(_grids_per_user(fine_users))[:ADAPTIVE_KS]:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
         released, covered = trees.choose(min_users=body.min_users, U=U, eps=float(eps) / n_stats)
         chosen = adaptive_grids(session, dataset, span, fine_arrays, released, body.min_users)
-        inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
-        live = np.ones(inp.occ.user.size, dtype=bool)
-        got = plan_at_k(inp.occ, live, U, k, cap, dataset.max_epsilon_per_query, n_stats)
+        occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
+        live = np.ones(occ.user.size, dtype=bool)
+        got = plan_at_k(occ, live, U, k, cap, dataset.max_epsilon_per_query, n_stats)
         if got is None:
             break
         if best is None or got[0] > best[0]:
-            best = (got[0], inp)
+            best = (got[0], chosen, covered)
     if best is None:
         raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
-    return best[1]
+    _, chosen, covered = best
+    return _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
