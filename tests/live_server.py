@@ -97,3 +97,22 @@ def live_server(db_url: str, workdir: Path, **kwargs: object) -> Iterator[LiveSe
         yield server
     finally:
         server.kill_hard()
+
+
+def seed_grids(url: str, key: str, name: str, budget: float, grids: dict) -> tuple[int, list[str]]:
+    """A dataset (U = 10) made through the API of a live server, with ``grids`` uploaded
+    (``tests.integration.grid_fixtures.csv_for``); its id and its grids' ids."""
+    from tests.integration.grid_fixtures import csv_for
+
+    with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60) as c:
+        ds = c.post(
+            "/datasets", json={"name": name, "value_bound": 10, "budget_per_user": budget}
+        ).json()["id"]
+        up = c.post(
+            f"/datasets/{ds}/records",
+            content=csv_for(grids).encode(),
+            headers={"content-type": "text/csv"},
+        )
+        assert up.status_code == 200, up.text
+        ids = [g["grid_id"] for g in c.get(f"/datasets/{ds}/grids").json()["grids"]]
+    return ds, ids

@@ -26,8 +26,8 @@ from sqlalchemy.engine import Engine, make_url
 
 from tests.conftest import ADMIN_KEY
 from tests.freezing_proxy import FreezingProxy, freezing_proxy
-from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, csv_for
-from tests.live_server import LiveServer, live_server
+from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR
+from tests.live_server import LiveServer, live_server, seed_grids
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 GRIDS = {
@@ -66,18 +66,7 @@ def behind_proxy(
 
 
 def _setup(url: str) -> tuple[int, list[str]]:
-    with httpx.Client(base_url=url, headers=AUTH, timeout=60) as c:
-        ds = c.post(
-            "/datasets", json={"name": "frozen", "value_bound": 10, "budget_per_user": 100}
-        ).json()["id"]
-        up = c.post(
-            f"/datasets/{ds}/records",
-            content=csv_for(GRIDS).encode(),
-            headers={"content-type": "text/csv"},
-        )
-        assert up.status_code == 200, up.text
-        grids = [g["grid_id"] for g in c.get(f"/datasets/{ds}/grids").json()["grids"]]
-    return ds, grids
+    return seed_grids(url, ADMIN_KEY, "frozen", 100, GRIDS)
 
 
 def _requests(ds: int, grids: list[str], tag: int) -> list[tuple[str, str, dict]]:

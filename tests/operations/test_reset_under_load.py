@@ -17,8 +17,8 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_KEY
-from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, csv_for
-from tests.live_server import LiveServer, live_server
+from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR
+from tests.live_server import LiveServer, live_server, seed_grids
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 #: three grids of one slot, 60 users each (a release plans and draws all three)
@@ -40,18 +40,7 @@ def two_servers(postgres_url: str, tmp_path: Path) -> Iterator[tuple[LiveServer,
 
 
 def _setup(url: str) -> tuple[int, list[str]]:
-    with httpx.Client(base_url=url, headers=AUTH, timeout=60) as c:
-        ds = c.post(
-            "/datasets", json={"name": "reset-load", "value_bound": 10, "budget_per_user": 1e6}
-        ).json()["id"]
-        up = c.post(
-            f"/datasets/{ds}/records",
-            content=csv_for(GRIDS).encode(),
-            headers={"content-type": "text/csv"},
-        )
-        assert up.status_code == 200, up.text
-        grids = [g["grid_id"] for g in c.get(f"/datasets/{ds}/grids").json()["grids"]]
-    return ds, grids
+    return seed_grids(url, ADMIN_KEY, "reset-load", 1e6, GRIDS)
 
 
 async def _load_and_reset(
