@@ -119,15 +119,13 @@ def adaptive_grids(
 ) -> AdaptiveGrids:
     """The released cells as grids (the fine ones as they are, coarser ones made on
     demand at their level), in (slot, resolution, cell) order, with their arrays."""
-    minutes = dataset.timeslot_minutes if span.level is None else span.level.slot_minutes
-    finest = dataset.h3_resolution if span.level is None else span.level.h3_resolution
     chosen: list[tuple[Grid, GridArrays]] = []
     for res in sorted(set(released.values())):
-        if res == finest:
+        if res == span.h3_resolution:
             pairs = zip(span.grids, arrays, strict=True)
             chosen += [(g, a) for g, a in pairs if (_slot_us(g), g.h3_cell) in released]
             continue
-        level = grid_level(dataset, res, minutes)
+        level = grid_level(dataset, res, span.slot_minutes)
         coarse = [
             g
             for g in grids_at(session, dataset, level, span.start, span.end)

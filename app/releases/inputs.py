@@ -158,7 +158,7 @@ def _adaptive_input(
     span: SpanGrids,
     fine_arrays: list[GridArrays],
 ) -> ReleaseInput:
-    finest = dataset.h3_resolution if span.level is None else span.level.h3_resolution
+    finest = span.h3_resolution
     coarsest = body.coarsest_resolution
     if coarsest is None:
         coarsest = max(0, finest - DEFAULT_LEVELS)

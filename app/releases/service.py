@@ -96,12 +96,12 @@ def _fingerprint(inp: ReleaseInput, body: ReleaseIn) -> str:
 
 
 def _plan_fields(inp: ReleaseInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, Any]:
-    dataset, level = inp.dataset, inp.span.level
+    dataset = inp.dataset
     return {
         "dataset_id": dataset.id,
         "slot_start": local_time(dataset, inp.span.start),
-        "h3_resolution": dataset.h3_resolution if level is None else level.h3_resolution,
-        "slot_minutes": dataset.timeslot_minutes if level is None else level.slot_minutes,
+        "h3_resolution": inp.span.h3_resolution,
+        "slot_minutes": inp.span.slot_minutes,
         "G1": plan.G1,
         "K": plan.K,
         "epsilon": float(plan.eps.charged),

@@ -27,12 +27,9 @@ class SpanGrids:
     end: datetime  # UTC, exclusive
     slots: int
     level: GridLevel | None  # None: the dataset's own grids
+    h3_resolution: int  # of the grids (the level's, or the dataset's own)
+    slot_minutes: int
     grids: list[Grid] = field(default_factory=list)
-    skipped: int = 0  # grids below min_users (or outside an adaptive partition)
-
-
-def slot_length(dataset: Dataset, level: GridLevel | None) -> timedelta:
-    return timedelta(minutes=dataset.timeslot_minutes if level is None else level.slot_minutes)
 
 
 def grids_at(
@@ -48,11 +45,13 @@ def span_grids(
     session: Session, dataset: Dataset, level: GridLevel | None, start: datetime, slots: int
 ) -> SpanGrids:
     """The grids of ``slots`` consecutive slots from ``start`` (404 if none has a grid)."""
-    length = slot_length(dataset, level)
+    res = dataset.h3_resolution if level is None else level.h3_resolution
+    minutes = dataset.timeslot_minutes if level is None else level.slot_minutes
+    length = timedelta(minutes=minutes)
     if slots * length > MAX_SPAN:
         raise InvalidRequest(
             f"slots × slot length must be at most 7 days; {slots} slots of "
-            f"{int(length.total_seconds() // 60)} minutes is longer: release fewer slots"
+            f"{minutes} minutes is longer: release fewer slots"
         )
     end = start + slots * length
     grids = grids_at(session, dataset, level, start, end)
@@ -60,4 +59,4 @@ def span_grids(
         local = format_local(datetime_to_us(start), get_zone(dataset.timezone))
         what = "starts at" if slots == 1 else f"starts in the {slots} slots from"
         raise NotFound(f"no grid of dataset {dataset.id} {what} {local} ({dataset.timezone})")
-    return SpanGrids(start, end, slots, level, grids)
+    return SpanGrids(start, end, slots, level, res, minutes, grids)
