@@ -26,8 +26,7 @@ class _ExampleGrid:
 
 def _release_example(statistic: str) -> dict[str, Any]:
     grid = core.GridData.from_user_values(EXAMPLE_USERS)
-    fn = core.release_mean if statistic == "mean" else core.release_variance
-    release = fn(grid, EXAMPLE_U, EXAMPLE_EPSILON, "auto")
+    release = core.release(statistic, grid, EXAMPLE_U, EXAMPLE_EPSILON, "auto")
     eps = parse_epsilon(EXAMPLE_EPSILON)
     options = core.validate_options(statistic, "auto", {})
     return answer_body(

@@ -9,13 +9,9 @@ from app import core
 from app.errors import InvalidRequest
 
 
-def mechanisms_for(statistic: str) -> Mapping[str, Any]:
-    return core.MEAN_MECHANISMS if statistic == "mean" else core.VARIANCE_MECHANISMS
-
-
 def parse_options(statistic: str, mechanism: str, raw: Mapping[str, str]) -> dict[str, Any]:
     """Validate the mechanism name and its options (unknown ones are 400)."""
-    known = mechanisms_for(statistic)
+    known = core.mechanisms(statistic)
     if mechanism not in known:
         raise InvalidRequest(
             f"unknown {statistic} mechanism {mechanism!r}; use one of {', '.join(sorted(known))}"

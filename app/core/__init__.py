@@ -7,13 +7,14 @@ from app.core.auto import auto_epsilon, expected_error
 from app.core.engine import (
     PendingRelease,
     finish_releases,
+    plan,
     plan_joint,
     plan_mean,
     plan_variance,
+    release,
     release_joint,
     release_mean,
     release_variance,
-    start_release,
     start_releases,
 )
 from app.core.expected_width import expected_ci95_width
@@ -25,6 +26,7 @@ from app.core.options import (
     VARIANCE_MECHANISMS,
     MechanismSpec,
     OptionSpec,
+    mechanisms,
     validate_options,
 )
 from app.core.quote import quote_epsilon
@@ -50,14 +52,16 @@ __all__ = [
     "expected_ci95_width",
     "expected_error",
     "finish_releases",
+    "mechanisms",
+    "plan",
     "plan_joint",
     "plan_mean",
     "plan_variance",
     "quote_epsilon",
+    "release",
     "release_joint",
     "release_mean",
     "release_variance",
-    "start_release",
     "start_releases",
     "validate_options",
     "worst_case_optimal_d",

@@ -29,15 +29,16 @@ from app.core.variance import (
 __all__ = [
     "PendingRelease",
     "finish_releases",
+    "plan",
     "plan_from_draft",
     "plan_joint",
     "plan_mean",
     "plan_variance",
     "prepare",
+    "release",
     "release_joint",
     "release_mean",
     "release_variance",
-    "start_release",
     "start_releases",
 ]
 
@@ -63,20 +64,6 @@ def plan_from_draft(draft: Draft, extra: Mapping[str, object] | None = None) -> 
         details={**draft.details, **(extra or {})},
         statistic=draft.statistic,
     )
-
-
-def _release(
-    draft: Draft,
-    grid: GridData,
-    noise: NoiseSource | None,
-    extra: Mapping[str, object] | None = None,
-    *,
-    U: float,
-) -> Release:
-    source = default_noise() if noise is None else noise
-    est = draft.estimator(grid, source)
-    scale = calibrate_scale(est.sensitivity, draft.eps_noise)
-    return _finish(draft, est, scale, source.laplace(est.value, scale), extra, U)
 
 
 def _finish(
@@ -119,6 +106,21 @@ def _grid_info(
     return prepare_counts(grid.counts, caps), U, eps
 
 
+def plan(
+    statistic: str,
+    counts: npt.ArrayLike,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    **options: OptionValue,
+) -> Plan:
+    """Plan a release of ``statistic`` from public per-user counts only (docs/math.md §5)."""
+    info, U, eps = prepare(counts, U, eps, caps)
+    return plan_from_draft(registry.draft(statistic, info, U, eps, mechanism, options))
+
+
 def plan_mean(
     counts: npt.ArrayLike,
     U: float,
@@ -128,9 +130,28 @@ def plan_mean(
     caps: npt.ArrayLike | None = None,
     **options: OptionValue,
 ) -> Plan:
-    """Plan a mean release from public per-user counts only (docs/math.md §5)."""
-    info, U, eps = prepare(counts, U, eps, caps)
-    return plan_from_draft(registry.draft("mean", info, U, eps, mechanism, options))
+    """:func:`plan` of the mean."""
+    return plan("mean", counts, U, eps, mechanism, caps=caps, **options)
+
+
+def release(
+    statistic: str,
+    grid: GridData,
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    caps: npt.ArrayLike | None = None,
+    noise: NoiseSource | None = None,
+    **options: OptionValue,
+) -> Release:
+    """Release the ``eps``-DP (user level) ``statistic`` of one grid with ``mechanism``
+    (docs/math.md §5): :func:`start_releases` then :func:`finish_releases`, as a slot's
+    grids are."""
+    (pending,) = start_releases(
+        (statistic,), grid, U, eps, mechanism, caps=caps, noise=noise, **options
+    )
+    return finish_releases([pending], noise)[0]
 
 
 def release_mean(
@@ -143,9 +164,8 @@ def release_mean(
     noise: NoiseSource | None = None,
     **options: OptionValue,
 ) -> Release:
-    """Release the ``eps``-DP (user level) mean of ``grid`` with ``mechanism`` (docs/math.md §5)."""
-    info, U, eps = _grid_info(grid, U, eps, caps)
-    return _release(registry.draft("mean", info, U, eps, mechanism, options), grid, noise, U=U)
+    """:func:`release` of the mean (docs/math.md §5)."""
+    return release("mean", grid, U, eps, mechanism, caps=caps, noise=noise, **options)
 
 
 def plan_variance(
@@ -157,9 +177,8 @@ def plan_variance(
     caps: npt.ArrayLike | None = None,
     **options: OptionValue,
 ) -> Plan:
-    """Plan a population-variance release (baseline, clip or auto) from public counts."""
-    info, U, eps = prepare(counts, U, eps, caps)
-    return plan_from_draft(registry.draft("variance", info, U, eps, mechanism, options))
+    """:func:`plan` of the population variance (baseline, clip, the adaptive ones, auto)."""
+    return plan("variance", counts, U, eps, mechanism, caps=caps, **options)
 
 
 def release_variance(
@@ -172,9 +191,8 @@ def release_variance(
     noise: NoiseSource | None = None,
     **options: OptionValue,
 ) -> Release:
-    """Release the ``eps``-DP population variance of ``grid`` (004 §III, docs/math.md §5.9)."""
-    info, U, eps = _grid_info(grid, U, eps, caps)
-    return _release(registry.draft("variance", info, U, eps, mechanism, options), grid, noise, U=U)
+    """:func:`release` of the population variance (004 §III, docs/math.md §5.9)."""
+    return release("variance", grid, U, eps, mechanism, caps=caps, noise=noise, **options)
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,25 +203,21 @@ class PendingRelease:
     estimate: Estimate
     scale: float
     U: float
+    extra: Mapping[str, object] | None = None
 
-
-def start_release(
-    statistic: str,
-    grid: GridData,
-    U: float,
-    eps: float,
-    mechanism: str = "auto",
-    *,
-    caps: npt.ArrayLike | None = None,
-    noise: NoiseSource | None = None,
-    **options: OptionValue,
-) -> PendingRelease:
-    """``release_mean`` / ``release_variance`` up to their Laplace step: the estimator runs
-    (drawing its private choices from ``noise``) and the noise scale is calibrated."""
-    (out,) = start_releases(
-        (statistic,), grid, U, eps, mechanism, caps=caps, noise=noise, **options
-    )
-    return out
+    @classmethod
+    def start(
+        cls,
+        draft: Draft,
+        grid: GridData,
+        source: NoiseSource,
+        U: float,
+        extra: Mapping[str, object] | None = None,
+    ) -> PendingRelease:
+        """Run ``draft``'s estimator (its private choices drawn from ``source``) and
+        calibrate its Laplace scale."""
+        est = draft.estimator(grid, source)
+        return cls(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U, extra)
 
 
 def start_releases(
@@ -217,18 +231,19 @@ def start_releases(
     noise: NoiseSource | None = None,
     **options: OptionValue,
 ) -> list[PendingRelease]:
-    """:func:`start_release` of each statistic in turn, on one grid checked once."""
+    """Every release of one grid up to its Laplace step, each statistic in turn on the
+    grid checked once: the estimator runs (drawing its private choices from ``noise``)
+    and the noise scale is calibrated. :func:`finish_releases` adds the noise; every
+    release of dpgate, a single query's included, goes through these two steps."""
     for statistic in statistics:
         if statistic not in registry.TABLES:
             raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     info, U, eps = _grid_info(grid, U, eps, caps)
     source = default_noise() if noise is None else noise
-    out = []
-    for statistic in statistics:
-        draft = registry.draft(statistic, info, U, eps, mechanism, options)
-        est = draft.estimator(grid, source)
-        out.append(PendingRelease(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U))
-    return out
+    return [
+        PendingRelease.start(registry.draft(s, info, U, eps, mechanism, options), grid, source, U)
+        for s in statistics
+    ]
 
 
 def finish_releases(
@@ -236,11 +251,11 @@ def finish_releases(
 ) -> list[Release]:
     """Add each pending release's Laplace noise, all draws independent, those of one scale
     in one OpenDP call (docs/math.md §9.4.7): each release has the law it would have
-    had from ``release_mean`` / ``release_variance``."""
+    had drawn alone."""
     source = default_noise() if noise is None else noise
     values = laplace_many(source, [p.estimate.value for p in pending], [p.scale for p in pending])
     return [
-        _finish(p.draft, p.estimate, p.scale, v, None, p.U)
+        _finish(p.draft, p.estimate, p.scale, v, p.extra, p.U)
         for p, v in zip(pending, values, strict=True)
     ]
 
@@ -310,4 +325,7 @@ def release_joint(
     """
     info, U, eps = _grid_info(grid, U, eps, caps)
     mean_d, var_d, extra = _joint(info, U, eps, mechanism, split, m)
-    return _release(mean_d, grid, noise, extra, U=U), _release(var_d, grid, noise, extra, U=U)
+    source = default_noise() if noise is None else noise
+    pending = [PendingRelease.start(d, grid, source, U, extra) for d in (mean_d, var_d)]
+    mean_r, var_r = finish_releases(pending, source)
+    return mean_r, var_r

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core.counts import prepare_counts
-from app.core.engine import plan_mean, plan_variance
+from app.core.engine import plan
 from app.core.mean_window import user_window_widths
 from app.core.options import OptionValue
 from app.core.release import LN20, statistic_range
@@ -38,16 +38,15 @@ def expected_ci95_width(
     **options: OptionValue,
 ) -> float:
     """The published ci95's width (at most; see the module docstring), public counts only."""
-    plan_fn = plan_mean if statistic == "mean" else plan_variance
-    plan = plan_fn(counts, U, eps, mechanism, caps=caps, **options)
+    found = plan(statistic, counts, U, eps, mechanism, caps=caps, **options)
     lo, hi = statistic_range(statistic, U)
     top = hi - lo
-    if plan.worst_case_bias is not None and plan.noise_scale is not None:
-        return min(top, 2.0 * (plan.noise_scale * LN20 + plan.worst_case_bias))
+    if found.worst_case_bias is not None and found.noise_scale is not None:
+        return min(top, 2.0 * (found.noise_scale * LN20 + found.worst_case_bias))
     info = prepare_counts(counts, caps)
-    share = plan.details.get("window_share")
-    if plan.mechanism == "user_window" and isinstance(share, float):
+    share = found.details.get("window_share")
+    if found.mechanism == "user_window" and isinstance(share, float):
         return min(top, float(np.max(user_window_widths(info, float(U), float(eps), share))))
-    if plan.mechanism == "window" and isinstance(share, float):
+    if found.mechanism == "window" and isinstance(share, float):
         return min(top, float(np.max(window_variance_widths(info, float(U), float(eps), share))))
     return top

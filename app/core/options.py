@@ -20,6 +20,7 @@ __all__ = [
     "MechanismSpec",
     "OptionSpec",
     "OptionValue",
+    "mechanisms",
     "validate_options",
 ]
 
@@ -326,11 +327,17 @@ _TABLES: Mapping[str, Mapping[str, MechanismSpec]] = MappingProxyType(
 )
 
 
-def mechanism_spec(statistic: str, mechanism: str) -> MechanismSpec:
-    """The spec of ``mechanism`` for ``statistic`` (``mean``, ``variance`` or ``joint``)."""
+def mechanisms(statistic: str) -> Mapping[str, MechanismSpec]:
+    """Every mechanism of ``statistic`` (``mean``, ``variance`` or ``joint``) by name."""
     table = _TABLES.get(statistic)
     if table is None:
         raise ValueError(f"unknown statistic {statistic!r}; use one of {', '.join(_TABLES)}")
+    return table
+
+
+def mechanism_spec(statistic: str, mechanism: str) -> MechanismSpec:
+    """The spec of ``mechanism`` for ``statistic`` (``mean``, ``variance`` or ``joint``)."""
+    table = mechanisms(statistic)
     spec = table.get(mechanism)
     if spec is None:
         raise ValueError(

@@ -293,9 +293,10 @@ def _release(
     options: dict[str, Any],
     caps: np.ndarray | None,
 ) -> core.Release:
-    fn = core.release_mean if statistic == "mean" else core.release_variance
     try:
-        return fn(arrays.grid, ctx.value_bound, eps.used, mechanism, caps=caps, **options)
+        return core.release(
+            statistic, arrays.grid, ctx.value_bound, eps.used, mechanism, caps=caps, **options
+        )
     except ValueError as exc:
         raise InvalidRequest(f"cannot release this statistic: {exc}") from exc
 

@@ -27,8 +27,7 @@ def expected_error(
     if mechanism == "auto" and options.get("objective", "accuracy") == "accuracy":
         kept = counts if caps is None else np.minimum(counts, caps)
         return float(core.expected_error(statistic, kept[kept > 0], U, eps))
-    plan_fn = core.plan_mean if statistic == "mean" else core.plan_variance
-    plan = plan_fn(counts, U, eps, mechanism, caps=caps, **options)
+    plan = core.plan(statistic, counts, U, eps, mechanism, caps=caps, **options)
     error = plan.worst_case_error
     if error is None:  # no bound: the noise's own scale (mean absolute Laplace error)
         error = plan.noise_scale if plan.noise_scale is not None else float("inf")

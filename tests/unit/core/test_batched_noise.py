@@ -1,6 +1,7 @@
 """Batched Laplace draws (docs/math.md §9.4.7): one OpenDP vector ``make_laplace`` call
 per scale, the law of the scalar measurement per coordinate, and the two-step release
-(``start_release`` / ``finish_releases``) equal to ``release_mean`` / ``release_variance``.
+(``start_releases`` / ``finish_releases``, the one engine path) equal to the estimator and
+one scalar Laplace draw composed by hand.
 
 No seed can be fixed for OpenDP's sampler, so the laws are checked with Kolmogorov-Smirnov
 tests at alpha = 1e-4 each (a correct sampler fails one with probability 1e-4).
@@ -15,9 +16,18 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from app.core import GridData, finish_releases, release_mean, release_variance, start_release
+from app.core import (
+    GridData,
+    finish_releases,
+    registry,
+    release_mean,
+    release_variance,
+    start_releases,
+)
 from app.core import noise as noise_mod
+from app.core.counts import prepare_counts
 from app.core.noise import OpenDPNoise, calibrate_scale, laplace_many
+from app.core.release import statistic_range
 from research.noise import SeededNoise
 
 ALPHA = 1e-4
@@ -120,25 +130,36 @@ def _grid(seed: int) -> GridData:
         ("variance", "clip"),
     ],
 )
-def test_two_step_release_is_release_mean_or_variance(statistic: str, mechanism: str) -> None:
-    """With the same seeded source the two-step path draws the same numbers in the same
-    order for one grid, so it must return exactly what the one-call release returns."""
+def test_two_step_release_is_the_estimator_plus_one_laplace_draw(
+    statistic: str, mechanism: str
+) -> None:
+    """With the same seeded source, ``release_mean`` / ``release_variance`` (and the
+    two steps they are made of) must return exactly what the mechanism's estimator
+    followed by one scalar Laplace draw at the calibrated scale returns: the one engine
+    path adds nothing and draws nothing else."""
     grid = _grid(3)
     caps = np.where(np.arange(40) % 7 == 0, 0, 5)
     fn = release_mean if statistic == "mean" else release_variance
     for eps in (0.3, 4.0):
         one = fn(grid, 30.0, eps, mechanism, caps=caps, noise=SeededNoise(np.random.default_rng(1)))
         src = SeededNoise(np.random.default_rng(1))
-        started = start_release(statistic, grid, 30.0, eps, mechanism, caps=caps, noise=src)
+        (started,) = start_releases((statistic,), grid, 30.0, eps, mechanism, caps=caps, noise=src)
         (two,) = finish_releases([started], noise=src)
-        for field in ("statistic", "mechanism", "epsilon", "estimate", "sensitivity",
-                      "noise_scale", "worst_case_bias", "worst_case_error", "ci95",
-                      "ci95_note"):  # fmt: skip
-            assert getattr(one, field) == getattr(two, field), field
-        assert dict(one.details) == dict(two.details)
-        assert one.kept.tolist() == two.kept.tolist()
+        ref = SeededNoise(np.random.default_rng(1))
+        info = prepare_counts(grid.counts, caps)
+        draft = registry.draft(statistic, info, 30.0, eps, mechanism, {})
+        est = draft.estimator(grid, ref)
+        scale = calibrate_scale(est.sensitivity, draft.eps_noise)
+        lo, hi = statistic_range(statistic, 30.0)
+        expected = min(max(ref.laplace(est.value, scale), lo), hi)  # the answer's range
+        for got in (one, two):
+            assert got.estimate == expected and got.noise_scale == scale
+            assert got.sensitivity == est.sensitivity and got.mechanism == draft.mechanism
+            assert dict(got.details) == {**draft.details, **est.details}
+            assert got.kept.tolist() == draft.kept.tolist()
+        assert one.ci95 == two.ci95 and one.ci95_note == two.ci95_note
 
 
-def test_start_release_refuses_an_unknown_statistic() -> None:
+def test_start_releases_refuses_an_unknown_statistic() -> None:
     with pytest.raises(ValueError, match="unknown statistic"):
-        start_release("median", _grid(1), 30.0, 1.0)
+        start_releases(("median",), _grid(1), 30.0, 1.0)
