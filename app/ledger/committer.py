@@ -2,7 +2,7 @@
 
 * :class:`QueryCommitter` (the query path, from the event loop): one call of
   ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``) locks the dataset row
-  and the users' accounts, decides as :func:`app.ledger.rule.query_verdict` does and,
+  and the users' accounts, decides as :func:`app.ledger.rule.charge_verdict` does and,
   on ``ok``, stores the answer, charges and appends the ledger entry, so row locks
   live for one statement.
 * :func:`apply_charge` (a session, accounts already locked): the writes of a

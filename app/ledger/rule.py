@@ -6,10 +6,12 @@ window (``app.datasets.windows``; the one window ``ALL_TIME`` without windows). 
 the cap test are ``app.budget``'s. Which users are exhausted depends only on the
 ledger, never on values (API.md "Guarantees").
 
-:func:`query_verdict` is the order in which a query commit checks things; the
-Postgres function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
-makes exactly these decisions in one statement, and
-``tests/integration/test_ledger_commit.py`` holds the two to the same verdicts.
+:func:`charge_verdict` is the one decision of a charge, in the order it checks
+things; the Postgres function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
+makes exactly these decisions in one statement for a query, and
+``tests/integration/test_ledger_commit.py`` holds the two to the same verdicts. A
+release's charges take the same decision in Python (``app.ledger.service.charge``).
+:func:`refusal` is the one error a refusing verdict becomes, whichever path took it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Literal
 
 from app import budget
 from app.budget import Budget
+from app.errors import BudgetExhausted
 
 ChargeKind = Literal["query", "release"]
 
@@ -82,7 +85,7 @@ class Verdict(enum.Enum):
     QUOTA = "quota"  # the key would pass its quota
 
 
-def query_verdict(
+def charge_verdict(
     charge: Charge,
     *,
     epoch_now: int,
@@ -91,7 +94,7 @@ def query_verdict(
     twin: bool,
     quota: Budget | None,
 ) -> Verdict:
-    """The decision of a query commit, from what it read under its locks.
+    """The decision of a charge, from what it read under its locks.
 
     Order: epoch, accounts present, twin answer, users' caps, key quota.
     ``accounts`` maps each charged user that has an account to its spend.
@@ -107,3 +110,26 @@ def query_verdict(
     if quota is not None and not quota.fits(charge.epsilon):
         return Verdict.QUOTA
     return Verdict.OK
+
+
+def refusal(
+    verdict: Verdict,
+    *,
+    scope: str,
+    over: int | None = None,
+    key_name: str = "",
+    largest_epsilon: float | None = None,
+) -> BudgetExhausted:
+    """The error of a refused charge (403 ``budget_exhausted``): ``EXHAUSTED`` (``over``
+    users of ``scope`` would pass their budget; 0: every one of them has exhausted it;
+    ``None``: not counted) or ``QUOTA`` (the key ``key_name``'s quota)."""
+    if verdict is Verdict.QUOTA:
+        message = f"key '{key_name}' would exceed its epsilon quota"
+    elif verdict is not Verdict.EXHAUSTED:
+        raise ValueError(f"{verdict} is not a refusal")
+    elif over == 0:
+        message = f"every user of {scope} has exhausted the privacy budget"
+    else:
+        who = "a user" if over is None else f"{over} user(s)"
+        message = f"{who} of {scope} would pass the privacy budget"
+    return BudgetExhausted(message, largest_epsilon=largest_epsilon)

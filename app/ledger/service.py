@@ -31,7 +31,7 @@ from app.datasets.windows import (
     window_start,
 )
 from app.db.unit import separate_transaction
-from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
+from app.errors import Conflict, InvalidRequest, NotFound
 from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
 from app.ledger import rule
@@ -174,16 +174,20 @@ def charge(
     """Charge ``epsilon`` to each of ``user_ids`` (locked in ``budget``, in its window),
     or refuse.
 
-    Raises ``BudgetExhausted`` if one of them would pass the cap; the caller has
-    already left out exhausted users when the dataset says ``exclude``.
+    Raises ``BudgetExhausted`` (:func:`app.ledger.rule.refusal`) unless
+    :func:`app.ledger.rule.charge_verdict` says ``OK``; the caller's plan has already
+    left out, or refused for, users who cannot pay.
     """
     event = rule.Charge.of(
         budget.dataset_id, budget.epoch, user_ids, epsilon, window=budget.window,
         key_id=key_id, kind=kind, grid_id=grid_id,
     )  # fmt: skip
-    over = rule.over_cap(event, budget.spent, budget.cap)
-    if over:
-        raise BudgetExhausted(f"{len(over)} user(s) would pass their privacy budget")
+    verdict = rule.charge_verdict(
+        event, epoch_now=budget.epoch, accounts=budget.spent, cap=budget.cap, twin=False,
+        quota=None,
+    )  # fmt: skip
+    if verdict is not rule.Verdict.OK:  # the plan checked the caps: a bug if reached
+        raise rule.refusal(verdict, scope="this charge", over=None)
     apply_charge(session, event, reference_id=reference_id)
     for u in event.users:
         budget.spent[u] += epsilon
@@ -296,7 +300,9 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
     repo = LedgerRepository(session)
     if not repo.spend_quota(key.id, budget.charged(epsilon)):
         left = quota_left(session, key.id) or budget.ZERO
-        raise BudgetExhausted(
-            f"key '{key.name}' would exceed its epsilon quota",
+        raise rule.refusal(
+            rule.Verdict.QUOTA,
+            scope="this release",
+            key_name=key.name,
             largest_epsilon=budget.float_at_most(left),
         )

@@ -26,6 +26,7 @@ from app.answers.epsilon import MIN_EPSILON
 from app.errors import BudgetExhausted
 from app.keys.service import KeyIdentity
 from app.ledger.repository import LedgerRepository
+from app.ledger.rule import Verdict, refusal
 from app.ledger.service import quota_left
 from app.queries.repository import GridContext
 from app.queries.store import QueryStore
@@ -57,8 +58,16 @@ async def budget_refusal(
     ctx: GridContext,
     key: KeyIdentity,
     user_ids: np.ndarray,
-    message: str,
+    verdict: Verdict = Verdict.EXHAUSTED,
+    *,
+    over: int | None = None,
 ) -> BudgetExhausted:
-    """The ``BudgetExhausted`` to raise for a refused query, with ``largest_epsilon``."""
+    """:func:`app.ledger.rule.refusal` of a refused query, with its ``largest_epsilon``."""
     largest = await store.run(largest_epsilon, ctx, key.id, user_ids)
-    return BudgetExhausted(message, largest_epsilon=budget.float_at_most(largest))
+    return refusal(
+        verdict,
+        scope="this grid",
+        over=over,
+        key_name=key.name,
+        largest_epsilon=budget.float_at_most(largest),
+    )

@@ -34,7 +34,7 @@ from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_s
 from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
 from app.ledger.committer import Committed
-from app.ledger.rule import Verdict
+from app.ledger.rule import Verdict, refusal
 from app.observability.metrics import record_charge
 from app.queries.refusal import budget_refusal
 from app.queries.repository import AnswerRecord, GridContext
@@ -130,28 +130,23 @@ async def answer_statistic(
                 done = await _release_under_lock(store, step)
                 if done is None:  # the epoch moved on: look again
                     continue
-                answer, outcome, users = done
+                answer, outcome = done
             else:
-                answer, outcome, users = await _release_optimistic(store, step)
-        except BudgetExhausted as refused:  # every user exhausted (exclude)
-            raise await budget_refusal(store, ctx, key, arrays.user_ids, refused.message) from None
-        if outcome.verdict is Verdict.OK:
+                answer, outcome = await _release_optimistic(store, step)
+        except BudgetExhausted:  # every user exhausted (exclude): with largest_epsilon
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, over=0) from None
+        verdict = outcome.verdict
+        if verdict is Verdict.OK:
             record_charge(ctx.dataset_id, "query", eps.charged)
             return answer
-        if outcome.verdict is Verdict.TWIN:
+        if verdict is Verdict.TWIN:
             return _cached(outcome.stored or {}, ctx)
-        if outcome.verdict is Verdict.QUOTA:
-            message = f"key '{key.name}' would exceed its epsilon quota"
-            raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
-        if outcome.verdict is Verdict.EXHAUSTED and ctx.on_exhausted != "exclude":
-            message = _exhausted_message(len(users))
-            raise await budget_refusal(store, ctx, key, arrays.user_ids, message)
+        if verdict is Verdict.QUOTA or (
+            verdict is Verdict.EXHAUSTED and ctx.on_exhausted != "exclude"
+        ):
+            raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the grid or its budget epoch kept changing during this query; retry")
-
-
-def _exhausted_message(n_users: int) -> str:
-    return f"a user of this grid (of {n_users} charged) would pass the privacy budget"
 
 
 async def _plan_caps_of(
@@ -170,13 +165,13 @@ def _without_exhausted(
     if not exhausted.any():
         return caps
     if exhausted.all():
-        raise BudgetExhausted("every user of this grid has exhausted the privacy budget")
+        raise refusal(Verdict.EXHAUSTED, scope="this grid", over=0)
     return np.where(exhausted, 0, arrays.counts if caps is None else caps)
 
 
 async def _release_optimistic(
     store: QueryStore, step: ReleaseStep
-) -> tuple[dict[str, Any], Committed, list[int]]:
+) -> tuple[dict[str, Any], Committed]:
     """Release, then commit (the commit re-checks everything under its locks): who is
     exhausted is read without a lock, so a user may run out meanwhile (``exhausted``)."""
     ctx, arrays = step.ctx, step.arrays
@@ -192,12 +187,12 @@ async def _release_optimistic(
         # are created (committed on their own), then the same unseen release is committed
         await store.ensure_accounts(ctx, users)
         outcome = await store.commit(ctx, step.key, record, users)
-    return answer, outcome, users
+    return answer, outcome
 
 
 async def _release_under_lock(
     store: QueryStore, step: ReleaseStep
-) -> tuple[dict[str, Any], Committed, list[int]] | None:
+) -> tuple[dict[str, Any], Committed] | None:
     """``exclude`` datasets after optimistic attempts lost to users running out one
     after another (a burst): lock the grid's accounts first (queued fairly by Postgres
     behind the charges holding them), read who is exhausted, release and commit in that
@@ -215,7 +210,7 @@ async def _release_under_lock(
         # for these very locks
         answer, record, users = step.run()
         outcome = await store.commit(ctx, step.key, record, users)
-    return answer, outcome, users
+    return answer, outcome
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -27,9 +27,10 @@ from app.datasets.service import (
     get_dataset,
     parse_dataset_id,
 )
-from app.errors import BudgetExhausted, NotFound
+from app.errors import NotFound
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
+from app.ledger.rule import Verdict, refusal
 from app.releases.draw import (
     draw_grids,
     grid_head,
@@ -78,12 +79,12 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
                 remaining,
                 inp.dataset.max_epsilon_per_query,
             )
-            raise BudgetExhausted(
-                f"{over.size} user(s) of these slots would pass their privacy budget",
+            raise refusal(
+                Verdict.EXHAUSTED, scope="these slots", over=int(over.size),
                 largest_epsilon=largest,
-            )
+            )  # fmt: skip
         excluded = np.union1d(excluded, over)
-    raise BudgetExhausted("could not find users of these slots within their budget")
+    raise refusal(Verdict.EXHAUSTED, scope=f"these slots after {MAX_EXCLUSION_ROUNDS} exclusions")
 
 
 def _fingerprint(inp: ReleaseInput, body: ReleaseIn) -> str:

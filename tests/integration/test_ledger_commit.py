@@ -1,5 +1,5 @@
 """The Postgres function ``dpgate_commit_query`` decides and writes as the Python rule
-(``app.ledger.rule.query_verdict``, on ``app.budget``'s cap test) says, case by case:
+(``app.ledger.rule.charge_verdict``, on ``app.budget``'s cap test) says, case by case:
 the function is the one allowed second copy of the budget rule.
 
 Each scenario builds a small world straight in the database (a dataset, a key, users
@@ -36,7 +36,7 @@ from app.keys.models import ApiKey
 from app.ledger import service as ledger
 from app.ledger.committer import Committed, QueryCommitter
 from app.ledger.models import BudgetAccount, LedgerEntry
-from app.ledger.rule import Charge, Verdict, query_verdict
+from app.ledger.rule import Charge, Verdict, charge_verdict
 from app.queries.models import QueryAnswer
 from app.queries.repository import AnswerRecord
 
@@ -126,7 +126,7 @@ def _build(session: Session, sc: Scenario) -> World:
 
 def _expected(w: World) -> Verdict:
     sc = w.scenario
-    return query_verdict(
+    return charge_verdict(
         w.charge,
         epoch_now=2 if sc.stale else 1,
         accounts=w.accounts,

@@ -12,7 +12,7 @@ import pytest
 
 from app.budget import Budget, exhausted
 from app.datasets.windows import ALL_TIME
-from app.ledger.rule import Charge, Verdict, over_cap, query_verdict
+from app.ledger.rule import Charge, Verdict, charge_verdict, over_cap
 
 CAP = Decimal("1.000000000000")
 
@@ -57,7 +57,7 @@ def _brute(stale: bool, missing: bool, twin: bool, over: bool, quota_over: bool 
     list(itertools.product([False, True], [False, True], [False, True], [False, True],
                            [None, False, True])),
 )  # fmt: skip
-def test_query_verdict_follows_the_documented_order(
+def test_charge_verdict_follows_the_documented_order(
     stale: bool, missing: bool, twin: bool, over: bool, quota_over: bool | None
 ) -> None:
     eps = Decimal("0.25")
@@ -68,7 +68,7 @@ def test_query_verdict_follows_the_documented_order(
     quota = None
     if quota_over is not None:
         quota = Budget(cap=Decimal(1), spent=Decimal(1) if quota_over else Decimal(0))
-    got = query_verdict(
+    got = charge_verdict(
         charge, epoch_now=2 if stale else 1, accounts=accounts, cap=CAP, twin=twin, quota=quota
     )
     assert got is _brute(stale, missing, twin, over, quota_over)
@@ -76,6 +76,25 @@ def test_query_verdict_follows_the_documented_order(
 
 def test_a_charge_of_nobody_is_never_missing_nor_exhausted() -> None:
     charge = Charge.of(1, 1, [], Decimal("0.5"), window=ALL_TIME, key_id=1, kind="query")
-    assert query_verdict(charge, epoch_now=1, accounts={}, cap=CAP, twin=False, quota=None) is (
+    assert charge_verdict(charge, epoch_now=1, accounts={}, cap=CAP, twin=False, quota=None) is (
         Verdict.OK
     )
+
+
+def test_refusal_is_the_one_budget_error_of_each_refusing_verdict() -> None:
+    from app.errors import BudgetExhausted
+    from app.ledger.rule import refusal
+
+    quota = refusal(Verdict.QUOTA, scope="this grid", key_name="ana", largest_epsilon=0.25)
+    assert isinstance(quota, BudgetExhausted) and quota.largest_epsilon == 0.25
+    assert str(quota).startswith("key 'ana' would exceed its epsilon quota; largest_epsilon")
+    assert str(refusal(Verdict.EXHAUSTED, scope="these slots", over=3)).startswith(
+        "3 user(s) of these slots would pass the privacy budget;"
+    )
+    assert str(refusal(Verdict.EXHAUSTED, scope="this grid", over=0)).startswith(
+        "every user of this grid has exhausted the privacy budget;"
+    )
+    assert str(refusal(Verdict.EXHAUSTED, scope="this grid")).startswith("a user of this grid")
+    for verdict in (Verdict.OK, Verdict.STALE, Verdict.MISSING, Verdict.TWIN):
+        with pytest.raises(ValueError, match="not a refusal"):
+            refusal(verdict, scope="this grid")
