@@ -54,7 +54,7 @@ from app.core.grouping import bestfit, levy_m_ub, levy_tau, wraparound
 from app.core.interval import interval_costs, quantile_candidates, quantile_scores
 from app.core.mean_projection import array_means
 from app.core.noise import calibrate_scale
-from app.core.options import OptionValue
+from app.core.option_spec import OptionValue
 from research.noise import SeededNoise, noisy_max_many
 
 __all__ = [

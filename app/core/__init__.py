@@ -20,16 +20,15 @@ from app.core.engine import (
 from app.core.expected_width import expected_ci95_width
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
-from app.core.options import (
+from app.core.option_spec import MechanismSpec, OptionSpec
+from app.core.quote import quote_epsilon
+from app.core.registry import (
     JOINT_MECHANISMS,
     MEAN_MECHANISMS,
     VARIANCE_MECHANISMS,
-    MechanismSpec,
-    OptionSpec,
     mechanisms,
     validate_options,
 )
-from app.core.quote import quote_epsilon
 from app.core.release import Plan, Release, VectorRelease
 from app.core.wco_d import worst_case_optimal_d
 

@@ -24,12 +24,14 @@ import numpy.typing as npt
 from app.core.bounds import check_bound, check_epsilon, variance_sensitivity
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.mean_centered import adaptive_gate
+from app.core.option_spec import CENTRE_SHARE, VAR_CENTRE_SHARE
 from app.core.variance_centred import centred_gate
 
 __all__ = ["auto_epsilon", "auto_mechanism", "expected_error"]
 
-CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
-VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
+#: the centre shares auto runs with: the options' defaults (app/core/option_spec.py)
+MEAN_CENTRE_SHARE = float(CENTRE_SHARE.default)  # type: ignore[arg-type]
+VARIANCE_CENTRE_SHARE = float(VAR_CENTRE_SHARE.default)  # type: ignore[arg-type]
 # Per-user second moments only concentrate (and beat the window) when users have
 # several records each: real grids with median 1-2 do better with the window.
 CENTRED_MIN_MEDIAN = 4
@@ -55,7 +57,9 @@ def _ratio(path: str, eps: float) -> float:
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
     """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
     if statistic == "mean":
-        if info.median() >= CENTRED_MIN_MEDIAN and adaptive_gate(info.n_active, CENTRE_SHARE * eps):
+        if info.median() >= CENTRED_MIN_MEDIAN and adaptive_gate(
+            info.n_active, MEAN_CENTRE_SHARE * eps
+        ):
             return "centered_clip"
         return "user_window"
     if statistic == "variance":

@@ -20,7 +20,8 @@ from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft, Estimate
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_many
-from app.core.options import OptionValue, validate_options
+from app.core.option_spec import OptionValue
+from app.core.registry import validate_options
 from app.core.release import Plan, Release
 from app.core.variance import (
     joint_drafts,
@@ -236,7 +237,7 @@ def start_releases(
     and the noise scale is calibrated. :func:`finish_releases` adds the noise; every
     release of dpgate, a single query's included, goes through these two steps."""
     for statistic in statistics:
-        if statistic not in registry.TABLES:
+        if statistic not in registry.STATISTICS:
             raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     info, U, eps = _grid_info(grid, U, eps, caps)
     source = default_noise() if noise is None else noise

@@ -20,7 +20,7 @@ import numpy.typing as npt
 from app.core.counts import prepare_counts
 from app.core.engine import plan
 from app.core.mean_window import user_window_widths
-from app.core.options import OptionValue
+from app.core.option_spec import OptionValue
 from app.core.release import LN20, statistic_range
 from app.core.variance_window import window_variance_widths
 

@@ -1,15 +1,21 @@
 """An option of a mechanism and a mechanism's spec: types, defaults, ranges, coercion
-(the tables of every mechanism's options are :mod:`app.core.options`)."""
+and every option, declared once (the mechanisms that take them: :mod:`app.core.registry`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-__all__ = ["MechanismSpec", "OptionSpec", "OptionValue"]
+if TYPE_CHECKING:
+    from app.core.counts import CountsInfo
+    from app.core.draft import Draft
+
+__all__ = ["Builder", "MechanismSpec", "OptionSpec", "OptionValue"]
 
 OptionValue = str | int | float | bool | None
+Builder = Callable[["CountsInfo", float, float, dict[str, OptionValue]], "Draft"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,9 @@ class MechanismSpec:
     description: str
     bounded: bool
     options: Mapping[str, OptionSpec] = field(default_factory=dict)
+    #: the mechanism's constructor: its :class:`~app.core.draft.Draft` from public counts
+    #: (``None``: ``auto`` and the joint mechanisms, built by :mod:`app.core.registry`)
+    build: Builder | None = None
 
 
 def _fmt(x: float | None) -> str:
@@ -118,3 +127,145 @@ def _to_float(name: str, raw: object) -> float:
     if not math.isfinite(value):
         raise ValueError(f"option {name!r} must be finite; got {raw!r}")
     return value
+
+
+# Every option of every mechanism, declared once.
+
+FILL = OptionSpec(
+    "user_mean_fill",
+    "bool",
+    True,
+    "replace each record a user contributes by that user's mean (002 §IV-A, 003 §IV)",
+)
+M_UB_MEDIAN = OptionSpec(
+    "m_ub",
+    "int",
+    None,
+    "array length m_UB in [m_*, m*]; default the median count (002 §III-C)",
+    minimum=1,
+)
+M_UB_EQ9 = OptionSpec(
+    "m_ub",
+    "int",
+    None,
+    "array length m_UB in [m_*, m*]; default 002 eq. 9",
+    minimum=1,
+)
+M_CLIP = OptionSpec(
+    "m",
+    "int",
+    None,
+    "keep each user's earliest m records; default the error-minimising m",
+    minimum=1,
+)
+GAMMA = OptionSpec(
+    "gamma",
+    "float",
+    0.2,
+    "failure probability γ of the concentration radius τ (002 eq. 7)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+RULE = OptionSpec(
+    "rule",
+    "choice",
+    "exact",
+    "exact: smallest minimiser of eq. 19; paper: 002 Lemma VI.2's procedure literally",
+    choices=("exact", "paper"),
+)
+CENTRE_SHARE = OptionSpec(
+    "centre_share",
+    "float",
+    0.4,
+    "share of eps for the private centre (exponential mechanism on user means)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+WIDTH_SHARE = OptionSpec(
+    "width_share",
+    "float",
+    0.2,
+    "share of eps for the private width (centre_share + width_share < 1)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+WIDTH_FACTOR = OptionSpec(
+    "width_factor",
+    "float",
+    0.5,
+    "half-width R = width_factor x private residual scale rho x sqrt(m*)",
+    minimum=0.0,
+    maximum=1e6,
+    exclusive=True,
+)
+WINDOW_SHARE = OptionSpec(
+    "window_share",
+    "float",
+    0.2,
+    "share of eps for the private window [0, b] over the user means (noisy max)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+CAP_K = OptionSpec(
+    "k",
+    "int",
+    None,
+    "weight each user up to k records; default the k with the narrowest honest ci95",
+    minimum=1,
+)
+OBJECTIVE = OptionSpec(
+    "objective",
+    "choice",
+    "accuracy",
+    "accuracy: the most accurate path, its ci95 honest but wide where it clips privately; "
+    "interval: the bounded mechanism whose honest ci95 is the narrowest (public counts)",
+    choices=("accuracy", "interval"),
+)
+VAR_WINDOW_SHARE = OptionSpec(
+    "window_share",
+    "float",
+    0.2,
+    "share of eps for the private clipping bound b of the records (noisy max)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+VAR_CENTRE_SHARE = OptionSpec(
+    "centre_share",
+    "float",
+    0.4,
+    "share of eps for the private centre (median of user means, 33 candidates)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+MOMENT_SHARE = OptionSpec(
+    "moment_share",
+    "float",
+    0.1,
+    "share of eps for the private clip level of per-user second moments "
+    "(centre_share + moment_share < 1)",
+    minimum=0.0,
+    maximum=1.0,
+    exclusive=True,
+)
+SPLIT = OptionSpec(
+    "split",
+    "choice",
+    "half",
+    "budget split between mean and variance: eps/2 each or the optimal split (docs/math.md §4.3)",
+    choices=("half", "optimal"),
+)
+
+AUTO_SPLIT = OptionSpec(
+    "split",
+    "choice",
+    "half",
+    "budget split between mean and variance: eps/2 each (auto has no worst-case bound "
+    "to optimise a split on)",
+    choices=("half",),
+)

@@ -7,15 +7,13 @@ import numpy.typing as npt
 
 from app.core.counts import CountsInfo
 from app.core.engine import plan_from_draft, prepare
-from app.core.options import validate_options
-from app.core.registry import BOUNDED_CANDIDATES, TABLES, draft
+from app.core.registry import BOUNDED_CANDIDATES, STATISTICS, draft
 
 __all__ = ["quote_epsilon"]
 
 
 def _error_at(statistic: str, info: CountsInfo, U: float, eps: float, name: str) -> float:
-    opts = validate_options(statistic, name, {})
-    err = TABLES[statistic][name](info, U, eps, opts).nominal_error()
+    err = draft(statistic, info, U, eps, name, {}).nominal_error()
     assert err is not None
     return err
 
@@ -65,7 +63,7 @@ def quote_epsilon(
     provably the smallest); the returned pair is re-checked with the noise scale OpenDP
     certifies. ``None`` when no mechanism reaches the target within ``max_epsilon``.
     """
-    if statistic not in TABLES:
+    if statistic not in STATISTICS:
         raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     info, U, max_eps = prepare(counts, U, max_epsilon, caps)
     target = float(target_error)

@@ -1,15 +1,18 @@
-"""The mechanism registry: every mechanism's builder from public counts, and ``auto``'s rule.
+"""The mechanism registry, the one place a mechanism is declared: its name, description,
+options, whether it has an error bound, and its constructor from public counts.
 
-One table per statistic maps a mechanism's name (its :mod:`app.core.options` spec) to
-the function that plans it; :func:`draft` validates the options and runs it, or, for
-``auto``, runs the path :func:`app.core.auto.auto_mechanism` picks from the counts
-(``objective=accuracy``) or the narrowest honest interval (``objective=interval``,
-docs/math.md §5.12).
+The HTTP layer validates a request's options with :func:`validate_options`; the OpenAPI
+(``app.queries.openapi``), ``quote`` (the bounded ones) and the docs read these tables.
+:func:`draft` validates the options and runs the constructor, or, for ``auto``, the path
+:func:`app.core.auto.auto_mechanism` picks from the counts (``objective=accuracy``) or
+the narrowest honest interval (``objective=interval``, docs/math.md §5.12). Ranges that
+depend on the grid (``m_ub`` must lie in ``[m_*, m*]``) are checked when it is planned.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from types import MappingProxyType
 
 from app.core.auto import auto_mechanism
 from app.core.counts import CountsInfo
@@ -26,15 +29,47 @@ from app.core.mean_linear import (
 )
 from app.core.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
 from app.core.mean_window import plan_user_window
-from app.core.options import OptionValue, validate_options
+from app.core.option_spec import (
+    AUTO_SPLIT,
+    CAP_K,
+    CENTRE_SHARE,
+    FILL,
+    GAMMA,
+    M_CLIP,
+    M_UB_EQ9,
+    M_UB_MEDIAN,
+    MOMENT_SHARE,
+    OBJECTIVE,
+    RULE,
+    SPLIT,
+    VAR_CENTRE_SHARE,
+    VAR_WINDOW_SHARE,
+    WIDTH_FACTOR,
+    WIDTH_SHARE,
+    WINDOW_SHARE,
+    Builder,
+    MechanismSpec,
+    OptionSpec,
+    OptionValue,
+)
 from app.core.variance import interval_variance_m, plan_variance_baseline, plan_variance_clip
 from app.core.variance_centred import plan_variance_centred
 from app.core.variance_window import plan_variance_window
 
-__all__ = ["BOUNDED_CANDIDATES", "TABLES", "draft", "int_option"]
+__all__ = [
+    "BOUNDED_CANDIDATES",
+    "JOINT_MECHANISMS",
+    "MEAN_MECHANISMS",
+    "STATISTICS",
+    "VARIANCE_MECHANISMS",
+    "draft",
+    "int_option",
+    "mechanism_spec",
+    "mechanisms",
+    "validate_options",
+]
 
 Options = dict[str, OptionValue]
-Builder = Callable[[CountsInfo, float, float, Options], Draft]
 
 
 def int_option(opts: Options, name: str) -> int | None:
@@ -52,63 +87,265 @@ def _fill(opts: Options) -> bool:
     return bool(opts["user_mean_fill"])
 
 
-_MEAN: Mapping[str, Builder] = {
-    "baseline": lambda i, U, e, o: plan_baseline(i, U, e),
-    "array_avg_wrap": lambda i, U, e, o: plan_array_wrap(i, U, e, int_option(o, "m_ub"), _fill(o)),
-    "array_avg_bestfit": lambda i, U, e, o: plan_array_bestfit(
-        i, U, e, int_option(o, "m_ub"), _fill(o)
-    ),
-    "levy": lambda i, U, e, o: plan_levy(
-        i, U, e, _float_opt(o, "gamma"), int_option(o, "m_ub"), _fill(o)
-    ),
-    "quantile_fixed": lambda i, U, e, o: plan_quantile(
-        i, U, e, "fixed", int_option(o, "m_ub"), _fill(o)
-    ),
-    "quantile_optimized": lambda i, U, e, o: plan_quantile(
-        i, U, e, "optimized", int_option(o, "m_ub"), _fill(o)
-    ),
-    "opt_array": lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
-    "opt_array_convex": lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
-    "clip": lambda i, U, e, o: plan_clip(i, U, e, int_option(o, "m")),
-    "worst_case_optimal": lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
-    "centered_clip": lambda i, U, e, o: plan_centered_clip(
-        i,
-        U,
-        e,
-        _float_opt(o, "centre_share"),
-        _float_opt(o, "width_share"),
-        _float_opt(o, "width_factor"),
-    ),
-    "user_window": lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
-    "capped_weights": lambda i, U, e, o: plan_capped_weights(i, U, e, int_option(o, "k")),
-}
+def _spec(
+    name: str, description: str, bounded: bool, *opts: OptionSpec, build: Builder | None = None
+) -> MechanismSpec:
+    return MechanismSpec(
+        name, description, bounded, MappingProxyType({o.name: o for o in opts}), build
+    )
 
-_VARIANCE: Mapping[str, Builder] = {
-    "baseline": lambda i, U, e, o: plan_variance_baseline(i, U, e),
-    "clip": lambda i, U, e, o: plan_variance_clip(i, U, e, int_option(o, "m")),
-    "window": lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
-    "centred": lambda i, U, e, o: plan_variance_centred(
-        i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
-    ),
-}
 
-# Mechanisms with a worst-case error (``quote_epsilon``'s candidates), in tie-breaking order.
-BOUNDED_MEAN = (
-    "baseline",
-    "clip",
-    "worst_case_optimal",
-    "opt_array",
-    "opt_array_convex",
-    "array_avg_bestfit",
-    "array_avg_wrap",
-    "capped_weights",
+MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
+    {
+        "baseline": _spec(
+            "baseline",
+            "mean + Lap(U m*/(n eps)) (002 §III-B)",
+            True,
+            build=lambda i, U, e, o: plan_baseline(i, U, e),
+        ),
+        "array_avg_wrap": _spec(
+            "array_avg_wrap",
+            "average of full WRAPAROUND array means, sensitivity 2U/K (002 §III-C)",
+            True,
+            M_UB_MEDIAN,
+            FILL,
+            build=lambda i, U, e, o: plan_array_wrap(i, U, e, int_option(o, "m_ub"), _fill(o)),
+        ),
+        "array_avg_bestfit": _spec(
+            "array_avg_bestfit",
+            "average of BESTFIT array means, sensitivity U/K̄ (002 §III-C)",
+            True,
+            M_UB_MEDIAN,
+            FILL,
+            build=lambda i, U, e, o: plan_array_bestfit(i, U, e, int_option(o, "m_ub"), _fill(o)),
+        ),
+        "levy": _spec(
+            "levy",
+            "BESTFIT array means projected on a private interval (002 §III-D, Alg. 3)",
+            False,
+            GAMMA,
+            M_UB_EQ9,
+            FILL,
+            build=lambda i, U, e, o: plan_levy(
+                i, U, e, _float_opt(o, "gamma"), int_option(o, "m_ub"), _fill(o)
+            ),
+        ),
+        "quantile_fixed": _spec(
+            "quantile_fixed",
+            "array means projected on private 0.1/0.9 quantiles (002 §III-E)",
+            False,
+            M_UB_EQ9,
+            FILL,
+            build=lambda i, U, e, o: plan_quantile(
+                i, U, e, "fixed", int_option(o, "m_ub"), _fill(o)
+            ),
+        ),
+        "quantile_optimized": _spec(
+            "quantile_optimized",
+            "array means projected on private ceil(2/eps)/K̄ quantiles (002 §III-E)",
+            False,
+            M_UB_EQ9,
+            FILL,
+            build=lambda i, U, e, o: plan_quantile(
+                i, U, e, "optimized", int_option(o, "m_ub"), _fill(o)
+            ),
+        ),
+        "opt_array": _spec(
+            "opt_array",
+            "BESTFIT arrays with the worst-case-optimal m_UB of 002 eq. 15",
+            True,
+            FILL,
+            build=lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
+        ),
+        "opt_array_convex": _spec(
+            "opt_array_convex",
+            "BESTFIT arrays with m_UB from the convex surrogate 002 eq. 19",
+            True,
+            FILL,
+            RULE,
+            build=lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
+        ),
+        "clip": _spec(
+            "clip",
+            "mean of each user's earliest min(m_l, m) records (004 §III-B)",
+            True,
+            M_CLIP,
+            build=lambda i, U, e, o: plan_clip(i, U, e, int_option(o, "m")),
+        ),
+        "worst_case_optimal": _spec(
+            "worst_case_optimal",
+            "per-user projection with threshold T_eps (003 Thm III.1)",
+            True,
+            FILL,
+            build=lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
+        ),
+        "centered_clip": _spec(
+            "centered_clip",
+            "user sums clipped to a window around a private centre, private width "
+            "(003 Thm III.1 re-centred; app/core/mean_centered.py)",
+            False,
+            CENTRE_SHARE,
+            WIDTH_SHARE,
+            WIDTH_FACTOR,
+            build=lambda i, U, e, o: plan_centered_clip(
+                i,
+                U,
+                e,
+                _float_opt(o, "centre_share"),
+                _float_opt(o, "width_share"),
+                _float_opt(o, "width_factor"),
+            ),
+        ),
+        "user_window": _spec(
+            "user_window",
+            "capped-weight user means clipped to a private window [0, b] (app/core/mean_window.py)",
+            False,
+            WINDOW_SHARE,
+            build=lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
+        ),
+        "capped_weights": _spec(
+            "capped_weights",
+            "user means with weights capped at k records, k chosen for the narrowest honest "
+            "interval (app/core/mean_capped.py)",
+            True,
+            CAP_K,
+            build=lambda i, U, e, o: plan_capped_weights(i, U, e, int_option(o, "k")),
+        ),
+        "auto": _spec(
+            "auto",
+            "chosen from public counts: centered_clip where its gate opens, else user_window; "
+            "objective=interval: capped_weights",
+            False,
+            OBJECTIVE,
+        ),
+    }
 )
-BOUNDED_VARIANCE = ("baseline", "clip")
-TABLES: Mapping[str, Mapping[str, Builder]] = {"mean": _MEAN, "variance": _VARIANCE}
-BOUNDED_CANDIDATES: Mapping[str, tuple[str, ...]] = {
-    "mean": BOUNDED_MEAN,
-    "variance": BOUNDED_VARIANCE,
-}
+
+VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
+    {
+        "baseline": _spec(
+            "baseline",
+            "variance + Lap(ΔVar/eps) (004 Prop III.1)",
+            True,
+            build=lambda i, U, e, o: plan_variance_baseline(i, U, e),
+        ),
+        "clip": _spec(
+            "clip",
+            "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
+            True,
+            M_CLIP,
+            build=lambda i, U, e, o: plan_variance_clip(i, U, e, int_option(o, "m")),
+        ),
+        "window": _spec(
+            "window",
+            "mixture variance of capped-weight users, records clipped to a private [0, b] "
+            "(app/core/variance_window.py)",
+            False,
+            VAR_WINDOW_SHARE,
+            build=lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
+        ),
+        "centred": _spec(
+            "centred",
+            "capped-weight per-user second moments about a private centre, clipped at a "
+            "private level (app/core/variance_centred.py)",
+            False,
+            VAR_CENTRE_SHARE,
+            MOMENT_SHARE,
+            build=lambda i, U, e, o: plan_variance_centred(
+                i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
+            ),
+        ),
+        "auto": _spec(
+            "auto",
+            "chosen from public counts: centred where its gate opens, else window; "
+            "objective=interval: clip at the m with the narrowest honest interval",
+            False,
+            OBJECTIVE,
+        ),
+    }
+)
+
+
+JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
+    {
+        "baseline": _spec("baseline", "004 M_b: mean and variance of all records", True, SPLIT),
+        "clip": _spec(
+            "clip",
+            "004 M_clip: mean and variance of the earliest min(m_l, m) records",
+            True,
+            SPLIT,
+            M_CLIP,
+        ),
+        "auto": _spec(
+            "auto",
+            "mean and variance auto (chosen from public counts) at eps/2 each, on the same "
+            "records and users",
+            False,
+            AUTO_SPLIT,
+        ),
+    }
+)
+
+_TABLES: Mapping[str, Mapping[str, MechanismSpec]] = MappingProxyType(
+    {
+        "mean": MEAN_MECHANISMS,
+        "variance": VARIANCE_MECHANISMS,
+        "joint": JOINT_MECHANISMS,
+    }
+)
+
+
+#: The statistics of one grid (``joint`` is both at once).
+STATISTICS = ("mean", "variance")
+#: Mechanisms with a worst-case error: ``quote_epsilon``'s candidates.
+BOUNDED_CANDIDATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        s: tuple(n for n, spec in _TABLES[s].items() if spec.bounded and spec.build is not None)
+        for s in STATISTICS
+    }
+)
+
+
+def mechanisms(statistic: str) -> Mapping[str, MechanismSpec]:
+    """Every mechanism of ``statistic`` (``mean``, ``variance`` or ``joint``) by name."""
+    table = _TABLES.get(statistic)
+    if table is None:
+        raise ValueError(f"unknown statistic {statistic!r}; use one of {', '.join(_TABLES)}")
+    return table
+
+
+def mechanism_spec(statistic: str, mechanism: str) -> MechanismSpec:
+    """The spec of ``mechanism`` for ``statistic`` (``mean``, ``variance`` or ``joint``)."""
+    table = mechanisms(statistic)
+    spec = table.get(mechanism)
+    if spec is None:
+        raise ValueError(
+            f"unknown {statistic} mechanism {mechanism!r}; use one of {', '.join(table)}"
+        )
+    return spec
+
+
+def validate_options(
+    statistic: str, mechanism: str, options: Mapping[str, OptionValue]
+) -> dict[str, OptionValue]:
+    """Check and coerce ``options`` for a mechanism; return every option with defaults filled.
+
+    Raises ``ValueError`` with a clear message for an unknown statistic, mechanism or
+    option, or a value of the wrong type or out of range. ``None`` means "default".
+    """
+    spec = mechanism_spec(statistic, mechanism)
+    unknown = sorted(set(options) - set(spec.options))
+    if unknown:
+        accepted = ", ".join(spec.options) or "none"
+        raise ValueError(
+            f"unknown option(s) {', '.join(map(repr, unknown))} for {statistic} mechanism "
+            f"{mechanism!r}; accepted: {accepted}"
+        )
+    out: dict[str, OptionValue] = {}
+    for name, opt in spec.options.items():
+        raw = options.get(name)
+        out[name] = opt.default if raw is None else opt.coerce(raw)
+    return out
 
 
 def draft(
@@ -121,9 +358,8 @@ def draft(
 ) -> Draft:
     """The :class:`Draft` of ``mechanism`` (or ``auto``'s choice) on these counts."""
     opts = validate_options(statistic, mechanism, options)
-    builders = TABLES[statistic]
     if mechanism != "auto":
-        return builders[mechanism](info, U, eps, opts)
+        return _build(statistic, mechanism, info, U, eps, opts)
     if opts["objective"] == "interval":  # the narrowest honest interval (docs/math.md §5.12)
         if statistic == "mean":
             chosen = plan_capped_weights(info, U, eps, None)
@@ -132,6 +368,15 @@ def draft(
         chosen.details.update(selected_by="auto", objective="interval")
         return chosen
     name = auto_mechanism(statistic, info, eps)
-    chosen = builders[name](info, U, eps, validate_options(statistic, name, {}))
+    chosen = _build(statistic, name, info, U, eps, validate_options(statistic, name, {}))
     chosen.details["selected_by"] = "auto"
     return chosen
+
+
+def _build(
+    statistic: str, mechanism: str, info: CountsInfo, U: float, eps: float, opts: Options
+) -> Draft:
+    build = mechanism_spec(statistic, mechanism).build
+    if build is None:  # the joint mechanisms: app.core.engine's release_joint
+        raise ValueError(f"{statistic} mechanism {mechanism!r} has no single-statistic draft")
+    return build(info, U, eps, opts)

@@ -1,6 +1,6 @@
 """What ``/openapi.json`` says about the query endpoints, generated from the registry.
 
-Everything here is derived from ``app.core.options`` (``MEAN_MECHANISMS``,
+Everything here is derived from ``app.core.registry`` (``MEAN_MECHANISMS``,
 ``VARIANCE_MECHANISMS``): the ``mechanism`` enum of each statistic, one declared
 query parameter per mechanism option (type, range, default, the mechanisms that read
 it, its meaning), and the endpoints' descriptions — so a mechanism or option added
@@ -20,7 +20,7 @@ from typing import Any
 from app import core
 from app.answers.epsilon import MIN_EPSILON
 from app.answers.examples import EXAMPLE_GRID_ID, EXAMPLE_U, EXAMPLE_USERS
-from app.core.options import MechanismSpec, OptionSpec
+from app.core.option_spec import MechanismSpec, OptionSpec
 
 __all__ = [
     "PAPERS",

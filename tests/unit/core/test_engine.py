@@ -502,3 +502,24 @@ def test_quote_respects_min_epsilon() -> None:
     eps, name = quote_epsilon(counts, 10.0, 5.0, max_epsilon=10.0, min_epsilon=1e-6)
     assert eps >= 1e-6
     assert plan_mean(counts, 10.0, eps, name).worst_case_error <= 5.0
+
+
+def test_the_registry_declares_each_mechanism_once_with_its_constructor() -> None:
+    """Every named mean and variance mechanism carries its constructor; ``quote``'s
+    candidates are exactly the bounded ones; ``auto`` and the joint ones have none."""
+    from app.core.registry import (
+        BOUNDED_CANDIDATES,
+        JOINT_MECHANISMS,
+        VARIANCE_MECHANISMS,
+        mechanisms,
+    )
+
+    for statistic, table in (("mean", MEAN_MECHANISMS), ("variance", VARIANCE_MECHANISMS)):
+        assert mechanisms(statistic) is table
+        for name, spec in table.items():
+            assert spec.name == name and (spec.build is None) == (name == "auto")
+        bounded = [n for n, s in table.items() if s.bounded and n != "auto"]
+        assert list(BOUNDED_CANDIDATES[statistic]) == bounded
+    assert all(spec.build is None for spec in JOINT_MECHANISMS.values())
+    with pytest.raises(ValueError, match="unknown statistic"):
+        mechanisms("median")
