@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy.typing as npt
 
@@ -122,19 +123,6 @@ def plan(
     return plan_from_draft(registry.draft(statistic, info, U, eps, mechanism, options))
 
 
-def plan_mean(
-    counts: npt.ArrayLike,
-    U: float,
-    eps: float,
-    mechanism: str = "auto",
-    *,
-    caps: npt.ArrayLike | None = None,
-    **options: OptionValue,
-) -> Plan:
-    """:func:`plan` of the mean."""
-    return plan("mean", counts, U, eps, mechanism, caps=caps, **options)
-
-
 def release(
     statistic: str,
     grid: GridData,
@@ -155,45 +143,12 @@ def release(
     return finish_releases([pending], noise)[0]
 
 
-def release_mean(
-    grid: GridData,
-    U: float,
-    eps: float,
-    mechanism: str = "auto",
-    *,
-    caps: npt.ArrayLike | None = None,
-    noise: NoiseSource | None = None,
-    **options: OptionValue,
-) -> Release:
-    """:func:`release` of the mean (docs/math.md §5)."""
-    return release("mean", grid, U, eps, mechanism, caps=caps, noise=noise, **options)
-
-
-def plan_variance(
-    counts: npt.ArrayLike,
-    U: float,
-    eps: float,
-    mechanism: str = "auto",
-    *,
-    caps: npt.ArrayLike | None = None,
-    **options: OptionValue,
-) -> Plan:
-    """:func:`plan` of the population variance (baseline, clip, the adaptive ones, auto)."""
-    return plan("variance", counts, U, eps, mechanism, caps=caps, **options)
-
-
-def release_variance(
-    grid: GridData,
-    U: float,
-    eps: float,
-    mechanism: str = "auto",
-    *,
-    caps: npt.ArrayLike | None = None,
-    noise: NoiseSource | None = None,
-    **options: OptionValue,
-) -> Release:
-    """:func:`release` of the population variance (004 §III, docs/math.md §5.9)."""
-    return release("variance", grid, U, eps, mechanism, caps=caps, noise=noise, **options)
+#: :func:`plan` and :func:`release` of the mean (docs/math.md §5) and of the population
+#: variance (004 §III, docs/math.md §5.9).
+plan_mean = partial(plan, "mean")
+plan_variance = partial(plan, "variance")
+release_mean = partial(release, "mean")
+release_variance = partial(release, "variance")
 
 
 @dataclass(frozen=True, eq=False)

@@ -13,6 +13,8 @@ import math
 import select
 from typing import Any
 
+from psycopg.conninfo import make_conninfo
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.engine import make_url
 
 
@@ -75,3 +77,12 @@ def session_parameters(
             keepalives_count=3,
         )
     return params
+
+
+def conninfo_from_url(url: str) -> str:
+    """The libpq connection string for a SQLAlchemy ``postgresql+psycopg://`` URL."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError(f"not a Postgres URL: {parsed.render_as_string()}")
+    _, kwargs = PGDialect_psycopg().create_connect_args(parsed)
+    return make_conninfo(**kwargs)

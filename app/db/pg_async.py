@@ -18,22 +18,11 @@ from psycopg import AsyncConnection, OperationalError
 from psycopg.conninfo import make_conninfo
 from psycopg.types.json import set_json_loads
 from psycopg_pool import AsyncConnectionPool
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-from sqlalchemy.engine import make_url
 
-from app.db.liveness import closed_while_idle, session_parameters
+from app.db.liveness import closed_while_idle, conninfo_from_url, session_parameters
 
 if TYPE_CHECKING:
     from app.db.watch import DatabaseWatch
-
-
-def conninfo_from_url(url: str) -> str:
-    """The libpq connection string for a SQLAlchemy ``postgresql+psycopg://`` URL."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "postgresql":
-        raise ValueError(f"not a Postgres URL: {parsed.render_as_string()}")
-    _, kwargs = PGDialect_psycopg().create_connect_args(parsed)
-    return make_conninfo(**kwargs)
 
 
 class QueryPool(AsyncConnectionPool):

@@ -34,8 +34,7 @@ from psycopg import Error as PsycopgError
 from psycopg.conninfo import make_conninfo
 
 from app.config import Settings
-from app.db.liveness import session_parameters
-from app.db.pg_async import conninfo_from_url
+from app.db.liveness import conninfo_from_url, session_parameters
 from app.errors import Unavailable
 
 log = logging.getLogger("dpgate.db")

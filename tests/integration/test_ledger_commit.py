@@ -31,7 +31,7 @@ from app.budget import Budget, exhausted
 from app.datasets.models import Dataset, DatasetUser, Grid
 from app.datasets.windows import ALL_TIME, window_of
 from app.db.engine import make_engine, make_sessionmaker
-from app.db.pg_async import conninfo_from_url
+from app.db.liveness import conninfo_from_url
 from app.keys.models import ApiKey
 from app.ledger import service as ledger
 from app.ledger.committer import Committed, QueryCommitter

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from psycopg.conninfo import conninfo_to_dict
 
-from app.db.pg_async import conninfo_from_url
+from app.db.liveness import conninfo_from_url
 
 
 def test_conninfo_keeps_host_port_user_database_and_options() -> None:
