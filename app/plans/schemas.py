@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.json_numbers import JsonBody
 
@@ -12,10 +12,12 @@ class PreviewIn(JsonBody):
 
     value_bound: float = Field(gt=0, allow_inf_nan=False, le=1e12)
     epsilon: float = Field(ge=1e-6, allow_inf_nan=False, le=1e6)  # MIN_EPSILON of queries
-    occupancy: list[tuple[Id, Id, int]] = Field(
+    # a count is a JSON integer: "1_0" (or "10") is refused, not read as 10
+    occupancy: list[tuple[Id, Id, StrictInt]] = Field(
         min_length=1,
         max_length=2_000_000,
-        description="[grid, user, count] triples: how many records each user has in each grid.",
+        description="[grid, user, count] triples: how many records each user has in each grid "
+        "(the count a JSON integer).",
     )
     error_target: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     protect_min_error_grid: bool = False

@@ -128,6 +128,11 @@ def test_json_numbers_with_underscores_are_refused(pg_client: TestClient) -> Non
     for path, body, field in cases:
         message = error(pg_client.post(path, json=body), 400, "invalid_request")
         assert field in message and "underscore" in message, (path, message)
+    # a count nested in the occupancy list is a JSON integer: "1_0" is not read as 10
+    for count in ("1_0", "10", 1.5):
+        body = {"value_bound": 1, "epsilon": 1, "occupancy": [[1, 1, 1], [1, 2, count]]}
+        message = error(pg_client.post("/plans/preview", json=body), 400, "invalid_request")
+        assert "occupancy.1.2" in message and "integer" in message, message
     assert pg_client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
     assert len(pg_client.get("/datasets").json()) == 1
     # an underscore in a text field is just text; a number written as a string still reads
