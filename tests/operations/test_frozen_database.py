@@ -10,6 +10,7 @@ nothing answered), so the shared server itself is never stopped.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 import uuid
@@ -58,7 +59,8 @@ def behind_proxy(
     try:
         with freezing_proxy(postgres_base_url) as proxy:
             url = proxy.url_for(direct)
-            with live_server(url, tmp_path, workers=1) as server:
+            json_logs = {"DPGATE_LOG_FORMAT": "json"}
+            with live_server(url, tmp_path, workers=1, extra_env=json_logs) as server:
                 yield Frozen(server, proxy, direct)
     finally:
         with postgres_admin.begin() as conn:
@@ -174,3 +176,9 @@ def test_frozen_database_answers_503_within_the_deadline_and_recovers(
             r = c.request(m, p, **kw)
             assert r.status_code == 200 and r.json().get("cached", True), r.text
     assert _ledger(behind_proxy.direct_url, ds)[0] == accounts
+    # the watch's lines, like every other, are JSON (DPGATE_LOG_FORMAT=json)
+    lines = behind_proxy.server.log.read_text().splitlines()
+    records = [json.loads(line) for line in lines if line.strip()]
+    watch = [r["message"] for r in records if r["logger"] == "dpgate.db"]
+    assert any(m.startswith("the database has not answered for") for m in watch), watch
+    assert any(m.startswith("the database answers again") for m in watch), watch

@@ -5,6 +5,7 @@ SIGTERM with the poll under way committed."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -133,7 +134,7 @@ def test_sigterm_finishes_the_poll_under_way_and_exits_0(
         return bodies[min(len(requests), len(bodies)) - 1]
 
     ds = create_dataset(pg_client, **CAPMETRICS_DATASET)["id"]
-    env = {**os.environ, "DPGATE_DATABASE_URL": migrated_postgres_url}
+    env = {**os.environ, "DPGATE_DATABASE_URL": migrated_postgres_url, "DPGATE_LOG_FORMAT": "json"}
     server = FeedServer(slow_next)
     with server.running():
         proc = subprocess.Popen(
@@ -148,7 +149,11 @@ def test_sigterm_finishes_the_poll_under_way_and_exits_0(
         finally:
             proc.kill()
     assert proc.returncode == 0, err
-    assert "SIGTERM: stopping after the poll under way" in err
+    records = [json.loads(line) for line in err.splitlines() if line.strip()]  # every line JSON
+    messages = [r["message"] for r in records if r["logger"].startswith("dpgate")]
+    assert "SIGTERM: stopping after the poll under way" in messages, messages
+    polls = [m for m in messages if m.startswith(f"dataset {ds}: ") and " new, " in m]
+    assert len(polls) == 2, messages  # each poll's line, as JSON
     assert len(requests) == 2  # no poll after the signal
     stored = len(contents(pg_client.app, ds)[1])  # type: ignore[arg-type]
     assert stored == len(parts[0]) + len(parts[1])  # the poll under way was committed
