@@ -16,7 +16,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_KEY
 from tests.integration.test_budget_windows import DAY1, DAY2, HOURS, N_USERS, ZONE, _csv
-from tests.live_server import live_server
+from tests.live_server import live_server, start_server
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 CAP = Decimal(1)
@@ -159,3 +159,67 @@ def test_two_days_under_concurrent_releases_and_queries_from_two_processes(
     across = [days for days in release_days.values() if days == {DAY1, DAY2}]
     by_day = Counter(w for w, _ in accounts)
     assert by_day[DAY1] == by_day[DAY2] == N_USERS, (by_day, len(across))
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_process_mid_flight_keeps_every_window_exact(
+    postgres_url: str, tmp_path
+) -> None:
+    """The same load on two processes, one of them killed with SIGKILL once answers have
+    started to arrive: per window, the accounts are still the sum of the entries and
+    within the cap, and every answer that reached a client was charged to its day."""
+    killed = start_server(postgres_url, tmp_path, workers=1)
+    try:
+        with live_server(postgres_url, tmp_path, workers=1) as survivor:
+            ds, grids = _setup(survivor.url)
+            requests = _requests(ds, grids)
+            received: list[tuple[tuple[str, str, dict], dict]] = []
+            cut: list[int] = []  # requests the kill cut off
+
+            async def flood() -> None:
+                urls = [killed.url, survivor.url]
+                async with (
+                    httpx.AsyncClient(base_url=urls[0], headers=AUTH, timeout=60) as a,
+                    httpx.AsyncClient(base_url=urls[1], headers=AUTH, timeout=60) as b,
+                ):
+
+                    async def one(i: int, req: tuple[str, str, dict]) -> None:
+                        method, path, args = req
+                        c = (a, b)[i % 2]
+                        try:
+                            if method == "POST":
+                                r = await c.post(path, json=args)
+                            else:
+                                r = await c.get(path, params=args)
+                        except httpx.HTTPError:
+                            cut.append(i)  # the killed process's requests die with it
+                            return
+                        if r.status_code == 200:
+                            received.append((req, r.json()))
+
+                    tasks = [asyncio.create_task(one(i, r)) for i, r in enumerate(requests)]
+                    while len(received) < 6 and not all(t.done() for t in tasks):
+                        await asyncio.sleep(0.002)
+                    killed.kill_hard()
+                    await asyncio.gather(*tasks)
+
+            asyncio.run(flood())
+    finally:
+        killed.kill_hard()
+    assert received, "no answer arrived before the kill"
+    assert cut, "the kill cut off no request: it came too late to test anything"
+    accounts, entries, queries, releases = _ledger(postgres_url, ds)
+    from_entries: Counter = Counter()
+    for window, _, _, _, eps, users in entries:
+        for u in users:
+            from_entries[(window, u)] += Decimal(eps)
+    assert {k: v for k, v in accounts.items() if v} == dict(from_entries)
+    assert max(accounts.values()) <= CAP
+    assert {w for w, _ in accounts} <= {DAY1, DAY2}
+    charged_queries = {queries[ref] for _, kind, ref, *_ in entries if kind == "query"}
+    charged_releases = {releases[ref] for _, kind, ref, *_ in entries if kind == "release"}
+    for (method, _, _), answer in received:
+        if method == "GET":
+            assert answer["query_id"] in charged_queries
+        else:
+            assert answer["release_id"] in charged_releases
