@@ -104,6 +104,18 @@ def _ledger(db_url: str, ds: int) -> tuple[dict, list, dict, dict]:
     return accounts, entries, queries, releases
 
 
+def _check_windows(accounts: dict, entries: list) -> None:
+    """Window by window, the accounts are the sum of the entries; no user passes the cap
+    within a day, and only the two days were charged."""
+    from_entries: Counter = Counter()
+    for window, _, _, _, eps, users in entries:
+        for u in users:
+            from_entries[(window, u)] += Decimal(eps)
+    assert {k: v for k, v in accounts.items() if v} == dict(from_entries)
+    assert max(accounts.values()) <= CAP
+    assert {w for w, _ in accounts} <= {DAY1, DAY2}
+
+
 @pytest.mark.slow
 def test_two_days_under_concurrent_releases_and_queries_from_two_processes(
     postgres_url: str, tmp_path
@@ -123,15 +135,7 @@ def test_two_days_under_concurrent_releases_and_queries_from_two_processes(
             assert r.json()["error"]["code"] == "budget_exhausted", r.text
     accounts, entries, queries, releases = _ledger(postgres_url, ds)
 
-    # the accounts are the sum of the entries, window by window
-    from_entries: Counter = Counter()
-    for window, _, _, _, eps, users in entries:
-        for u in users:
-            from_entries[(window, u)] += Decimal(eps)
-    assert {k: v for k, v in accounts.items() if v} == dict(from_entries)
-    # no user passes the cap within a day, and only the two days were charged
-    assert max(accounts.values()) <= CAP
-    assert {w for w, _ in accounts} <= {DAY1, DAY2}
+    _check_windows(accounts, entries)
     day_of_grid = dict(zip(grids, (DAY1, DAY1, DAY2, DAY2), strict=True))
     grid_row = {}  # grid row id -> its day, from the query entries' answers
     ok = [(req, r.json()) for req, r in zip(requests, results, strict=True) if r.status_code == 200]
@@ -209,13 +213,7 @@ def test_kill_9_of_one_process_mid_flight_keeps_every_window_exact(
     assert received, "no answer arrived before the kill"
     assert cut, "the kill cut off no request: it came too late to test anything"
     accounts, entries, queries, releases = _ledger(postgres_url, ds)
-    from_entries: Counter = Counter()
-    for window, _, _, _, eps, users in entries:
-        for u in users:
-            from_entries[(window, u)] += Decimal(eps)
-    assert {k: v for k, v in accounts.items() if v} == dict(from_entries)
-    assert max(accounts.values()) <= CAP
-    assert {w for w, _ in accounts} <= {DAY1, DAY2}
+    _check_windows(accounts, entries)
     charged_queries = {queries[ref] for _, kind, ref, *_ in entries if kind == "query"}
     charged_releases = {releases[ref] for _, kind, ref, *_ in entries if kind == "release"}
     for (method, _, _), answer in received:
