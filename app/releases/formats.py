@@ -91,24 +91,28 @@ def _ci95(grid: Mapping[str, Any], statistic: str) -> list[float] | None:
     return None if interval is None else [interval[0], interval[1]]
 
 
-def _n_users(grid: Mapping[str, Any]) -> int | None:
-    """The grid's user count; older stored releases kept it only in each statistic."""
-    if "n_users" in grid:
-        return grid["n_users"]
-    for statistic in STATISTICS:
-        if grid.get(statistic) is not None:
-            return grid[statistic]["n_users"]
-    return None
+def upgraded(release: dict[str, Any]) -> dict[str, Any]:
+    """A stored release in today's shape: releases stored before a field existed get it
+    from what they kept (each grid's ``h3_resolution`` from its cell, its ``n_users``
+    from a statistic, its ``slot_start`` from the release's). The one reader of old
+    shapes: the formats below read today's."""
+    for grid in release["grids"]:
+        grid.setdefault("h3_resolution", h3.get_resolution(grid["h3_cell"]))
+        grid.setdefault("slot_start", release.get("slot_start"))
+        if "n_users" not in grid:
+            stats = [grid[s] for s in STATISTICS if grid.get(s) is not None]
+            grid["n_users"] = stats[0]["n_users"] if stats else None
+    return release
 
 
-def grid_properties(grid: Mapping[str, Any], release: Mapping[str, Any]) -> dict[str, Any]:
+def grid_properties(grid: Mapping[str, Any]) -> dict[str, Any]:
     """The columns of one released grid (``*_ci95`` as ``[lo, hi]`` or None)."""
     return {
         "grid_id": grid["grid_id"],
         "h3_cell": grid["h3_cell"],
-        "h3_resolution": grid.get("h3_resolution", h3.get_resolution(grid["h3_cell"])),
-        "slot_start": grid.get("slot_start", release.get("slot_start")),
-        "n_users": _n_users(grid),
+        "h3_resolution": grid["h3_resolution"],
+        "slot_start": grid["slot_start"],
+        "n_users": grid["n_users"],
         "mean": _estimate(grid, "mean"),
         "mean_ci95": _ci95(grid, "mean"),
         "variance": _estimate(grid, "variance"),
@@ -132,7 +136,7 @@ def release_geojson(release: Mapping[str, Any]) -> dict[str, Any]:
             "type": "Feature",
             "id": grid["grid_id"],
             "geometry": cell_polygon(grid["h3_cell"]),
-            "properties": grid_properties(grid, release),
+            "properties": grid_properties(grid),
         }
         for grid in release["grids"]
     ]
@@ -153,7 +157,7 @@ def release_csv_rows(release: Mapping[str, Any]) -> list[dict[str, Any]]:
     """One flat row per grid, keyed by :data:`CSV_COLUMNS`."""
     rows = []
     for grid in release["grids"]:
-        props = grid_properties(grid, release)
+        props = grid_properties(grid)
         row = {
             k: props[k] for k in ("grid_id", "h3_cell", "h3_resolution", "slot_start", "n_users")
         }

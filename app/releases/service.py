@@ -18,7 +18,6 @@ import json
 import uuid
 from typing import Any
 
-import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
@@ -39,6 +38,7 @@ from app.releases.draw import (
     statistic_eps,
 )
 from app.releases.expected import expected_error
+from app.releases.formats import upgraded
 from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
 from app.releases.models import SlotRelease
 from app.releases.planning import (
@@ -232,7 +232,5 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
-    answer = with_privacy_unit(stored.answer, get_dataset(session, stored.dataset_id))
-    for grid in answer["grids"]:  # releases stored before adaptive partitions
-        grid.setdefault("h3_resolution", h3.get_resolution(grid["h3_cell"]))
+    answer = upgraded(with_privacy_unit(stored.answer, get_dataset(session, stored.dataset_id)))
     return {"slots": 1, "partition": "fixed", **answer, "cached": True}

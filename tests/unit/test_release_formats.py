@@ -14,6 +14,7 @@ from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from app.releases import formats
+from app.releases.formats import STATISTICS
 
 # Three res-8 cells in Austin: two neighbours and one a few km away.
 CELL_A = h3.latlng_to_cell(30.2672, -97.7431, 8)
@@ -52,6 +53,7 @@ def make_release() -> dict[str, Any]:
             {
                 "grid_id": "g-a",
                 "h3_cell": CELL_A,
+                "h3_resolution": 8,
                 "slot_start": slot,
                 "n_users": 31,
                 "mean": answer(6.123456789012345, [4.5, 7.75], 31, "mean"),
@@ -60,6 +62,7 @@ def make_release() -> dict[str, Any]:
             {
                 "grid_id": "g-b",
                 "h3_cell": CELL_B,
+                "h3_resolution": 8,
                 "slot_start": slot,
                 "n_users": 12,
                 "mean": answer(0.1 + 0.2, None, 12, "mean"),  # no interval (a ci95_note)
@@ -68,6 +71,7 @@ def make_release() -> dict[str, Any]:
             {
                 "grid_id": "g-c",
                 "h3_cell": CELL_C,
+                "h3_resolution": 8,
                 "slot_start": slot,
                 "n_users": 40,
                 "mean": answer(30.0, [28.0, 30.0], 40, "mean"),
@@ -170,11 +174,21 @@ def test_geojson_of_an_empty_release_is_an_empty_collection() -> None:
     assert out["features"] == [] and out["type"] == "FeatureCollection"
 
 
-def test_n_users_and_slot_fall_back_to_the_statistic_and_the_release() -> None:
-    release = make_release()
-    grid = {k: v for k, v in release["grids"][0].items() if k not in ("n_users", "slot_start")}
-    props = formats.grid_properties(grid, {"slot_start": "2026-11-20T14:00:00+00:00"})
-    assert props["n_users"] == 31 and props["slot_start"] == "2026-11-20T14:00:00+00:00"
+def test_an_old_stored_release_is_upgraded_from_what_it_kept() -> None:
+    """Releases stored before a grid carried ``n_users``, ``slot_start`` or
+    ``h3_resolution``: the stored-release reader fills them in, once."""
+    old = make_release()
+    old["slot_start"] = "2026-11-20T14:00:00+00:00"
+    old_fields = ("n_users", "slot_start", "h3_resolution")
+    old["grids"] = [{k: v for k, v in g.items() if k not in old_fields} for g in old["grids"]]
+    old["grids"][1].pop("variance")
+    old["grids"][2] = {k: v for k, v in old["grids"][2].items() if k not in STATISTICS}
+    grids = formats.upgraded(old)["grids"]
+    assert [g["n_users"] for g in grids] == [31, 12, None]
+    assert {g["slot_start"] for g in grids} == {"2026-11-20T14:00:00+00:00"}
+    assert [g["h3_resolution"] for g in grids] == [8, 8, 8]
+    props = formats.grid_properties(grids[0])
+    assert (props["n_users"], props["h3_resolution"]) == (31, 8)
 
 
 # --- CSV -------------------------------------------------------------------------------
