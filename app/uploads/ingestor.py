@@ -15,7 +15,9 @@ from __future__ import annotations
 import base64
 import secrets
 import tempfile
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -157,6 +159,9 @@ class Ingestor:
         self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
         self.inserted = 0
         self.duplicates = 0
+        self._db = threading.Lock()  # the connection, at finish()
+        self._pool: ThreadPoolExecutor
+        self._stored: Future[None] | None = None  # the grids being written
 
     # -------------------------------------------------------------- per batch
     def write(self, batch: Batch) -> None:
@@ -225,15 +230,21 @@ class Ingestor:
         by_id = {g.grid_id: g for g in self.grids}
         changed = 0
         reread_users: dict[int, list[np.ndarray]] = {}  # grid code -> users of its new rows
-        for rows in self.new_rows.groups():
-            old = self._stored_snapshots(rows["code"])
-            back = self.reread[rows["code"]]
-            if back.any():
-                for code, users in _users_by_code(rows[back]):
-                    reread_users.setdefault(code, []).append(users)
-                rows = rows[~back]
-            changed += self._store(by_id, _extend(old, rows, self.grid_ids))
-        return changed + self._store(by_id, self._read_back(reread_users))
+        # grids are written on a helper thread while the next ones are summarised; the
+        # connection is used by one thread at a time (self._db)
+        with ThreadPoolExecutor(1, thread_name_prefix="dpgate-ingest-store") as self._pool:
+            for rows in self.new_rows.groups():
+                old = self._stored_snapshots(rows["code"])
+                back = self.reread[rows["code"]]
+                if back.any():
+                    for code, users in _users_by_code(rows[back]):
+                        reread_users.setdefault(code, []).append(users)
+                    rows = rows[~back]
+                changed += self._store(by_id, _extend(old, rows, self.grid_ids))
+            changed += self._store(by_id, self._read_back(reread_users))
+            if self._stored is not None:
+                self._stored.result()
+        return changed
 
     def _stored_snapshots(self, codes: np.ndarray) -> RecordArrays:
         """The records of the stored grids among ``codes`` that are not to be read back, from
@@ -241,7 +252,8 @@ class Ingestor:
         at its version is marked to be read back instead."""
         wanted = np.unique(codes[~self.is_new[codes] & ~self.reread[codes]]).tolist()
         wanted = [c for c in wanted if self.grids[c].n_records]
-        snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
+        with self._db:
+            snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
         code_of = {self.grids[c].grid_id: c for c in wanted}
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for gid, version, users, counts, values in snaps:
@@ -266,7 +278,8 @@ class Ingestor:
             return
         codes = sorted(new_users)
         ids = self.grid_ids[codes].tolist()
-        old_users = dict(self.grid_repo.snapshot_users(ids))
+        with self._db:
+            old_users = dict(self.grid_repo.snapshot_users(ids))
         by_slot: dict[int, list[int]] = {}
         for c in codes:
             by_slot.setdefault(self.grids[c].slot_us, []).append(c)
@@ -279,7 +292,10 @@ class Ingestor:
                 + [old_users.get(g, np.empty(0, dtype=np.int64)) for g in grid_ids]
             ))  # fmt: skip
             end = int(slot_end_bound_us(np.array([slot]), tz, minutes)[0])
-            rec = copy_records(self.session, self.dataset.id, grid_ids, users.tolist(), slot, end)
+            with self._db:
+                rec = copy_records(
+                    self.session, self.dataset.id, grid_ids, users.tolist(), slot, end
+                )
             rec = rec.sorted(by_grid=True)
             yield from summarise_grids(rec.grid_ids, rec.user_ids, rec.values)
 
@@ -306,13 +322,20 @@ class Ingestor:
         return changed + self._flush(new_grids, new_snaps, old_grids, old_snaps)
 
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
+        """Hand these grids to the writing thread (after the previous ones are written)."""
+        if self._stored is not None:
+            self._stored.result()  # re-raises its error
+        self._stored = self._pool.submit(self._write, new_grids, new_snaps, old_grids, old_snaps)
+        return len(new_grids) + len(old_grids)
+
+    def _write(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> None:
         ids = public_ids(len(new_grids))
         new_grids = [(g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)]
-        self.bulk.insert_grids(self.dataset.id, new_grids)
-        self.bulk.write_snapshots(new_snaps, replace=False)
-        self.bulk.update_grids(old_grids)
-        self.bulk.write_snapshots(old_snaps, replace=True)
-        return len(new_grids) + len(old_grids)
+        with self._db:
+            self.bulk.insert_grids(self.dataset.id, new_grids)
+            self.bulk.write_snapshots(new_snaps, replace=False)
+            self.bulk.update_grids(old_grids)
+            self.bulk.write_snapshots(old_snaps, replace=True)
 
 
 def public_ids(n: int) -> list[str]:
@@ -326,11 +349,17 @@ def _extend(old: RecordArrays, rows: np.ndarray, grid_ids: np.ndarray) -> Iterat
     """The summaries of the grids of ``old`` (stored records, ``ts_us`` their stored order)
     and ``rows`` (new ones, by grid code; each grid's whole rows): per grid and user, the
     stored records first, then the new ones by time."""
-    phase = np.concatenate([np.zeros(old.grid_ids.size, bool), np.ones(rows.size, bool)])
     gids = np.concatenate([old.grid_ids, grid_ids[rows["code"]]])
     users = np.concatenate([old.user_ids, rows["user"]])
-    order = np.lexsort((np.concatenate([old.ts_us, rows["ts"]]), phase, users, gids))
+    ts = np.concatenate([old.ts_us, rows["ts"]])
     values = np.concatenate([old.values, rows["value"]])
+    if old.grid_ids.size:
+        phase = np.concatenate([np.zeros(old.grid_ids.size, bool), np.ones(rows.size, bool)])
+        order = np.lexsort((ts, phase, users, gids))
+    elif np.all((users[1:] > users[:-1]) | ((users[1:] == users[:-1]) & (ts[1:] > ts[:-1]))):
+        order = np.argsort(gids, kind="stable")  # already by (user, time), as batches come
+    else:
+        order = np.lexsort((ts, users, gids))
     return summarise_grids(gids[order], users[order], values[order])
 
 

@@ -61,6 +61,20 @@ def _record_rows(
     return rows
 
 
+def _snapshot_tuples(rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> bytes:
+    """Binary ``COPY`` data of snapshots ``(grid_id int4, version int4, three bytea)``."""
+    pack = struct.Struct(">hiiii").pack
+    parts = [_PG_COPY_HEADER]
+    for gid, version, users, counts, values in rows:
+        parts += (pack(5, 4, gid, 4, version), _LEN(len(users)), users, _LEN(len(counts)))
+        parts += (counts, _LEN(len(values)), values)
+    parts.append(_PG_COPY_TRAILER)
+    return b"".join(parts)
+
+
+_LEN = struct.Struct(">i").pack
+
+
 def hash_user(secret: bytes, user_id: str) -> str:
     """The stored form of a user identifier: HMAC-SHA256 with the service secret, hex."""
     return hmac.new(secret, user_id.encode(), hashlib.sha256).hexdigest()
@@ -181,9 +195,7 @@ class IngestRepository:
                 f'COPY {target} (grid_id, version, user_ids, counts, "values") '
                 "FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["int4", "int4", "bytea", "bytea", "bytea"])
-                for row in rows:
-                    copy.write_row(row)
+                copy.write(_snapshot_tuples(rows))
             if replace:
                 cur.execute(
                     'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
