@@ -41,7 +41,6 @@ __all__ = ["GridLevel", "coarse_grids", "grid_level", "refresh_after_upload"]
 #: A slot of ``m`` minutes lasts at most this much longer on a daylight-saving day.
 _DST_SLACK = timedelta(hours=2)
 _DAY = timedelta(days=1)
-_NONE = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -89,7 +88,7 @@ def _build(
     """Occupancy and snapshot of each coarser grid, from its grids' stored records (read
     one coarser slot at a time: the users of its grids, in their slots' time range)."""
     fine = [g for v in groups.values() for g in v]
-    users = dict(repo.grid_users([g.id for g in fine]))
+    users = repo.grid_users([g.id for g in fine])
     starts = np.array([datetime_to_us(g.slot_start) for g in fine], dtype=np.int64)
     ends = slot_end_bound_us(starts, get_zone(dataset.timezone), dataset.timeslot_minutes)
     end_of = {g.id: int(e) for g, e in zip(fine, ends.tolist(), strict=True)}
@@ -100,10 +99,11 @@ def _build(
     for keys in by_slot.values():
         index = {g.id: i for i, k in enumerate(keys) for g in groups[k]}
         part = [g for k in keys for g in groups[k]]
+        known = all(users.get(g.id, (None,))[0] == g.version for g in part)
         rec = repo.records(
             dataset.id,
             list(index),
-            np.unique(np.concatenate([users.get(g.id, _NONE) for g in part])).tolist(),
+            np.unique(np.concatenate([users[g.id][1] for g in part])).tolist() if known else None,
             min(datetime_to_us(g.slot_start) for g in part),
             max(end_of[g.id] for g in part),
         )

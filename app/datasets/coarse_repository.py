@@ -101,15 +101,15 @@ class CoarseGridRepository:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def grid_users(self, grid_ids: Sequence[int]) -> list[tuple[int, np.ndarray]]:
-        """``(grid_id, user ids)`` of these grids' snapshots."""
+    def grid_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
+        """``{grid_id: (version, user ids)}`` of these grids' snapshots."""
         return GridRepository(self.session).snapshot_users(grid_ids)
 
     def records(
         self,
         dataset_id: int,
         grid_ids: Sequence[int],
-        user_ids: Sequence[int],
+        user_ids: Sequence[int] | None,
         start_us: int,
         end_us: int,
     ) -> RecordArrays:

@@ -137,16 +137,16 @@ class GridRepository:
             out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)
         return out
 
-    def snapshot_users(self, grid_ids: Sequence[int]) -> list[tuple[int, np.ndarray]]:
-        """``(grid_id, user ids)`` of these grids' snapshots (the users with records)."""
-        out: list[tuple[int, np.ndarray]] = []
+    def snapshot_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
+        """``{grid_id: (version, user ids)}`` of these grids' snapshots (users with records)."""
+        out: dict[int, tuple[int, np.ndarray]] = {}
+        snap = GridSnapshot
         for part in _chunks(grid_ids, 5000):
             rows = self.session.execute(
-                select(GridSnapshot.grid_id, GridSnapshot.user_ids).where(
-                    GridSnapshot.grid_id.in_(part)
-                )
+                select(snap.grid_id, snap.version, snap.user_ids).where(snap.grid_id.in_(part))
             )
-            out.extend((r[0], np.frombuffer(r[1], dtype="<i8").astype(np.int64)) for r in rows)
+            for gid, version, users in rows:
+                out[gid] = (version, np.frombuffer(users, dtype="<i8").astype(np.int64))
         return out
 
     def in_slots(
@@ -196,26 +196,28 @@ def copy_records(
     session: Session,
     dataset_id: int,
     grid_ids: Iterable[int],
-    user_ids: Iterable[int],
+    user_ids: Iterable[int] | None,
     start_us: int,
     end_us: int,
 ) -> RecordArrays:
     """The records of grids ``grid_ids`` (in no order), given every user with a record in
     them and a time range ``[start_us, end_us)`` holding them all: read through the
-    records' key ``(dataset_id, user_id, ts)``, one range per user."""
+    records' key ``(dataset_id, user_id, ts)``, one range per user (``user_ids=None``:
+    users unknown, the dataset's whole key is scanned for the range)."""
     grids = sorted({int(g) for g in grid_ids})
-    users = sorted({int(u) for u in user_ids})
-    if not grids or not users or start_us >= end_us:
+    users = None if user_ids is None else sorted({int(u) for u in user_ids})
+    if not grids or users == [] or start_us >= end_us:
         empty = np.empty(0, dtype=np.int64)
         return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
     # Integers and our own UTC datetimes only: safe to inline. One range scan of the key
     # per user, whatever the statistics; one bytea of packed rows back (a row per COPY
     # message costs more to receive than the reading itself).
+    per_user = "" if users is None else "AND user_id = u.id "
     sql = (
         "SELECT string_agg(int4send(r.grid_id) || int4send(r.user_id) || "  # noqa: S608
         "timestamptz_send(r.ts) || float8send(r.value), ''::bytea) "
-        f"FROM unnest('{_int_array(users)}'::int[]) AS u(id) CROSS JOIN LATERAL "
-        f"(SELECT * FROM records WHERE dataset_id = {int(dataset_id)} AND user_id = u.id "
+        f"FROM unnest('{_int_array(users or [0])}'::int[]) AS u(id) CROSS JOIN LATERAL "
+        f"(SELECT * FROM records WHERE dataset_id = {int(dataset_id)} {per_user}"
         f"AND ts >= '{us_to_datetime(start_us).isoformat()}' "
         f"AND ts < '{us_to_datetime(end_us).isoformat()}' OFFSET 0) AS r "
         f"WHERE r.grid_id = ANY('{_int_array(grids)}'::int[])"

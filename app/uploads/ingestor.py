@@ -61,6 +61,7 @@ class _Grid:
 
 
 _NEVER = np.iinfo(np.int64).min
+_NO_USERS = np.empty(0, dtype=np.int64)
 _ROW = np.dtype([("code", "<i8"), ("user", "<i8"), ("ts", "<i8"), ("value", "<f8")])
 
 
@@ -279,7 +280,7 @@ class Ingestor:
         codes = sorted(new_users)
         ids = self.grid_ids[codes].tolist()
         with self._db:
-            old_users = dict(self.grid_repo.snapshot_users(ids))
+            old_users = self.grid_repo.snapshot_users(ids)
         by_slot: dict[int, list[int]] = {}
         for c in codes:
             by_slot.setdefault(self.grids[c].slot_us, []).append(c)
@@ -287,15 +288,18 @@ class Ingestor:
         minutes = self.dataset.timeslot_minutes
         for slot, slot_codes in sorted(by_slot.items()):
             grid_ids = [self.grids[c].grid_id for c in slot_codes]
-            users = np.unique(np.concatenate(
+            users: list[int] | None = np.unique(np.concatenate(
                 [a for c in slot_codes for a in new_users[c]]
-                + [old_users.get(g, np.empty(0, dtype=np.int64)) for g in grid_ids]
-            ))  # fmt: skip
+                + [old_users.get(g, (0, _NO_USERS))[1] for g in grid_ids]
+            )).tolist()  # fmt: skip
+            if any(
+                self.grids[c].n_records and old_users.get(g, (None,))[0] != self.grids[c].version
+                for c, g in zip(slot_codes, grid_ids, strict=True)
+            ):
+                users = None  # a stored grid without its snapshot: every user
             end = int(slot_end_bound_us(np.array([slot]), tz, minutes)[0])
             with self._db:
-                rec = copy_records(
-                    self.session, self.dataset.id, grid_ids, users.tolist(), slot, end
-                )
+                rec = copy_records(self.session, self.dataset.id, grid_ids, users, slot, end)
             rec = rec.sorted(by_grid=True)
             yield from summarise_grids(rec.grid_ids, rec.user_ids, rec.values)
 

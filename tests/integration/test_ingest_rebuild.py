@@ -182,3 +182,33 @@ def test_a_grid_given_only_duplicates_keeps_its_version(client: TestClient, app:
     with app.state.sessionmaker() as s:
         values = s.execute(text("SELECT value FROM records ORDER BY user_id, ts")).scalars().all()
     assert values == [5, 7, 9]
+
+
+def test_a_stored_grid_without_its_snapshot_is_rebuilt_from_all_its_records(
+    client: TestClient, app: FastAPI
+) -> None:
+    """Not a state dpgate leaves (a grid's snapshot is written with it), but the rebuild
+    does not rely on it: without the users a snapshot names, every record of the slot's
+    time range is read, for the grid and for the coarser grids over it."""
+    ds = create_dataset(client)["id"]
+    first = _rows(4, 120, T0, 2)
+    upload_csv(client, ds, make_csv(first))
+    assert client.get(f"/datasets/{ds}/grids", params={"h3_resolution": 7}).status_code == 200
+    with app.state.sessionmaker.begin() as s:
+        s.execute(
+            text(
+                "DELETE FROM grid_snapshots WHERE grid_id IN (SELECT id FROM grids "
+                "WHERE dataset_id = :d AND slot_minutes = 0)"
+            ),
+            {"d": ds},
+        )
+    # a few rows of one user into stored grids, before and after its latest one
+    moved = [("u0", (datetime.fromisoformat(r[1]) + timedelta(seconds=1)).isoformat(), *r[2:])
+             for r in first[::15]]  # fmt: skip
+    assert upload_csv(client, ds, make_csv(moved))["accepted"] == len(moved)
+    stored = _stored(app, ds)
+    expected = _old_path(app, ds)
+    changed = {g for g, t in stored.items() if t[3] > 1}
+    assert changed and {g: (*stored[g][:3], *stored[g][4:]) for g in changed} == {
+        g: expected[g] for g in changed
+    }
