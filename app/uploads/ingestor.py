@@ -15,9 +15,7 @@ from __future__ import annotations
 import base64
 import secrets
 import tempfile
-import threading
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -160,9 +158,6 @@ class Ingestor:
         self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
         self.inserted = 0
         self.duplicates = 0
-        self._db = threading.Lock()  # the connection, at finish()
-        self._pool: ThreadPoolExecutor
-        self._stored: Future[None] | None = None  # the grids being written
 
     # -------------------------------------------------------------- per batch
     def write(self, batch: Batch) -> None:
@@ -231,21 +226,15 @@ class Ingestor:
         by_id = {g.grid_id: g for g in self.grids}
         changed = 0
         reread_users: dict[int, list[np.ndarray]] = {}  # grid code -> users of its new rows
-        # grids are written on a helper thread while the next ones are summarised; the
-        # connection is used by one thread at a time (self._db)
-        with ThreadPoolExecutor(1, thread_name_prefix="dpgate-ingest-store") as self._pool:
-            for rows in self.new_rows.groups():
-                old = self._stored_snapshots(rows["code"])
-                back = self.reread[rows["code"]]
-                if back.any():
-                    for code, users in _users_by_code(rows[back]):
-                        reread_users.setdefault(code, []).append(users)
-                    rows = rows[~back]
-                changed += self._store(by_id, _extend(old, rows, self.grid_ids))
-            changed += self._store(by_id, self._read_back(reread_users))
-            if self._stored is not None:
-                self._stored.result()
-        return changed
+        for rows in self.new_rows.groups():
+            old = self._stored_snapshots(rows["code"])
+            back = self.reread[rows["code"]]
+            if back.any():
+                for code, users in _users_by_code(rows[back]):
+                    reread_users.setdefault(code, []).append(users)
+                rows = rows[~back]
+            changed += self._store(by_id, _extend(old, rows, self.grid_ids))
+        return changed + self._store(by_id, self._read_back(reread_users))
 
     def _stored_snapshots(self, codes: np.ndarray) -> RecordArrays:
         """The records of the stored grids among ``codes`` that are not to be read back, from
@@ -253,8 +242,7 @@ class Ingestor:
         at its version is marked to be read back instead."""
         wanted = np.unique(codes[~self.is_new[codes] & ~self.reread[codes]]).tolist()
         wanted = [c for c in wanted if self.grids[c].n_records]
-        with self._db:
-            snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
+        snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
         code_of = {self.grids[c].grid_id: c for c in wanted}
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
         for gid, version, users, counts, values in snaps:
@@ -279,8 +267,7 @@ class Ingestor:
             return
         codes = sorted(new_users)
         ids = self.grid_ids[codes].tolist()
-        with self._db:
-            old_users = self.grid_repo.snapshot_users(ids)
+        old_users = self.grid_repo.snapshot_users(ids)
         by_slot: dict[int, list[int]] = {}
         for c in codes:
             by_slot.setdefault(self.grids[c].slot_us, []).append(c)
@@ -298,8 +285,7 @@ class Ingestor:
             ):
                 users = None  # a stored grid without its snapshot: every user
             end = int(slot_end_bound_us(np.array([slot]), tz, minutes)[0])
-            with self._db:
-                rec = copy_records(self.session, self.dataset.id, grid_ids, users, slot, end)
+            rec = copy_records(self.session, self.dataset.id, grid_ids, users, slot, end)
             rec = rec.sorted(by_grid=True)
             yield from summarise_grids(rec.grid_ids, rec.user_ids, rec.values)
 
@@ -326,20 +312,13 @@ class Ingestor:
         return changed + self._flush(new_grids, new_snaps, old_grids, old_snaps)
 
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
-        """Hand these grids to the writing thread (after the previous ones are written)."""
-        if self._stored is not None:
-            self._stored.result()  # re-raises its error
-        self._stored = self._pool.submit(self._write, new_grids, new_snaps, old_grids, old_snaps)
-        return len(new_grids) + len(old_grids)
-
-    def _write(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> None:
         ids = public_ids(len(new_grids))
         new_grids = [(g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)]
-        with self._db:
-            self.bulk.insert_grids(self.dataset.id, new_grids)
-            self.bulk.write_snapshots(new_snaps, replace=False)
-            self.bulk.update_grids(old_grids)
-            self.bulk.write_snapshots(old_snaps, replace=True)
+        self.bulk.insert_grids(self.dataset.id, new_grids)
+        self.bulk.write_snapshots(new_snaps, replace=False)
+        self.bulk.update_grids(old_grids)
+        self.bulk.write_snapshots(old_snaps, replace=True)
+        return len(new_grids) + len(old_grids)
 
 
 def public_ids(n: int) -> list[str]:
