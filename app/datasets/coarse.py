@@ -6,7 +6,8 @@ with the longer length: a slot starts where local wall time is a multiple of its
 length after local midnight, so on a daylight-saving day the slot holding the
 change is an hour longer or shorter, never misaligned. The coarser grid's
 occupancy and engine input come from the stored records (earliest first per
-user, as for the dataset's own grids) and are stored as its snapshot, so the
+user, as for the dataset's own grids; read through the records' key, by the users of
+its grids and their time range) and are stored as its snapshot, so the
 grid cache serves it by version like any grid (``coarse_repository`` says how
 versions and concurrent creation work).
 """
@@ -27,7 +28,13 @@ from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, Fine
 from app.datasets.grid_store import summarise_grids
 from app.datasets.models import Dataset, Grid
 from app.errors import InvalidRequest
-from app.ingest.timeslots import datetime_to_us, get_zone, slot_start_us, us_to_datetime
+from app.ingest.timeslots import (
+    datetime_to_us,
+    get_zone,
+    slot_end_bound_us,
+    slot_start_us,
+    us_to_datetime,
+)
 
 __all__ = ["GridLevel", "coarse_grids", "grid_level", "refresh_after_upload"]
 
@@ -76,33 +83,50 @@ def _keys(fine: list[FineGrid], dataset: Dataset, level: GridLevel) -> list[tupl
 
 
 def _build(
-    repo: CoarseGridRepository, groups: dict[tuple[str, int], list[FineGrid]]
+    repo: CoarseGridRepository, dataset: Dataset, groups: dict[tuple[str, int], list[FineGrid]]
 ) -> dict[tuple[str, int], CoarseRow]:
-    """Occupancy and snapshot of each coarser grid, from its grids' stored records."""
-    keys = list(groups)
-    index = {g.id: i for i, k in enumerate(keys) for g in groups[k]}
-    grid_ids, users, values = repo.records_by_user_time(list(index))
-    if grid_ids.size == 0:
-        return {}
-    lookup = np.array(sorted(index), dtype=np.int64)
-    code_of = np.array([index[int(g)] for g in lookup], dtype=np.int64)
-    codes = code_of[np.searchsorted(lookup, grid_ids)]
-    order = np.argsort(codes, kind="stable")  # (coarser grid, user, time, record id)
+    """Occupancy and snapshot of each coarser grid, from its grids' stored records (read
+    one coarser slot at a time: the users of its grids, in their slots' time range)."""
+    fine = [g for v in groups.values() for g in v]
+    users = repo.grid_users([g.id for g in fine])
+    starts = np.array([datetime_to_us(g.slot_start) for g in fine], dtype=np.int64)
+    ends = slot_end_bound_us(starts, get_zone(dataset.timezone), dataset.timeslot_minutes)
+    end_of = {g.id: int(e) for g, e in zip(fine, ends.tolist(), strict=True)}
+    by_slot: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for key in groups:
+        by_slot[key[1]].append(key)
     out = {}
-    for s in summarise_grids(codes[order], users[order], values[order]):
-        key = keys[s.grid_id]
-        out[key] = CoarseRow(
-            h3_cell=key[0],
-            slot_start=us_to_datetime(key[1]),
-            public_id=secrets.token_urlsafe(12),
-            n_users=s.n_users,
-            n_records=s.n_records,
-            max_user_records=s.max_user_records,
-            version=sum(g.version for g in groups[key]),
-            user_ids=s.user_ids,
-            counts=s.counts,
-            values=s.values,
+    for keys in by_slot.values():
+        index = {g.id: i for i, k in enumerate(keys) for g in groups[k]}
+        part = [g for k in keys for g in groups[k]]
+        known = all(users.get(g.id, (None,))[0] == g.version for g in part)
+        rec = repo.records(
+            dataset.id,
+            list(index),
+            np.unique(np.concatenate([users[g.id][1] for g in part])).tolist() if known else None,
+            min(datetime_to_us(g.slot_start) for g in part),
+            max(end_of[g.id] for g in part),
         )
+        if rec.grid_ids.size == 0:
+            continue
+        lookup = np.array(sorted(index), dtype=np.int64)
+        code_of = np.array([index[int(g)] for g in lookup], dtype=np.int64)
+        codes = code_of[np.searchsorted(lookup, rec.grid_ids)]
+        order = np.lexsort((rec.ts_us, rec.user_ids, codes))  # (coarser grid, user, time)
+        for s in summarise_grids(codes[order], rec.user_ids[order], rec.values[order]):
+            key = keys[s.grid_id]
+            out[key] = CoarseRow(
+                h3_cell=key[0],
+                slot_start=us_to_datetime(key[1]),
+                public_id=secrets.token_urlsafe(12),
+                n_users=s.n_users,
+                n_records=s.n_records,
+                max_user_records=s.max_user_records,
+                version=sum(g.version for g in groups[key]),
+                user_ids=s.user_ids,
+                counts=s.counts,
+                values=s.values,
+            )
     return out
 
 
@@ -138,7 +162,7 @@ def coarse_grids(
         if k not in stored or stored[k].version != sum(g.version for g in v)
     }
     if stale:
-        built = _build(repo, stale)
+        built = _build(repo, dataset, stale)
         repo.insert_missing(
             dataset.id, level.slot_minutes, [r for k, r in built.items() if k not in stored]
         )

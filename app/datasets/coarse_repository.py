@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid, GridSnapshot
-from app.datasets.repository import copy_records
+from app.datasets.repository import GridRepository, RecordArrays, copy_records
 
 IN_CHUNK = 500
 
@@ -101,12 +101,20 @@ class CoarseGridRepository:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def records_by_user_time(
-        self, grid_ids: Sequence[int]
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(grid_id, user_id, value)`` of these grids' records, ordered by user,
-        timestamp, record id (each user's records earliest first across the grids)."""
-        return copy_records(self.session, grid_ids, "user_id, ts, id")
+    def grid_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
+        """``{grid_id: (version, user ids)}`` of these grids' snapshots."""
+        return GridRepository(self.session).snapshot_users(grid_ids)
+
+    def records(
+        self,
+        dataset_id: int,
+        grid_ids: Sequence[int],
+        user_ids: Sequence[int] | None,
+        start_us: int,
+        end_us: int,
+    ) -> RecordArrays:
+        """These grids' records (in no order), given all their users and time range."""
+        return copy_records(self.session, dataset_id, grid_ids, user_ids, start_us, end_us)
 
     def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:
         """Insert coarser grids not stored yet (a concurrent twin is kept as it is)."""

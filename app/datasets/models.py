@@ -6,7 +6,6 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    BigInteger,
     Boolean,
     Float,
     ForeignKey,
@@ -88,26 +87,24 @@ class Grid(Base):
 
 
 class Record(Base):
-    """One accepted raw record (value already clamped to [0, U]).
+    """One accepted raw record (value already clamped to [0, U]), keyed by its user and
+    time: a user's repeated timestamp is a duplicate, not a second record.
 
-    Deliberately without FOREIGN KEY constraints: ingestion is the only writer and
-    resolves ``grid_id`` and ``user_id`` itself, in the same transaction and under
-    the dataset's lock (it also inserts a new grid only at the end of an upload).
-    On Postgres the three per-row FK triggers about tripled the cost of inserting
-    records. Deleting a dataset must therefore delete its records explicitly.
+    Deliberately without FOREIGN KEY constraints, surrogate id or grid index (each one
+    multiplied the cost of inserting records on Postgres): ingestion is the only writer and
+    resolves ``grid_id`` and ``user_id`` itself, in the same transaction and under the
+    dataset's lock (it also inserts a new grid only at the end of an upload). A grid's
+    records are read through the key, by its users and time range
+    (:func:`app.datasets.repository.copy_records`). Deleting a dataset must therefore
+    delete its records explicitly.
     """
 
     __tablename__ = "records"
-    __table_args__ = (
-        UniqueConstraint("dataset_id", "user_id", "ts"),
-        Index("ix_records_grid_user_ts", "grid_id", "user_id", "ts"),
-    )
 
-    id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
-    dataset_id: Mapped[int] = mapped_column(Integer)  # datasets.id (no FK: see above)
+    dataset_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # datasets.id
+    user_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # dataset_users.id
+    ts: Mapped[datetime] = mapped_column(UTCDateTime(), primary_key=True)
     grid_id: Mapped[int] = mapped_column(Integer)  # grids.id
-    user_id: Mapped[int] = mapped_column(Integer)  # dataset_users.id
-    ts: Mapped[datetime] = mapped_column(UTCDateTime())
     value: Mapped[float] = mapped_column(Float)
 
 

@@ -1,11 +1,11 @@
-"""All SQL about datasets, their grids, snapshots and uploads, and the reading of a
-grid's records by binary ``COPY`` (:func:`copy_records`). Ingestion's bulk writes are
+"""All SQL about datasets, their grids, snapshots and uploads, and the reading of
+grids' records by binary ``COPY`` (:func:`copy_records`). Ingestion's bulk writes are
 ``app.uploads.repository``'s."""
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -14,6 +14,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
+from app.ingest.timeslots import us_to_datetime
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500
@@ -136,6 +137,18 @@ class GridRepository:
             out.extend((r[0], r[1], r[2], r[3], r[4]) for r in rows)
         return out
 
+    def snapshot_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
+        """``{grid_id: (version, user ids)}`` of these grids' snapshots (users with records)."""
+        out: dict[int, tuple[int, np.ndarray]] = {}
+        snap = GridSnapshot
+        for part in _chunks(grid_ids, 5000):
+            rows = self.session.execute(
+                select(snap.grid_id, snap.version, snap.user_ids).where(snap.grid_id.in_(part))
+            )
+            for gid, version, users in rows:
+                out[gid] = (version, np.frombuffer(users, dtype="<i8").astype(np.int64))
+        return out
+
     def in_slots(
         self, dataset_id: int, slots: Sequence[datetime]
     ) -> list[tuple[int, str, datetime, int, int]]:
@@ -153,42 +166,71 @@ class GridRepository:
         return out
 
 
-_FETCH_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l1", ">i4"), ("grid", ">i8"),
-        ("l2", ">i4"), ("user", ">i8"),
-        ("l3", ">i4"), ("value", ">f8"),
-    ]
-)  # fmt: skip
+_FETCH_ROW = np.dtype([("grid", ">i4"), ("user", ">i4"), ("ts", ">i8"), ("value", ">f8")])
+#: Microseconds from the Unix epoch to Postgres' (2000-01-01), the origin of binary times.
+PG_EPOCH_OFFSET_US = 946_684_800_000_000
+
+
+@dataclass(frozen=True)
+class RecordArrays:
+    """Records as arrays: grid and user ids, UTC µs, values (row ``i`` across all four)."""
+
+    grid_ids: np.ndarray
+    user_ids: np.ndarray
+    ts_us: np.ndarray
+    values: np.ndarray
+
+    def sorted(self, *, by_grid: bool) -> RecordArrays:
+        """In (grid, user, time) order, or (user, time) order: ``(user, time)`` is the
+        records' key, so either order is total."""
+        keys = (
+            (self.ts_us, self.user_ids, self.grid_ids) if by_grid else (self.ts_us, self.user_ids)
+        )
+        order = np.lexsort(keys)
+        return RecordArrays(
+            self.grid_ids[order], self.user_ids[order], self.ts_us[order], self.values[order]
+        )
 
 
 def copy_records(
-    session: Session, grid_ids: Sequence[int], order_by: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(grid_id, user_id, value)`` arrays of the records of grids ``grid_ids`` in
-    ``order_by`` order (a fixed column list of the caller's), by binary ``COPY`` on the
-    session's connection."""
-    ids = sorted({int(g) for g in grid_ids})
-    if not ids:
+    session: Session,
+    dataset_id: int,
+    grid_ids: Iterable[int],
+    user_ids: Iterable[int] | None,
+    start_us: int,
+    end_us: int,
+) -> RecordArrays:
+    """The records of grids ``grid_ids`` (in no order), given every user with a record in
+    them and a time range ``[start_us, end_us)`` holding them all: read through the
+    records' key ``(dataset_id, user_id, ts)``, one range per user (``user_ids=None``:
+    users unknown, the dataset's whole key is scanned for the range)."""
+    grids = sorted({int(g) for g in grid_ids})
+    users = None if user_ids is None else sorted({int(u) for u in user_ids})
+    if not grids or users == [] or start_us >= end_us:
         empty = np.empty(0, dtype=np.int64)
-        return empty, empty, np.empty(0, dtype=np.float64)
-    driver: Any = session.connection().connection.driver_connection
-    id_list = "{" + ",".join(map(str, ids)) + "}"  # integers only: safe to inline
+        return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
+    # Integers and our own UTC datetimes only: safe to inline. One range scan of the key
+    # per user, whatever the statistics; one bytea of packed rows back (a row per COPY
+    # message costs more to receive than the reading itself).
+    per_user = "" if users is None else "AND user_id = u.id "
     sql = (
-        "COPY (SELECT grid_id::bigint, user_id::bigint, value::float8 FROM records "  # noqa: S608
-        f"WHERE grid_id = ANY('{id_list}'::bigint[]) "
-        f"ORDER BY {order_by}) TO STDOUT (FORMAT BINARY)"
+        "SELECT string_agg(int4send(r.grid_id) || int4send(r.user_id) || "  # noqa: S608
+        "timestamptz_send(r.ts) || float8send(r.value), ''::bytea) "
+        f"FROM unnest('{_int_array(users or [0])}'::int[]) AS u(id) CROSS JOIN LATERAL "
+        f"(SELECT * FROM records WHERE dataset_id = {int(dataset_id)} {per_user}"
+        f"AND ts >= '{us_to_datetime(start_us).isoformat()}' "
+        f"AND ts < '{us_to_datetime(end_us).isoformat()}' OFFSET 0) AS r "
+        f"WHERE r.grid_id = ANY('{_int_array(grids)}'::int[])"
     )
-    buf = bytearray()
-    with driver.cursor() as cur, cur.copy(sql) as copy:
-        for block in copy:
-            buf += block
-    ext = struct.unpack(">i", buf[15:19])[0]
-    body = memoryview(buf)[19 + ext : len(buf) - 2]
-    rows = np.frombuffer(body, dtype=_FETCH_ROW)
-    return (
+    packed = session.connection().exec_driver_sql(sql).scalar()
+    rows = np.frombuffer(packed or b"", dtype=_FETCH_ROW)
+    return RecordArrays(
         rows["grid"].astype(np.int64),
         rows["user"].astype(np.int64),
+        rows["ts"].astype(np.int64) + PG_EPOCH_OFFSET_US,
         rows["value"].astype(np.float64),
     )
+
+
+def _int_array(values: Sequence[int]) -> str:
+    return "{" + ",".join(map(str, values)) + "}"

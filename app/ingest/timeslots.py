@@ -34,6 +34,7 @@ __all__ = [
     "is_valid_timezone",
     "localize_us",
     "parse_timestamp",
+    "slot_end_bound_us",
     "slot_start_us",
     "us_to_datetime",
     "utc_offsets_us",
@@ -240,3 +241,20 @@ def slot_start_us(utc_us: np.ndarray, tz: ZoneInfo, minutes: int) -> np.ndarray:
         lo[i], hi[i] = min(a, b), max(a, b)
     lo_r, hi_r = lo[inverse], hi[inverse]
     return np.where(hi_r <= utc_us, hi_r, lo_r)
+
+
+def slot_end_bound_us(starts_us: np.ndarray, tz: ZoneInfo, minutes: int) -> np.ndarray:
+    """For slots starting at ``starts_us`` (from :func:`slot_start_us`), an instant after
+    every instant of the slot: the latest instant of the local wall time ``minutes`` after
+    the start's. Exact without daylight saving; up to the change's length later around one."""
+    step = minutes * 60 * US
+    starts_us = np.asarray(starts_us, dtype=np.int64)
+    if starts_us.size == 0 or _is_utc(tz):
+        return starts_us + step
+    walls, inverse = np.unique(
+        starts_us + utc_offsets_us(starts_us, tz) + step, return_inverse=True
+    )
+    ends = [
+        max(w - _wall_offset_us(w, tz, 0), w - _wall_offset_us(w, tz, 1)) for w in walls.tolist()
+    ]
+    return np.array(ends, dtype=np.int64)[inverse]

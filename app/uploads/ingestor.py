@@ -2,9 +2,12 @@
 building the snapshots of the grids an upload touched at its end.
 
 A new grid only gets an id while records stream in; :meth:`Ingestor.finish` inserts
-it with its final summary and snapshot, built from the rows kept in memory (or
-spilled to temporary files past :data:`MEMORY_REBUILD_ROWS`, :class:`NewGridRows`);
-grids that had records are re-read from the database.
+it with its final summary and snapshot. Every row stored is kept (in memory, or
+spilled to temporary files past :data:`MEMORY_REBUILD_ROWS`: :class:`NewGridRows`);
+a new grid's snapshot is built from its rows, a stored grid's from its stored snapshot
+followed by its new rows, each user's after its earlier ones (every row of the upload
+is later than its user's stored records: a row that is not goes through the duplicate
+look-up, and a stored grid that receives one is read back whole from the database).
 """
 
 from __future__ import annotations
@@ -23,20 +26,17 @@ from sqlalchemy.orm import Session
 
 from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset
-from app.datasets.repository import GridRepository
+from app.datasets.repository import GridRepository, RecordArrays, copy_records
 from app.ingest.batches import Batch
-from app.ingest.timeslots import datetime_to_us, us_to_datetime
+from app.ingest.timeslots import datetime_to_us, get_zone, slot_end_bound_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
 
-#: Rows of new grids kept in memory to build their snapshots; beyond this they are
-#: spilled to ``SPILL_BUCKETS`` temporary files (grids that had records are re-read).
+#: Rows stored kept in memory to build snapshots; beyond this they are spilled to
+#: ``SPILL_BUCKETS`` temporary files.
 MEMORY_REBUILD_ROWS = 1_000_000
 SPILL_BUCKETS = 64
 #: Grids written per statement when storing summaries and snapshots.
 STORE_GRIDS = 5000
-#: Records read back per query when rebuilding from the database, and grids per query.
-REBUILD_RECORDS = 1_000_000
-REBUILD_GRIDS = 1000
 
 
 def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
@@ -54,16 +54,17 @@ class _Grid:
     grid_id: int
     version: int
     n_records: int  # before this upload
-    new_key: tuple[str, int] | None = None  # (h3 cell, slot µs) of a grid not yet inserted
-    dirty: bool = False  # some rows may not have been inserted: rebuild from the database
+    slot_us: int
+    cell: str | None = None  # the H3 cell of a grid not yet inserted
 
 
 _NEVER = np.iinfo(np.int64).min
+_NO_USERS = np.empty(0, dtype=np.int64)
 _ROW = np.dtype([("code", "<i8"), ("user", "<i8"), ("ts", "<i8"), ("value", "<f8")])
 
 
 class NewGridRows:
-    """The rows stored this upload for grids it creates, kept to build their snapshots
+    """The rows stored this upload, kept to build the snapshots of the grids they went to
     without reading them back from the database.
 
     Held in memory up to ``MEMORY_REBUILD_ROWS`` rows, then spilled to ``SPILL_BUCKETS``
@@ -142,6 +143,7 @@ class Ingestor:
     """
 
     def __init__(self, session: Session, dataset: Dataset, secret: bytes) -> None:
+        self.session = session
         self.dataset = dataset
         self.secret = secret
         self.grid_repo = GridRepository(session)
@@ -149,8 +151,8 @@ class Ingestor:
         self.user_ids = np.empty(0, dtype=np.int64)  # by user code
         self.grid_ids = np.empty(0, dtype=np.int64)  # by grid code
         self.grids: list[_Grid] = []  # by grid code
-        self.attempted = np.empty(0, dtype=np.int64)  # rows offered, by grid code
         self.is_new = np.empty(0, dtype=bool)  # grid not stored before this upload, by code
+        self.reread = np.empty(0, dtype=bool)  # stored grid to read back whole, by code
         self.slot_grids: dict[int, dict[str, _Grid]] = {}  # slot µs -> stored grids
         self.new_rows = NewGridRows()
         self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
@@ -169,7 +171,6 @@ class Ingestor:
             self._add_grids(batch.new_grids)
         if not len(batch):
             return
-        self.attempted += np.bincount(batch.grid_codes, minlength=len(self.attempted))
         keep = first_occurrences(batch.user_codes, batch.ts_us)
         codes, user_codes = batch.grid_codes[keep], batch.user_codes[keep]
         ts, values = batch.ts_us[keep], batch.values[keep]
@@ -177,17 +178,17 @@ class Ingestor:
         check = ts <= self.latest[user_codes]
         np.maximum.at(self.latest, user_codes, ts)
         users = self.user_ids[user_codes]
-        inserted = self.bulk.insert_records(
+        stored = self.bulk.insert_records(
             self.dataset.id, self.grid_ids[codes], users, ts, values, check
         )
-        self.inserted += inserted
-        self.duplicates += len(batch) - inserted
-        if inserted == len(keep):  # exactly these rows were stored: keep new grids' rows
-            new = self.is_new[codes]
-            self.new_rows.add(codes[new], users[new], ts[new], values[new])
-        else:
-            for c in np.unique(codes).tolist():
-                self.grids[c].dirty = True
+        n = int(np.count_nonzero(stored))
+        self.inserted += n
+        self.duplicates += len(batch) - n
+        # a stored grid given a row earlier than its user's latest: its order is unknown here
+        self.reread[codes[stored & check & ~self.is_new[codes]]] = True
+        if n < len(stored):
+            codes, users, ts, values = codes[stored], users[stored], ts[stored], values[stored]
+        self.new_rows.add(codes, users, ts, values)
 
     def _add_grids(self, keys: list[tuple[int, int]]) -> None:
         # Each slot's stored grids are loaded once per upload; a key not among them is
@@ -198,54 +199,95 @@ class Ingestor:
         if slots:
             rows = self.grid_repo.in_slots(self.dataset.id, [us_to_datetime(s) for s in slots])
             for gid, cell_str, slot_start, version, n_records in rows:
-                self.slot_grids[datetime_to_us(slot_start)][cell_str] = _Grid(
-                    gid, version, n_records
-                )
+                slot = datetime_to_us(slot_start)
+                self.slot_grids[slot][cell_str] = _Grid(gid, version, n_records, slot)
         grids: list[_Grid | None] = [
             self.slot_grids[slot].get(h3.int_to_str(cell)) for cell, slot in keys
         ]
         fresh = [i for i, g in enumerate(grids) if g is None]
         for i, gid in zip(fresh, self.bulk.allocate_grid_ids(len(fresh)), strict=True):
             cell, slot = keys[i]
-            grids[i] = _Grid(gid, 0, 0, new_key=(h3.int_to_str(cell), slot))
+            grids[i] = _Grid(gid, 0, 0, slot, cell=h3.int_to_str(cell))
         added = [g for g in grids if g is not None]
         self.grids.extend(added)
         self.grid_ids = np.concatenate(
             [self.grid_ids, np.array([g.grid_id for g in added], dtype=np.int64)]
         )
-        self.attempted = np.concatenate([self.attempted, np.zeros(len(added), dtype=np.int64)])
-        self.is_new = np.concatenate([self.is_new, [g.new_key is not None for g in added]])
+        self.is_new = np.concatenate([self.is_new, [g.cell is not None for g in added]])
+        self.reread = np.concatenate([self.reread, np.zeros(len(added), dtype=bool)])
 
     # ----------------------------------------------------------------- at end
     def finish(self) -> int:
         """Insert new grids and refresh changed ones (summary, snapshot, version + 1).
 
-        A new grid whose rows all turned out duplicates is never created; a stored
-        grid that only received duplicates keeps its version. Returns how many
-        grids were created or changed.
+        A grid whose every row turned out a duplicate is neither created nor changed.
+        Returns how many grids were created or changed.
         """
         by_id = {g.grid_id: g for g in self.grids}
-        # new grids whose every row is known: built from the kept rows
-        dirty = np.array([g.dirty for g in self.grids], dtype=bool)
-        from_rows = {c for c, g in enumerate(self.grids) if g.new_key and not g.dirty}
         changed = 0
+        reread_users: dict[int, list[np.ndarray]] = {}  # grid code -> users of its new rows
         for rows in self.new_rows.groups():
-            if dirty.any():
-                rows = rows[~dirty[rows["code"]]]
-            rows = rows[np.lexsort((rows["ts"], rows["user"], rows["code"]))]
-            grid_ids = self.grid_ids[rows["code"]]
-            users, values = rows["user"].copy(), rows["value"].copy()
-            del rows
-            changed += self._store(by_id, summarise_grids(grid_ids, users, values))
-        # the others (grids that had records, or saw duplicates of stored rows): re-read
-        rest = [
-            (g.grid_id, g.n_records + int(n))
-            for c, (g, n) in enumerate(zip(self.grids, self.attempted.tolist(), strict=True))
-            if c not in from_rows
-        ]
-        for group in _groups(sorted(rest)):
-            changed += self._store(by_id, summarise_grids(*self.bulk.read_grids(group)))
-        return changed
+            old = self._stored_snapshots(rows["code"])
+            back = self.reread[rows["code"]]
+            if back.any():
+                for code, users in _users_by_code(rows[back]):
+                    reread_users.setdefault(code, []).append(users)
+                rows = rows[~back]
+            changed += self._store(by_id, _extend(old, rows, self.grid_ids))
+        return changed + self._store(by_id, self._read_back(reread_users))
+
+    def _stored_snapshots(self, codes: np.ndarray) -> RecordArrays:
+        """The records of the stored grids among ``codes`` that are not to be read back, from
+        their snapshots (no times: in their stored order). A grid whose snapshot is not
+        at its version is marked to be read back instead."""
+        wanted = np.unique(codes[~self.is_new[codes] & ~self.reread[codes]]).tolist()
+        wanted = [c for c in wanted if self.grids[c].n_records]
+        snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
+        code_of = {self.grids[c].grid_id: c for c in wanted}
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        for gid, version, users, counts, values in snaps:
+            if version == self.grids[code_of[gid]].version:
+                del code_of[gid]
+                vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
+                user_of = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, "<i8"))
+                parts.append(
+                    (np.full(vals.size, gid, dtype=np.int64), user_of.astype(np.int64), vals)
+                )
+        self.reread[list(code_of.values())] = True
+        if not parts:
+            empty = np.empty(0, dtype=np.int64)
+            return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
+        gids, user_ids, vals = (np.concatenate(p) for p in zip(*parts, strict=True))
+        return RecordArrays(gids, user_ids, np.arange(gids.size, dtype=np.int64), vals)
+
+    def _read_back(self, new_users: dict[int, list[np.ndarray]]) -> Iterator[GridSummary]:
+        """The summaries of stored grids read back whole from the database: every record
+        of a user of the grid (stored or new) in its slot's time range, one slot at a time."""
+        if not new_users:
+            return
+        codes = sorted(new_users)
+        ids = self.grid_ids[codes].tolist()
+        old_users = self.grid_repo.snapshot_users(ids)
+        by_slot: dict[int, list[int]] = {}
+        for c in codes:
+            by_slot.setdefault(self.grids[c].slot_us, []).append(c)
+        tz = get_zone(self.dataset.timezone)
+        minutes = self.dataset.timeslot_minutes
+        for slot, slot_codes in sorted(by_slot.items()):
+            grid_ids = [self.grids[c].grid_id for c in slot_codes]
+            users: list[int] | None = np.unique(np.concatenate(
+                [a for c in slot_codes for a in new_users[c]]
+                + [old_users.get(g, (0, _NO_USERS))[1] for g in grid_ids]
+            )).tolist()  # fmt: skip
+            if any(
+                self.grids[c].n_records and old_users.get(g, (None,))[0] != self.grids[c].version
+                for c, g in zip(slot_codes, grid_ids, strict=True)
+            ):
+                users = None  # a stored grid without its snapshot: every user
+            end = int(slot_end_bound_us(np.array([slot]), tz, minutes)[0])
+            rec = copy_records(self.session, self.dataset.id, grid_ids, users, slot, end)
+            rec = rec.sorted(by_grid=True)
+            yield from summarise_grids(rec.grid_ids, rec.user_ids, rec.values)
 
     def _store(self, by_id: dict[int, _Grid], summaries: Iterator[GridSummary]) -> int:
         """Write the grids whose record count changed, ``STORE_GRIDS`` at a time."""
@@ -258,12 +300,11 @@ class Ingestor:
             version = grid.version + 1
             snap = (s.grid_id, version, s.user_ids, s.counts, s.values)
             summary = (s.n_users, s.n_records, s.max_user_records, version)
-            if grid.new_key is None:
+            if grid.cell is None:
                 old_grids.append((s.grid_id, *summary))
                 old_snaps.append(snap)
             else:
-                cell, slot = grid.new_key
-                new_grids.append((s.grid_id, "", cell, slot, *summary))
+                new_grids.append((s.grid_id, "", grid.cell, grid.slot_us, *summary))
                 new_snaps.append(snap)
             if len(new_grids) + len(old_grids) >= STORE_GRIDS:
                 changed += self._flush(new_grids, new_snaps, old_grids, old_snaps)
@@ -287,16 +328,27 @@ def public_ids(n: int) -> list[str]:
     return [text[i : i + 16] for i in range(0, 16 * n, 16)]
 
 
-def _groups(grids: list[tuple[int, int]]) -> Iterator[list[int]]:
-    """Grid ids in groups of at most ``REBUILD_GRIDS`` grids and about
-    ``REBUILD_RECORDS`` records (from an upper bound per grid)."""
-    group: list[int] = []
-    size = 0
-    for gid, est in grids:
-        if group and (size + est > REBUILD_RECORDS or len(group) >= REBUILD_GRIDS):
-            yield group
-            group, size = [], 0
-        group.append(gid)
-        size += est
-    if group:
-        yield group
+def _extend(old: RecordArrays, rows: np.ndarray, grid_ids: np.ndarray) -> Iterator[GridSummary]:
+    """The summaries of the grids of ``old`` (stored records, ``ts_us`` their stored order)
+    and ``rows`` (new ones, by grid code; each grid's whole rows): per grid and user, the
+    stored records first, then the new ones by time."""
+    gids = np.concatenate([old.grid_ids, grid_ids[rows["code"]]])
+    users = np.concatenate([old.user_ids, rows["user"]])
+    ts = np.concatenate([old.ts_us, rows["ts"]])
+    values = np.concatenate([old.values, rows["value"]])
+    if old.grid_ids.size:
+        phase = np.concatenate([np.zeros(old.grid_ids.size, bool), np.ones(rows.size, bool)])
+        order = np.lexsort((ts, phase, users, gids))
+    elif np.all((users[1:] > users[:-1]) | ((users[1:] == users[:-1]) & (ts[1:] > ts[:-1]))):
+        order = np.argsort(gids, kind="stable")  # already by (user, time), as batches come
+    else:
+        order = np.lexsort((ts, users, gids))
+    return summarise_grids(gids[order], users[order], values[order])
+
+
+def _users_by_code(rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    """``(grid code, its users)`` for the grids of ``rows``."""
+    pairs = np.unique(np.stack([rows["code"], rows["user"]], axis=1), axis=0)
+    bounds = np.flatnonzero(np.diff(pairs[:, 0])) + 1
+    for part in np.split(pairs, bounds):
+        yield int(part[0, 0]), part[:, 1]

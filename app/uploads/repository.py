@@ -16,53 +16,63 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.datasets.repository import copy_records
+from app.datasets.repository import PG_EPOCH_OFFSET_US
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
-#: Microseconds between the Unix epoch and Postgres' epoch (2000-01-01).
-PG_EPOCH_OFFSET_US = 946_684_800_000_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _PG_COPY_TRAILER = struct.pack(">h", -1)
 _PG_STAGE_ROW = np.dtype(
+    [("n", ">i2"), ("l1", ">i4"), ("row", ">i4"), ("l2", ">i4"), ("user", ">i4"),
+     ("l3", ">i4"), ("ts", ">i8")]
+)  # fmt: skip
+_PG_RECORD_ROW = np.dtype(
     [
         ("n", ">i2"),
+        ("l0", ">i4"), ("dataset", ">i4"),
         ("l1", ">i4"), ("grid", ">i4"),
         ("l2", ">i4"), ("user", ">i4"),
         ("l3", ">i4"), ("ts", ">i8"),
         ("l4", ">i4"), ("value", ">f8"),
     ]
 )  # fmt: skip
-_PG_RECORD_ROW = np.dtype(
-    [("n0", ">i2"), ("l0", ">i4"), ("dataset", ">i4"), *_PG_STAGE_ROW.descr[1:]]
-)
 
 
-def _copy_rows(
-    dtype: np.dtype,
+def _record_rows(
+    dataset_id: int,
     grid_ids: np.ndarray,
     user_ids: np.ndarray,
     ts_us: np.ndarray,
     values: np.ndarray,
 ) -> np.ndarray:
-    """Binary ``COPY`` tuples: ``(grid int4, user int4, ts, value)``, after a leading
-    ``dataset int4`` for ``_PG_RECORD_ROW`` (the caller sets it)."""
-    rows = np.empty(len(grid_ids), dtype=dtype)
-    fields = dtype.names or ()
-    if "n0" in fields:
-        rows["n0"], rows["l0"] = 5, 4
-    else:
-        rows["n"] = 4
-    rows["l1"] = rows["l2"] = 4
+    """Binary ``COPY`` tuples of ``records``: ``(dataset, grid, user, ts, value)``."""
+    rows = np.empty(len(grid_ids), dtype=_PG_RECORD_ROW)
+    rows["n"] = 5
+    rows["l0"] = rows["l1"] = rows["l2"] = 4
     rows["l3"] = rows["l4"] = 8
+    rows["dataset"] = dataset_id
     rows["grid"] = grid_ids
     rows["user"] = user_ids
     rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
     rows["value"] = values
     return rows
+
+
+def _snapshot_tuples(rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> bytes:
+    """Binary ``COPY`` data of snapshots ``(grid_id int4, version int4, three bytea)``."""
+    pack = struct.Struct(">hiiii").pack
+    parts = [_PG_COPY_HEADER]
+    for gid, version, users, counts, values in rows:
+        parts += (pack(5, 4, gid, 4, version), _LEN(len(users)), users, _LEN(len(counts)))
+        parts += (counts, _LEN(len(values)), values)
+    parts.append(_PG_COPY_TRAILER)
+    return b"".join(parts)
+
+
+_LEN = struct.Struct(">i").pack
 
 
 def hash_user(secret: bytes, user_id: str) -> str:
@@ -185,9 +195,7 @@ class IngestRepository:
                 f'COPY {target} (grid_id, version, user_ids, counts, "values") '
                 "FROM STDIN (FORMAT BINARY)"
             ) as copy:
-                copy.set_types(["int4", "int4", "bytea", "bytea", "bytea"])
-                for row in rows:
-                    copy.write_row(row)
+                copy.write(_snapshot_tuples(rows))
             if replace:
                 cur.execute(
                     'INSERT INTO grid_snapshots (grid_id, version, user_ids, counts, "values") '
@@ -206,75 +214,65 @@ class IngestRepository:
         ts_us: np.ndarray,
         values: np.ndarray,
         check: np.ndarray | None = None,
-    ) -> int:
-        """Store records whose (user, ts) is not stored yet; returns how many were inserted.
+    ) -> np.ndarray:
+        """Store the records whose (user, ts) is not stored yet; returns which were (a bool
+        per row; ``False``: a duplicate of a stored record).
 
         The rows must not repeat a (user, ts) among themselves (see
         ``app.uploads.ingestor.first_occurrences``); they are best given in (user, ts)
-        order. ``check`` (bool per row, default all) marks the rows that may repeat a
-        stored one. The others go straight into ``records`` by binary ``COPY`` (the
-        unique constraint still guards them); the checked ones go through a temporary
-        staging table and one ``INSERT ... SELECT ... WHERE NOT EXISTS`` (an anti-join
-        on the unique key: cheaper than ``ON CONFLICT`` and exact under the dataset lock).
+        order, the records' key. ``check`` (bool per row, default all) marks the rows that
+        may repeat a stored one: they are looked up (a temporary table and one semi-join
+        on the key, exact under the dataset lock), then every new row goes into
+        ``records`` by one binary ``COPY`` (the primary key still guards them).
         """
+        stored = np.ones(len(grid_ids), dtype=bool)
         if len(grid_ids) == 0:
-            return 0
-        if check is None:
-            check = np.ones(len(grid_ids), dtype=bool)
-        inserted = 0
+            return stored
+        checked = np.flatnonzero(stored if check is None else check)
         with self.driver.cursor() as cur:
-            if not check.all():  # rows that cannot repeat a stored one: no look-up
-                free = ~check
-                rows = _copy_rows(
-                    _PG_RECORD_ROW, grid_ids[free], user_ids[free], ts_us[free], values[free]
-                )
-                rows["dataset"] = dataset_id
+            if checked.size:
+                repeated = self._stored_already(cur, dataset_id, user_ids, ts_us, checked)
+                stored[checked[repeated]] = False
+            new = stored if not stored.all() else slice(None)
+            rows = _record_rows(dataset_id, grid_ids[new], user_ids[new], ts_us[new], values[new])
+            if len(rows):
                 with cur.copy(
                     "COPY records (dataset_id, grid_id, user_id, ts, value) "
                     "FROM STDIN (FORMAT BINARY)"
                 ) as copy:
                     copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
-                inserted += len(rows)
-            if check.any():
-                inserted += self._insert_checked(
-                    cur, dataset_id, grid_ids[check], user_ids[check], ts_us[check], values[check]
-                )
-        return inserted
+        return stored
 
-    def _insert_checked(
-        self,
-        cur: Any,
-        dataset_id: int,
-        grid_ids: np.ndarray,
-        user_ids: np.ndarray,
-        ts_us: np.ndarray,
-        values: np.ndarray,
-    ) -> int:
+    def _stored_already(
+        self, cur: Any, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """Which of ``rows`` (indices) repeat a stored record's (user, ts): a bool each."""
         if not self._staged:
             # JIT-compiling each batch's statement costs more than it saves here
             cur.execute("SET LOCAL jit = off")
             cur.execute(
-                "CREATE TEMP TABLE dpgate_ingest_stage (grid_id int, user_id int, "
-                "ts timestamptz, value double precision) ON COMMIT DROP"
+                "CREATE TEMP TABLE dpgate_ingest_stage (n int, user_id int, ts timestamptz) "
+                "ON COMMIT DROP"
             )
             self._staged = True
-        rows = _copy_rows(_PG_STAGE_ROW, grid_ids, user_ids, ts_us, values)
-        with cur.copy(
-            "COPY dpgate_ingest_stage (grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
-        ) as copy:
-            copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
-        # The dataset lock makes this the only writer of the dataset's records, so an
-        # anti-join finds every duplicate (the unique constraint is a backstop).
+        out = np.empty(rows.size, dtype=_PG_STAGE_ROW)
+        out["n"], out["l1"], out["l2"], out["l3"] = 3, 4, 4, 8
+        out["row"] = np.arange(rows.size)
+        out["user"] = user_ids[rows]
+        out["ts"] = ts_us[rows] - PG_EPOCH_OFFSET_US
+        with cur.copy("COPY dpgate_ingest_stage (n, user_id, ts) FROM STDIN (FORMAT BINARY)") as c:
+            c.write(_PG_COPY_HEADER + out.tobytes() + _PG_COPY_TRAILER)
+        # The dataset lock makes this the only writer of the dataset's records, so the
+        # semi-join finds every duplicate (the primary key is a backstop).
         cur.execute(
-            "INSERT INTO records (dataset_id, grid_id, user_id, ts, value) "
-            "SELECT %(d)s, s.grid_id, s.user_id, s.ts, s.value FROM dpgate_ingest_stage s "
-            "WHERE NOT EXISTS (SELECT 1 FROM records r "
-            "WHERE r.dataset_id = %(d)s AND r.user_id = s.user_id AND r.ts = s.ts)",
-            {"d": dataset_id},
+            "SELECT s.n FROM dpgate_ingest_stage s WHERE EXISTS (SELECT 1 FROM records r "
+            "WHERE r.dataset_id = %s AND r.user_id = s.user_id AND r.ts = s.ts)",
+            (dataset_id,),
         )
-        inserted = int(cur.rowcount)
+        found = np.zeros(rows.size, dtype=bool)
+        found[[n for (n,) in cur.fetchall()]] = True
         cur.execute("TRUNCATE dpgate_ingest_stage")
-        return inserted
+        return found
 
     def latest_ts(self, dataset_id: int, user_ids: Sequence[int]) -> list[int | None]:
         """Per user, the latest stored record time (µs), or None (one index probe each)."""
@@ -288,8 +286,3 @@ class IngestRepository:
                 (dataset_id, list(user_ids)),
             )
             return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]
-
-    def read_grids(self, grid_ids: Sequence[int]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(grid_id, user_id, value)`` arrays of these grids' records, ordered by grid,
-        user (ascending ``dataset_users.id``), timestamp, record id."""
-        return copy_records(self.session, grid_ids, "grid_id, user_id, ts, id")

@@ -16,6 +16,7 @@ from app.ingest.timeslots import (
     is_valid_timezone,
     localize_us,
     parse_timestamp,
+    slot_end_bound_us,
     slot_start_us,
     utc_offsets_us,
 )
@@ -213,3 +214,25 @@ def test_slot_start_matches_brute_force_around_transitions(zone: str, step: int)
 def test_slot_minutes_must_divide_a_day() -> None:
     with pytest.raises(ValueError):  # noqa: PT011
         slot_start_us(np.array([0]), ZoneInfo("UTC"), 7)
+
+
+@pytest.mark.parametrize(
+    "zone",
+    ["UTC", "America/Chicago", "Europe/London", "Australia/Lord_Howe", "Antarctica/Casey",
+     "Pacific/Apia", "America/St_Johns", "Asia/Kathmandu"],
+)  # fmt: skip
+def test_slot_end_bound_is_after_every_instant_of_the_slot(zone: str) -> None:
+    """A grid's records are read back by time range: every instant lies in
+    ``[slot start, slot_end_bound_us(slot start))`` (2009-2012: 30-minute and 3-hour
+    changes, Samoa's skipped day), with no slack beyond the change of offset."""
+    tz = ZoneInfo(zone)
+    t0 = int(datetime(2009, 1, 1, tzinfo=UTC).timestamp()) * US
+    hours = np.arange(t0, t0 + 4 * 366 * 24 * 3600 * US, 3600 * US)
+    changes = hours[1:][np.diff(utc_offsets_us(hours, tz)) != 0]
+    near = np.arange(-2 * 86_400 * US, 2 * 86_400 * US, 7 * 60 * US + 13 * US)
+    ts = np.unique(np.concatenate([hours[::97], *(c + near for c in changes.tolist())]))
+    for minutes in (15, 60, 120, 1440):
+        starts = slot_start_us(ts, tz, minutes)
+        ends = slot_end_bound_us(starts, tz, minutes)
+        assert np.all(starts <= ts) and np.all(ts < ends)
+        assert np.all(ends - starts <= (minutes + 180) * 60 * US)
