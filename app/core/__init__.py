@@ -5,6 +5,7 @@ Nothing in this package imports a web framework or a database driver.
 
 from app.core.auto import auto_epsilon, expected_error
 from app.core.engine import (
+    GridError,
     PendingRelease,
     finish_releases,
     plan_joint,
@@ -13,6 +14,7 @@ from app.core.engine import (
     release_joint,
     release_mean,
     release_variance,
+    start_many,
     start_release,
     start_releases,
 )
@@ -36,6 +38,7 @@ __all__ = [
     "MEAN_MECHANISMS",
     "VARIANCE_MECHANISMS",
     "GridData",
+    "GridError",
     "MechanismSpec",
     "NoiseSource",
     "OpenDPNoise",
@@ -57,6 +60,7 @@ __all__ = [
     "release_joint",
     "release_mean",
     "release_variance",
+    "start_many",
     "start_release",
     "start_releases",
     "validate_options",

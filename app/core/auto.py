@@ -26,7 +26,7 @@ from app.core.counts import CountsInfo, prepare_counts
 from app.core.mean_centered import adaptive_gate
 from app.core.variance_centred import centred_gate
 
-__all__ = ["auto_epsilon", "auto_mechanism", "expected_error"]
+__all__ = ["auto_epsilon", "auto_mechanism", "auto_path", "expected_error"]
 
 CENTRE_SHARE = 0.4  # centered_clip's default centre share (app/core/options.py)
 VARIANCE_CENTRE_SHARE = 0.4  # the centred variance's default centre share
@@ -54,14 +54,17 @@ def _ratio(path: str, eps: float) -> float:
 
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
     """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
+    return auto_path(statistic, info.median(), info.n_active, eps)
+
+
+def auto_path(statistic: str, median: int, n_active: int, eps: float) -> str:
+    """:func:`auto_mechanism` from the median count and the number of active users."""
     if statistic == "mean":
-        if info.median() >= CENTRED_MIN_MEDIAN and adaptive_gate(info.n_active, CENTRE_SHARE * eps):
+        if median >= CENTRED_MIN_MEDIAN and adaptive_gate(n_active, CENTRE_SHARE * eps):
             return "centered_clip"
         return "user_window"
     if statistic == "variance":
-        if info.median() >= CENTRED_MIN_MEDIAN and centred_gate(
-            info.n_active, VARIANCE_CENTRE_SHARE * eps
-        ):
+        if median >= CENTRED_MIN_MEDIAN and centred_gate(n_active, VARIANCE_CENTRE_SHARE * eps):
             return "centred"
         return "window"
     raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")

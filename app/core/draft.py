@@ -23,7 +23,7 @@ from app.core.interval import isolated_head_sums
 from app.core.noise import NoiseSource
 from app.core.release import BiasSpread
 
-__all__ = ["Draft", "Estimate", "linear_draft", "rank_from_epsilon"]
+__all__ = ["Draft", "Estimate", "PendingRelease", "linear_draft", "rank_from_epsilon"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,16 @@ class Draft:
         if self.bias is None or self.sensitivity is None:
             return None
         return self.bias + self.sensitivity / self.eps_noise
+
+
+@dataclass(frozen=True, eq=False)
+class PendingRelease:
+    """A release whose private choices are drawn and whose Laplace noise is not yet."""
+
+    draft: Draft
+    estimate: Estimate
+    scale: float
+    U: float
 
 
 def rank_from_epsilon(numerator: float, eps: float) -> int:
