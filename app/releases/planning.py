@@ -122,7 +122,7 @@ def plan_for_cost(
     """The plan with the largest per-grid epsilon of the form ``C/k`` whose users pay at
     most ``C``: a binary search over ``k`` for the smallest ``k`` with ``K(C/k) <= k``
     (``k = G1`` always qualifies; every ``k`` when ``G1`` is small), each candidate's
-    plan computed and checked."""
+    plan computed and checked. The search starts at the ``K`` of the plan at ``C/G1``."""
 
     def candidate(k: int) -> EpsilonAmount:
         value = min(budget.per_part(cost_cap, k), max_epsilon)
@@ -142,6 +142,21 @@ def plan_for_cost(
         return make(candidate(G1))
     best = make(candidate(G1))
     lo, hi = 1, G1 - 1
+    # First probe where the plan at C/G1 points: its K. When k = K fits and k = K - 1 does
+    # not, the monotone search below would end at K (it assumes monotonicity too), so two
+    # plans decide what about log2(G1) would (a day: 3 plans instead of 9).
+    guess = best.K
+    if 1 <= guess <= hi:
+        plan = make(candidate(guess))
+        if plan.max_cost <= cost_cap:
+            best, hi = plan, guess - 1
+            if hi >= 1:
+                plan = make(candidate(hi))
+                if plan.max_cost > cost_cap:
+                    return best
+                best, hi = plan, hi - 1
+        else:
+            lo = guess + 1
     while lo <= hi:
         k = (lo + hi) // 2
         plan = make(candidate(k))

@@ -50,3 +50,22 @@ def test_cost_cap_respects_the_maximum_and_minimum_epsilon() -> None:
     assert plan.eps.charged == Decimal(10)
     with pytest.raises(InvalidRequest):
         plan_for_cost(_maker({1: 1}, Decimal("1e-9"), []), Decimal("1e-9"), Decimal(10), 1)
+
+
+@pytest.mark.parametrize("answer", [3, 17, 30, 39, 40])
+def test_cost_cap_search_starts_where_the_first_plan_points(answer: int) -> None:
+    """On a monotone K(k) the search returns the smallest fitting k, as the plain binary
+    search does, and when the plan at C/G1 points at it, with 3 plans."""
+    G1 = 40
+    K_of_k = {k: (answer if k >= answer else answer + 1) for k in range(1, G1 + 1)}
+    cap = Decimal("2")
+    calls: list[Decimal] = []
+    plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
+    want = (cap / answer).quantize(Decimal("1e-12"), "ROUND_FLOOR")
+    assert (plan.K, plan.eps.charged) == (answer, want)
+    assert len(calls) <= (3 if 1 < answer < G1 else 2 + G1.bit_length())
+    K_of_k = {k: max(answer, G1 - k) if k < answer else answer for k in range(1, G1 + 1)}
+    calls = []
+    plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
+    assert plan.max_cost <= cap
+    assert len(calls) <= 1 + 2 + G1.bit_length()
