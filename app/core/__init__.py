@@ -5,7 +5,6 @@ Nothing in this package imports a web framework or a database driver.
 
 from app.core.auto import auto_epsilon, expected_error
 from app.core.engine import (
-    GridError,
     PendingRelease,
     finish_releases,
     plan_joint,
@@ -14,7 +13,6 @@ from app.core.engine import (
     release_joint,
     release_mean,
     release_variance,
-    start_many,
     start_release,
     start_releases,
 )
@@ -31,6 +29,7 @@ from app.core.options import (
 )
 from app.core.quote import quote_epsilon
 from app.core.release import Plan, Release, VectorRelease
+from app.core.slot_engine import GridError, start_many
 from app.core.wco_d import worst_case_optimal_d
 
 __all__ = [

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
-import numpy as np
 import numpy.typing as npt
 
 from app.core import registry
-from app.core.auto import auto_path
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
 from app.core.draft import Draft, Estimate, PendingRelease
@@ -24,10 +22,8 @@ from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_
 from app.core.options import OptionValue, validate_options
 from app.core.release import Plan, Release
 from app.core.variance import joint_drafts
-from app.core.window_batch import WindowGrids, start_window_releases
 
 __all__ = [
-    "GridError",
     "PendingRelease",
     "finish_releases",
     "plan_from_draft",
@@ -38,7 +34,6 @@ __all__ = [
     "release_joint",
     "release_mean",
     "release_variance",
-    "start_many",
     "start_release",
     "start_releases",
 ]
@@ -221,89 +216,6 @@ def start_releases(
         est = draft.estimator(grid, source)
         out.append(PendingRelease(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U))
     return out
-
-
-class GridError(ValueError):
-    """A grid of :func:`start_many` that cannot be released: ``index`` says which."""
-
-    def __init__(self, index: int, exc: ValueError) -> None:
-        super().__init__(str(exc))
-        self.index = index
-
-
-WINDOW_PATH = {"mean": "user_window", "variance": "window"}
-
-
-def start_many(
-    statistics: Sequence[str],
-    grids: Sequence[GridData],
-    caps: Sequence[np.ndarray],
-    U: float,
-    eps: float,
-    mechanism: str = "auto",
-    *,
-    noise: NoiseSource | None = None,
-    **options: OptionValue,
-) -> list[list[PendingRelease]]:
-    """:func:`start_releases` of each grid (``caps[i]`` for ``grids[i]``). The grids on which
-    ``auto`` takes the window path are run together in arrays
-    (:func:`app.core.window_batch.start_window_releases`, docs/math.md §9.4.9): the same
-    pending releases, bit for bit given the same private choices. Raises
-    :class:`GridError` for a grid that cannot be released."""
-    for statistic in statistics:
-        if statistic not in registry.TABLES:
-            raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
-    U, eps = check_bound(U), check_epsilon(eps)
-    source = default_noise() if noise is None else noise
-    batched: list[int] = []
-    if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
-        batched = _window_grids(statistics, grids, caps, U, eps)
-    out: list[list[PendingRelease]] = [[] for _ in grids]
-    if batched:
-        started = start_window_releases(
-            statistics, [grids[i] for i in batched], [caps[i] for i in batched], U, eps, source
-        )
-        for i, pending in zip(batched, started, strict=True):
-            out[i] = pending
-    chosen = set(batched)
-    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
-        if i in chosen:
-            continue
-        try:
-            out[i] = start_releases(
-                statistics, grid, U, eps, mechanism, caps=cap, noise=source, **options
-            )
-        except ValueError as exc:
-            raise GridError(i, exc) from exc
-    return out
-
-
-def _window_grids(
-    statistics: Sequence[str],
-    grids: Sequence[GridData],
-    caps: Sequence[np.ndarray],
-    U: float,
-    eps: float,
-) -> list[int]:
-    """The grids whose every statistic ``auto`` runs on its window path (checked counts)."""
-    fit = []
-    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
-        try:
-            grid.validate(U)
-        except ValueError as exc:
-            raise GridError(i, exc) from exc
-        c = np.asarray(cap)
-        ok = c.shape == grid.counts.shape and c.dtype.kind in "iu" and c.size and c.min() >= 0
-        if ok and np.any(np.minimum(grid.counts, c) > 0):
-            fit.append(i)
-    if not fit:
-        return []
-    wg = WindowGrids.of([grids[i] for i in fit], [np.asarray(caps[i]) for i in fit])
-    path = [
-        all(auto_path(s, k, n, eps) == WINDOW_PATH[s] for s in statistics)
-        for k, n in zip(wg.median.tolist(), wg.L.tolist(), strict=True)
-    ]
-    return [i for i, ok in zip(fit, path, strict=True) if ok]
 
 
 def finish_releases(

@@ -12,7 +12,7 @@ that user's values alone), numpy's row sums over grids of equal size (the pairwi
 of each row, as ``np.sum`` of that grid's array) and ``math.fsum`` per grid. So given
 the same private choices and noise every grid's release is bit for bit the per-grid one
 (``tests/unit/core/test_window_batch.py``). The private choices are one OpenDP
-noisy-max invocation per grid and statistic, as before (:func:`noise.noisy_max_rows`).
+noisy-max invocation per grid and statistic, as before (:func:`app.core.noise_many.noisy_max_rows`).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -33,13 +34,25 @@ from app.core.mean_window import (
     WINDOW_FRACTIONS,
     split_share,
 )
-from app.core.noise import NoiseSource, calibrate_choice_scale, calibrate_scales, noisy_max_rows
+from app.core.noise import NoiseSource, calibrate_choice_scale
+from app.core.noise_many import calibrate_scales, noisy_max_rows
 from app.core.release import BiasSpread
 from app.core.variance_window import VARIANCE_STEP_FRACTION, VARIANCE_WINDOW_FRACTIONS
 
-__all__ = ["WindowGrids", "start_window_releases"]
+__all__ = ["GridInput", "WindowGrids", "fits", "start_window_releases"]
 
 WINDOW_SHARE = 0.2  # the default of both mechanisms (app/core/options.py)
+
+
+class GridInput(Protocol):
+    """A grid's records as the batched path reads them: per-user counts (users in order)
+    and the values, user after user, earliest first (:class:`GridData` is one)."""
+
+    @property
+    def counts(self) -> np.ndarray: ...
+
+    @property
+    def values(self) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -59,7 +72,7 @@ class WindowGrids:
     w_max: np.ndarray
 
     @classmethod
-    def of(cls, grids: Sequence[GridData], caps: Sequence[np.ndarray]) -> WindowGrids:
+    def of(cls, grids: Sequence[GridInput], caps: Sequence[np.ndarray]) -> WindowGrids:
         counts = [g.counts for g in grids]
         eff = [np.minimum(c, k) for c, k in zip(counts, caps, strict=True)]
         all_eff = np.concatenate(eff)
@@ -72,7 +85,7 @@ class WindowGrids:
             raise ValueError("no record remains after the caps")
         start = np.zeros(L.size + 1, dtype=np.int64)
         np.cumsum(L, out=start[1:])
-        n = np.array([g.n_records for g in grids], dtype=np.int64)
+        n = np.array([g.values.size for g in grids], dtype=np.int64)
         desc = np.lexsort((-m, grid))  # within each grid, eff descending
         median = m[desc[start[:-1] + (L + 1) // 2 - 1]]
         gam = np.minimum(m, median[grid]).astype(np.float64)
@@ -135,17 +148,29 @@ def grid_fsums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.array([math.fsum(values[a:b]) for a, b in itertools.pairwise(bounds)])
 
 
-def kept_records(grids: Sequence[GridData], wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:
+def kept_records(grids: Sequence[GridInput], wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:
     """Every active user's earliest ``eff`` records (users in order) and where each starts."""
     values = np.concatenate([g.values for g in grids])
-    base = np.zeros(len(grids) + 1, dtype=np.int64)
-    np.cumsum([g.n_records for g in grids], out=base[1:])
-    offsets = np.concatenate([g.offsets[:-1] + b for g, b in zip(grids, base[:-1], strict=True)])
+    counts = np.concatenate([g.counts for g in grids])
+    offsets = np.zeros(counts.size, dtype=np.int64)
+    np.cumsum(counts[:-1], out=offsets[1:])
     user_start = offsets[np.concatenate(wg.eff) > 0]
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
     idx = np.repeat(user_start - first, wg.m) + np.arange(int(wg.m.sum()))
     return values[idx], first
+
+
+def fits(grids: Sequence[GridInput], U: float) -> bool:
+    """Whether every grid has records, as many as its counts say, all finite in
+    ``[0, U]`` (what :meth:`GridData.validate` asks of each)."""
+    n = [g.values.size for g in grids]
+    if min(n, default=0) == 0 or any(
+        int(g.counts.sum()) != k for g, k in zip(grids, n, strict=True)
+    ):
+        return False
+    values = np.concatenate([g.values for g in grids])
+    return bool(np.all(np.isfinite(values)) and values.min() >= 0.0 and values.max() <= U)
 
 
 def _no_estimator(grid: GridData, noise: NoiseSource) -> Estimate:  # pragma: no cover
@@ -305,7 +330,7 @@ def _pending(
 
 def start_window_releases(
     statistics: Sequence[str],
-    grids: Sequence[GridData],
+    grids: Sequence[GridInput],
     caps: Sequence[np.ndarray],
     U: float,
     eps: float,

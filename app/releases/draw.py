@@ -84,7 +84,7 @@ def draw_grids(
     try:
         started = core.start_many(
             body.statistics,
-            [arrays[i].grid for i in chosen],
+            [arrays[i] for i in chosen],
             caps_of,
             U,
             eps.used,

@@ -144,7 +144,8 @@ def plan_for_cost(
     lo, hi = 1, G1 - 1
     # First probe where the plan at C/G1 points: its K. When k = K fits and k = K - 1 does
     # not, the monotone search below would end at K (it assumes monotonicity too), so two
-    # plans decide what about log2(G1) would (a day: 3 plans instead of 9).
+    # plans decide what about log2(G1) would; when K does not fit, the answer is found by
+    # galloping up from it (a day of the city: 3 plans instead of 9).
     guess = best.K
     if 1 <= guess <= hi:
         plan = make(candidate(guess))
@@ -155,8 +156,15 @@ def plan_for_cost(
                 if plan.max_cost > cost_cap:
                     return best
                 best, hi = plan, hi - 1
-        else:
-            lo = guess + 1
+        else:  # gallop up from the guess: guess + 1, + 2, + 4, ... brackets the answer
+            lo, step = guess + 1, 1
+            while lo <= hi:
+                k = min(guess + step, hi)
+                plan = make(candidate(k))
+                if plan.max_cost <= cost_cap:
+                    best, hi = plan, k - 1
+                    break
+                lo, step = k + 1, 2 * step
     while lo <= hi:
         k = (lo + hi) // 2
         plan = make(candidate(k))

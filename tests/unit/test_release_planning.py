@@ -69,3 +69,17 @@ def test_cost_cap_search_starts_where_the_first_plan_points(answer: int) -> None
     plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
     assert plan.max_cost <= cap
     assert len(calls) <= 1 + 2 + G1.bit_length()
+
+
+@pytest.mark.parametrize("above", [1, 2, 5, 20])
+def test_cost_cap_search_gallops_up_when_the_first_guess_does_not_fit(above: int) -> None:
+    G1, guess = 60, 30
+    answer = guess + above
+    K_of_k = {k: (guess if k == G1 else (k if k >= answer else k + 1)) for k in range(1, G1 + 1)}
+    cap = Decimal("2")
+    calls: list[Decimal] = []
+    plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
+    assert answer == plan.K
+    if above == 1:
+        assert len(calls) == 3
+    assert len(calls) <= 3 + 2 * G1.bit_length()

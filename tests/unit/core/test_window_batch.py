@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from app.core import GridData, finish_releases, start_many, start_releases
-from app.core.engine import GridError
-from app.core.noise import calibrate_scale, calibrate_scales
+from app.core.noise import calibrate_scale
+from app.core.noise_many import calibrate_scales
+from app.core.slot_engine import GridError
 from research.noise import SeededNoise
 
 U = 30.0
