@@ -39,8 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
 
-from app.core.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
-from app.core.threads import split_across_threads
+from app.core.noisy_max_invoke import invoke_noisy_max, invoke_noisy_max_rows, lean_invoke_works
 
 __all__ = [
     "NoiseSource",
@@ -268,17 +267,11 @@ class OpenDPNoise:
             scale = _check_scale(s)
             if scale != 0.0:
                 groups.setdefault(scale, []).append(i)
-
-        def run(part: list[tuple[float, list[int]]]) -> list[tuple[list[int], list[float]]]:
-            done = []
-            for scale, idx in part:
-                if len(idx) == 1:  # the scalar measurement is cheaper for one draw
-                    done.append((idx, [float(_MEASUREMENTS.get(scale)(out[idx[0]]))]))
-                else:
-                    done.append((idx, list(_VECTORS.get(scale)([out[i] for i in idx]))))
-            return done
-
-        for idx, noisy in split_across_threads(run, list(groups.items()), weight=_group_size):
+        for scale, idx in groups.items():
+            if len(idx) == 1:  # the scalar measurement is cheaper for one draw
+                out[idx[0]] = float(_MEASUREMENTS.get(scale)(out[idx[0]]))
+                continue
+            noisy = _VECTORS.get(scale)([out[i] for i in idx])
             for i, x in zip(idx, noisy, strict=True):
                 out[i] = float(x)
         return out
@@ -304,16 +297,10 @@ class OpenDPNoise:
             raise ValueError("noisy_max scores must fit in 62 bits")
         scale = calibrate_choice_scale(1, epsilon)
         meas = _CHOICES.get((scale, 1, float(epsilon)))
-        invoke = invoke_noisy_max if _LEAN else (lambda m, v: int(m(v)))
-
-        def run(part: list[list[int]]) -> list[int]:
-            return [invoke(meas, row) for row in part]
-
-        return np.array(split_across_threads(run, rows.tolist()), dtype=np.int64)
-
-
-def _group_size(group: tuple[float, list[int]]) -> int:
-    return len(group[1])
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if _LEAN:  # the same library calls, types fixed once (docs/math.md §9.4.8)
+            return np.array(invoke_noisy_max_rows(meas, rows), dtype=np.int64)
+        return np.array([int(meas(row)) for row in rows.tolist()], dtype=np.int64)
 
 
 def _check_scale(scale: float) -> float:
