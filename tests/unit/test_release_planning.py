@@ -63,7 +63,7 @@ def test_cost_cap_search_starts_where_the_first_plan_points(answer: int) -> None
     plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
     want = (cap / answer).quantize(Decimal("1e-12"), "ROUND_FLOOR")
     assert (plan.K, plan.eps.charged) == (answer, want)
-    assert len(calls) <= (3 if 1 < answer < G1 else 2 + G1.bit_length())
+    assert len(calls) <= (4 if 1 < answer < G1 else 2 + 2 * G1.bit_length())
     K_of_k = {k: max(answer, G1 - k) if k < answer else answer for k in range(1, G1 + 1)}
     calls = []
     plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
@@ -81,14 +81,14 @@ def test_cost_cap_search_gallops_up_when_the_first_guess_does_not_fit(above: int
     plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
     assert answer == plan.K
     if above == 1:
-        assert len(calls) == 3
+        assert len(calls) <= 5  # two rounds of two plans
     assert len(calls) <= 3 + 2 * G1.bit_length()
 
 
 def test_cost_cap_search_finds_the_smallest_fitting_k_on_monotone_curves() -> None:
     """On random K(k) non-increasing in k (so that "k fits" is monotone), the search returns
-    the smallest fitting k, with at most ~2 log2(G1) + 3 plans; on the day of the city's
-    curve (K 39 at G1 = 288, 46 at k = 39, 43 from k = 44 on) with 5."""
+    the smallest fitting k, in at most ~2 log2(G1) + 3 rounds of two plans; on the day of
+    the city's curve (K 39 at G1 = 288, 46 at k = 39, 43 from k = 44 on) with 5 plans."""
     rng = np.random.default_rng(11)
     cap = Decimal("2")
     for _ in range(200):
@@ -99,7 +99,7 @@ def test_cost_cap_search_finds_the_smallest_fitting_k_on_monotone_curves() -> No
         calls: list[Decimal] = []
         plan = plan_for_cost(_maker(K_of_k, cap, calls), cap, Decimal(10), G1)
         smallest = min(k for k, v in K_of_k.items() if v <= k)
-        assert (plan.K, len(calls) <= 2 * G1.bit_length() + 3) == (K_of_k[smallest], True)
+        assert (plan.K, len(calls) <= 4 * G1.bit_length() + 7) == (K_of_k[smallest], True)
         assert plan.eps.charged == (cap / smallest).quantize(Decimal("1e-12"), "ROUND_FLOOR")
     city = {k: (39 if k > 60 else max(43, 46 - (3 * (k - 39)) // 5) if k >= 39 else 46)
             for k in range(1, 289)}  # fmt: skip
