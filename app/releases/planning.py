@@ -10,6 +10,7 @@ plan has ``K <= k`` is taken (every candidate is checked, never assumed).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -22,8 +23,10 @@ from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.clip_user import clip_user_kept
 from app.errors import InvalidRequest
 
-#: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a binary search.
+#: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a search.
 FULL_SCAN_GRIDS = 12
+#: Plans slower than this (a day) are made two at a time in the search.
+PAIR_PLAN_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -142,9 +145,12 @@ def plan_for_cost(
             if plan.max_cost <= cost_cap:
                 return plan
         return make(candidate(G1))
+    started = time.perf_counter()
     best = make(candidate(G1))
+    pairs = time.perf_counter() - started > PAIR_PLAN_SECONDS  # a second thread pays off
     # The bracket: k = fail_k does not fit (0: none probed), k = fit_k fits, each with the K
-    # its plan had. Each round plans two k at once (Clip-User's kernel releases the GIL):
+    # its plan had. Each round plans two k at once when a plan is slow (Clip-User's kernel
+    # releases the GIL), else one:
     # where K, interpolated linearly between the bracket's ends, meets k (before any
     # failure: the K of the fitting plan, where C/G1's plan points), rounded up, and the k
     # below it (before any failure: an eighth above it). After two rounds that do not halve
@@ -166,7 +172,7 @@ def plan_for_cost(
         other = k + max(1, k // 8) if fail_k == 0 else k - 1
         if not fail_k < other < fit_k:
             other = k + 1 if k + 1 < fit_k else k
-        ks = sorted({k, other})
+        ks = sorted({k, other}) if pairs else [k]
         for k, plan in zip(ks, _plan_all(make, [candidate(j) for j in ks]), strict=True):
             if plan.max_cost <= cost_cap:
                 if k < fit_k:

@@ -85,10 +85,15 @@ def test_cost_cap_search_gallops_up_when_the_first_guess_does_not_fit(above: int
     assert len(calls) <= 3 + 2 * G1.bit_length()
 
 
-def test_cost_cap_search_finds_the_smallest_fitting_k_on_monotone_curves() -> None:
+@pytest.mark.parametrize("pairs", [False, True])
+def test_cost_cap_search_finds_the_smallest_fitting_k_on_monotone_curves(
+    pairs: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """On random K(k) non-increasing in k (so that "k fits" is monotone), the search returns
     the smallest fitting k, in at most ~2 log2(G1) + 3 rounds of two plans; on the day of
     the city's curve (K 39 at G1 = 288, 46 at k = 39, 43 from k = 44 on) with 5 plans."""
+    if pairs:  # plans made two at a time, as for a day
+        monkeypatch.setattr("app.releases.planning.PAIR_PLAN_SECONDS", -1.0)
     rng = np.random.default_rng(11)
     cap = Decimal("2")
     for _ in range(200):
