@@ -7,15 +7,23 @@ through HTTP, the release of the whole day (mean and variance, Clip-User, every 
 each user charged in the ledger) at a per-grid ``epsilon`` and within a
 ``max_user_cost``, each a new release per run. Prints the medians. Target (issue 25):
 <= 20 s on 2 cores at 10^6 records per hour.
+
+``--schema NAME`` keeps the uploaded day in the Postgres schema ``NAME`` (created and
+uploaded on a first run, reused by the next ones with the same ``--records``; drop it
+with ``DROP SCHEMA NAME CASCADE``), so iterating on the release does not pay the upload.
+``--only epsilon|max_user_cost`` times one of the two; ``--profile`` prints a cProfile
+of each timed release (the server's work, in its thread).
 """
 
 from __future__ import annotations
 
 import argparse
+import pstats
 import statistics
 import sys
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +35,7 @@ from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
 from benchmarks.ingest import PG_URL, fresh_database  # noqa: E402
-from benchmarks.release import ADMIN, city_csv, post  # noqa: E402
+from benchmarks.release import ADMIN, city_csv, post, server_profiled  # noqa: E402
 
 DAY = "2024-03-05"
 
@@ -38,51 +46,103 @@ def day_csv(records_per_hour: int) -> list[bytes]:
     return [hour.replace(b"T08:", f"T{h:02d}:".encode()) for h in range(24)]
 
 
+def kept_database(schema: str, server: str) -> tuple[str, bool]:
+    """The URL of Postgres schema ``schema`` (created if missing) and whether it was new."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.pool import NullPool
+
+    if not schema.replace("_", "").isalnum():
+        raise SystemExit("--schema: letters, digits and _ only")
+    admin = create_engine(server, poolclass=NullPool)
+    with admin.begin() as conn:
+        found = conn.execute(
+            text("SELECT 1 FROM information_schema.schemata WHERE schema_name = :s"),
+            {"s": schema},
+        ).first()
+        if found is None:
+            conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    admin.dispose()
+    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False), found is None
+
+
+def day_dataset(client: TestClient, records: int) -> int:
+    """The id of the day's dataset (``day <records>``), uploaded here if it is not yet."""
+    name = f"day {records}"
+    for ds in client.get("/datasets").json()["datasets"]:
+        if ds["name"] != name:
+            continue
+        detail = client.get(f"/datasets/{ds['id']}").json()
+        if detail["n_records"] >= 0.9 * 24 * records:  # not a broken-off upload
+            print(f"reusing dataset {ds['id']} ({name})", flush=True)
+            return int(ds["id"])
+    ds = client.post(
+        "/datasets", json={"name": name, "value_bound": 30.0, "budget_per_user": 1e6}
+    ).json()["id"]
+    started = time.perf_counter()
+    for body in day_csv(records):
+        resp = client.post(
+            f"/datasets/{ds}/records", content=body, headers={"Content-Type": "text/csv"}
+        )
+        resp.raise_for_status()
+    print(
+        f"uploaded 24 × {records:,} records in {time.perf_counter() - started:.0f} s",
+        flush=True,
+    )
+    return int(ds)
+
+
+def run(url: str, args: argparse.Namespace) -> None:
+    upgrade(url)
+    settings = Settings(database_url=url, admin_key=ADMIN, secret_key="bench-secret")
+    with TestClient(create_app(settings)) as client:
+        client.headers["Authorization"] = f"Bearer {ADMIN}"
+        ds = day_dataset(client, args.records)
+        base = {"slot_start": f"{DAY}T00:00:00+00:00", "slots": 24, "min_users": 1}
+        stamp = time.time() % 1e4 * 1e-9 if args.schema else 0.0  # a new release per run
+        cases = {
+            "epsilon": lambda i: {"epsilon": 0.1 + i * 1e-6 + stamp},
+            "max_user_cost": lambda i: {"max_user_cost": 4.0 + i * 1e-6 + stamp},
+        }
+        for name, extra in cases.items():
+            if args.only and name != args.only:
+                continue
+            times = []
+            for i in range(args.repeats):
+                with server_profiled() if args.profile else nullcontext() as prof:
+                    t0 = time.perf_counter()
+                    out = post(client, f"/datasets/{ds}/releases", {**base, **extra(i)})
+                    times.append(time.perf_counter() - t0)
+                print(
+                    f"  day release ({name}) run {i + 1}: {times[-1]:.1f} s, "
+                    f"{len(out['grids']):,} grids, K {out['K']}, epsilon {out['epsilon']}",
+                    flush=True,
+                )
+                if prof is not None:
+                    print(f"--- profile of run {i + 1} (the server's work, in its thread)")
+                    pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+                    pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+            print(f"day release ({name}): median {statistics.median(times):.1f} s", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--records", type=int, default=1_000_000, help="records per hour")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--url", default=PG_URL)
+    parser.add_argument("--schema", help="keep (and reuse) the uploaded day in this schema")
+    parser.add_argument("--only", choices=("epsilon", "max_user_cost"))
+    parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    if args.schema:
+        url, _ = kept_database(args.schema, args.url)
+        run(url, args)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         url, drop = fresh_database("postgres", Path(tmp), args.url)
         try:
-            upgrade(url)
-            settings = Settings(database_url=url, admin_key=ADMIN, secret_key="bench-secret")
-            with TestClient(create_app(settings)) as client:
-                client.headers["Authorization"] = f"Bearer {ADMIN}"
-                ds = client.post(
-                    "/datasets", json={"name": "day", "value_bound": 30.0, "budget_per_user": 1e6}
-                ).json()["id"]
-                started = time.perf_counter()
-                for body in day_csv(args.records):
-                    resp = client.post(
-                        f"/datasets/{ds}/records",
-                        content=body,
-                        headers={"Content-Type": "text/csv"},
-                    )
-                    resp.raise_for_status()
-                print(
-                    f"uploaded 24 × {args.records:,} records in "
-                    f"{time.perf_counter() - started:.0f} s",
-                    flush=True,
-                )
-                base = {"slot_start": f"{DAY}T00:00:00+00:00", "slots": 24, "min_users": 1}
-                for name, extra in (
-                    ("epsilon", lambda i: {"epsilon": 0.1 + i * 1e-6}),
-                    ("max_user_cost", lambda i: {"max_user_cost": 4.0 + i * 1e-6}),
-                ):
-                    times = []
-                    for i in range(args.repeats):
-                        t0 = time.perf_counter()
-                        out = post(client, f"/datasets/{ds}/releases", {**base, **extra(i)})
-                        times.append(time.perf_counter() - t0)
-                        print(
-                            f"  day release ({name}) run {i + 1}: {times[-1]:.1f} s, "
-                            f"{len(out['grids']):,} grids, K {out['K']}",
-                            flush=True,
-                        )
-                    print(f"day release ({name}): median {statistics.median(times):.1f} s")
+            run(url, args)
         finally:
             drop()
 

@@ -30,6 +30,7 @@ from app.core.registry import (
     validate_options,
 )
 from app.core.release import Plan, Release, VectorRelease
+from app.core.slot_engine import GridError, start_many
 from app.core.wco_d import worst_case_optimal_d
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "MEAN_MECHANISMS",
     "VARIANCE_MECHANISMS",
     "GridData",
+    "GridError",
     "MechanismSpec",
     "NoiseSource",
     "OpenDPNoise",
@@ -61,6 +63,7 @@ __all__ = [
     "release_joint",
     "release_mean",
     "release_variance",
+    "start_many",
     "start_releases",
     "validate_options",
     "worst_case_optimal_d",

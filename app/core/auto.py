@@ -27,7 +27,7 @@ from app.core.mean_centered import adaptive_gate
 from app.core.option_spec import CENTRE_SHARE, VAR_CENTRE_SHARE
 from app.core.variance_centred import centred_gate
 
-__all__ = ["auto_epsilon", "auto_mechanism", "expected_error"]
+__all__ = ["auto_epsilon", "auto_mechanism", "auto_path", "expected_error"]
 
 #: the centre shares auto runs with: the options' defaults (app/core/option_spec.py)
 MEAN_CENTRE_SHARE = float(CENTRE_SHARE.default)  # type: ignore[arg-type]
@@ -56,16 +56,17 @@ def _ratio(path: str, eps: float) -> float:
 
 def auto_mechanism(statistic: str, info: CountsInfo, eps: float) -> str:
     """The mechanism ``auto`` runs for ``statistic`` on these counts at ``eps``."""
+    return auto_path(statistic, info.median(), info.n_active, eps)
+
+
+def auto_path(statistic: str, median: int, n_active: int, eps: float) -> str:
+    """:func:`auto_mechanism` from the median count and the number of active users."""
     if statistic == "mean":
-        if info.median() >= CENTRED_MIN_MEDIAN and adaptive_gate(
-            info.n_active, MEAN_CENTRE_SHARE * eps
-        ):
+        if median >= CENTRED_MIN_MEDIAN and adaptive_gate(n_active, MEAN_CENTRE_SHARE * eps):
             return "centered_clip"
         return "user_window"
     if statistic == "variance":
-        if info.median() >= CENTRED_MIN_MEDIAN and centred_gate(
-            info.n_active, VARIANCE_CENTRE_SHARE * eps
-        ):
+        if median >= CENTRED_MIN_MEDIAN and centred_gate(n_active, VARIANCE_CENTRE_SHARE * eps):
             return "centred"
         return "window"
     raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")

@@ -10,7 +10,7 @@ the noiseless estimate. The engine turns a draft into a :class:`~app.core.releas
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -20,10 +20,10 @@ from app.core.counts import CountsInfo
 from app.core.float_sums import exact_sum, float_sum_sensitivity
 from app.core.grid import GridData
 from app.core.interval import isolated_head_sums
-from app.core.noise import NoiseSource
+from app.core.noise import NoiseSource, calibrate_scale
 from app.core.release import BiasSpread
 
-__all__ = ["Draft", "Estimate", "linear_draft", "rank_from_epsilon"]
+__all__ = ["Draft", "Estimate", "PendingRelease", "linear_draft", "rank_from_epsilon"]
 
 
 @dataclass(frozen=True)
@@ -64,6 +64,31 @@ class Draft:
         if self.bias is None or self.sensitivity is None:
             return None
         return self.bias + self.sensitivity / self.eps_noise
+
+
+@dataclass(frozen=True, eq=False)
+class PendingRelease:
+    """A release whose private choices are drawn and whose Laplace noise is not yet."""
+
+    draft: Draft
+    estimate: Estimate
+    scale: float
+    U: float
+    extra: Mapping[str, object] | None = None  # details of a joint release
+
+    @classmethod
+    def start(
+        cls,
+        draft: Draft,
+        grid: GridData,
+        source: NoiseSource,
+        U: float,
+        extra: Mapping[str, object] | None = None,
+    ) -> PendingRelease:
+        """Run ``draft``'s estimator (its private choices drawn from ``source``) and
+        calibrate its Laplace scale."""
+        est = draft.estimator(grid, source)
+        return cls(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U, extra)
 
 
 def rank_from_epsilon(numerator: float, eps: float) -> int:

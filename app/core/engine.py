@@ -10,7 +10,6 @@ of each user's earliest records may be used (0 drops the user).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 
 import numpy.typing as npt
@@ -18,15 +17,13 @@ import numpy.typing as npt
 from app.core import registry
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
-from app.core.draft import Draft, Estimate
+from app.core.draft import Draft, Estimate, PendingRelease
 from app.core.grid import GridData
 from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_many
 from app.core.option_spec import OptionValue
 from app.core.registry import validate_options
 from app.core.release import Plan, Release
-from app.core.variance import (
-    joint_drafts,
-)
+from app.core.variance import joint_drafts
 
 __all__ = [
     "PendingRelease",
@@ -149,31 +146,6 @@ plan_mean = partial(plan, "mean")
 plan_variance = partial(plan, "variance")
 release_mean = partial(release, "mean")
 release_variance = partial(release, "variance")
-
-
-@dataclass(frozen=True, eq=False)
-class PendingRelease:
-    """A release whose private choices are drawn and whose Laplace noise is not yet."""
-
-    draft: Draft
-    estimate: Estimate
-    scale: float
-    U: float
-    extra: Mapping[str, object] | None = None
-
-    @classmethod
-    def start(
-        cls,
-        draft: Draft,
-        grid: GridData,
-        source: NoiseSource,
-        U: float,
-        extra: Mapping[str, object] | None = None,
-    ) -> PendingRelease:
-        """Run ``draft``'s estimator (its private choices drawn from ``source``) and
-        calibrate its Laplace scale."""
-        est = draft.estimator(grid, source)
-        return cls(draft, est, calibrate_scale(est.sensitivity, draft.eps_noise), U, extra)
 
 
 def start_releases(

@@ -39,7 +39,7 @@ import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
 
-from app.core.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
+from app.core.noisy_max_invoke import invoke_noisy_max, invoke_noisy_max_rows, lean_invoke_works
 
 __all__ = [
     "NoiseSource",
@@ -286,6 +286,21 @@ class OpenDPNoise:
         if _LEAN:  # the same library calls, types fixed once (docs/math.md §9.4.8)
             return invoke_noisy_max(meas, values)
         return int(meas(values))
+
+    def noisy_max_rows(self, scores: np.ndarray, epsilon: float) -> np.ndarray:
+        """:meth:`noisy_max` (sensitivity 1) of each row of ``scores``: one invocation of
+        the same certified measurement per row (docs/math.md §9.4.9), rows checked at once."""
+        rows = np.asarray(scores)
+        if rows.ndim != 2 or rows.shape[1] == 0 or rows.dtype.kind not in "iu":
+            raise ValueError("noisy_max_rows needs a 2-d integer array with columns")
+        if rows.size and int(np.abs(rows).max()) >= 1 << 62:
+            raise ValueError("noisy_max scores must fit in 62 bits")
+        scale = calibrate_choice_scale(1, epsilon)
+        meas = _CHOICES.get((scale, 1, float(epsilon)))
+        rows = np.ascontiguousarray(rows, dtype=np.int64)
+        if _LEAN:  # the same library calls, types fixed once (docs/math.md §9.4.8)
+            return np.array(invoke_noisy_max_rows(meas, rows), dtype=np.int64)
+        return np.array([int(meas(row)) for row in rows.tolist()], dtype=np.int64)
 
 
 def _check_scale(scale: float) -> float:

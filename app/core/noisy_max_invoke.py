@@ -24,14 +24,15 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
+import numpy as np
 import opendp.prelude as dp
 
-__all__ = ["invoke_noisy_max", "lean_invoke_works"]
+__all__ = ["invoke_noisy_max", "invoke_noisy_max_rows", "lean_invoke_works"]
 
 try:  # OpenDP's ctypes bindings (not public API: checked below, with a fallback)
     from opendp._convert import _wrap_in_slice
     from opendp._data import object_type
-    from opendp._lib import AnyObjectPtr, FfiResult, FfiSlicePtr, lib, unwrap
+    from opendp._lib import AnyObjectPtr, FfiResult, FfiSlice, FfiSlicePtr, lib, unwrap
     from opendp.mod import Measurement
 
     _SLICE_AS_OBJECT = lib.opendp_data__slice_as_object
@@ -46,6 +47,16 @@ try:  # OpenDP's ctypes bindings (not public API: checked below, with a fallback
     _SLICE_FREE = lib.opendp_data__slice_free
     _SLICE_FREE.argtypes = [FfiSlicePtr]
     _SLICE_FREE.restype = FfiResult
+    # The same four library functions typed on raw pointers, for many rows at once
+    # (separate prototypes: the ones above keep OpenDP's own argtypes).
+    _VP = ctypes.c_void_p
+    _RAW_SLICE_AS_OBJECT = ctypes.CFUNCTYPE(FfiResult, _VP, ctypes.c_char_p)(
+        ("opendp_data__slice_as_object", lib)
+    )
+    _RAW_INVOKE = ctypes.CFUNCTYPE(FfiResult, _VP, _VP)(("opendp_core__measurement_invoke", lib))
+    _RAW_OBJECT_AS_SLICE = ctypes.CFUNCTYPE(FfiResult, _VP)(("opendp_data__object_as_slice", lib))
+    _RAW_SLICE_FREE = ctypes.CFUNCTYPE(FfiResult, _VP)(("opendp_data__slice_free", lib))
+    _RAW_OBJECT_FREE = ctypes.CFUNCTYPE(FfiResult, _VP)(("opendp_data__object_free", lib))
     _BINDINGS = True
 except (ImportError, AttributeError):  # pragma: no cover - another OpenDP layout
     _BINDINGS = False
@@ -68,6 +79,49 @@ def invoke_noisy_max(meas: dp.Measurement, scores: list[int]) -> int:
         unwrap(_SLICE_FREE(view), ctypes.c_void_p)
 
 
+def _ok(result: Any) -> int:
+    """The pointer an ``FfiResult`` carries; an error is raised by OpenDP's own ``unwrap``
+    (which frees it)."""
+    if result.tag != 0:
+        unwrap(result, ctypes.c_void_p)
+        raise RuntimeError("OpenDP returned an error")  # pragma: no cover - unwrap raised
+    return int(result.payload.Ok)
+
+
+def invoke_noisy_max_rows(meas: dp.Measurement, rows: Any) -> list[int]:
+    """:func:`invoke_noisy_max` on each row of a C-contiguous 2-d ``int64`` array (scores
+    already checked to fit in 62 bits): per row the same library calls on the same
+    ``Vec<i64>`` (``slice_as_object``, ``measurement_invoke``, ``object_as_slice``), the
+    row read in place and every object freed at once instead of by Python finalisers."""
+    n_rows, width = rows.shape
+    if n_rows == 0:
+        return []
+    handle = ctypes.cast(meas, ctypes.c_void_p).value
+    base = rows.ctypes.data
+    step = rows.strides[0]
+    arg_slice = FfiSlice(None, width)
+    arg_ref = ctypes.addressof(arg_slice)
+    out = []
+    for i in range(n_rows):
+        arg_slice.ptr = base + i * step
+        arg = _ok(_RAW_SLICE_AS_OBJECT(arg_ref, _VEC_I64))
+        try:
+            answer = _ok(_RAW_INVOKE(handle, arg))
+        finally:
+            _ok(_RAW_OBJECT_FREE(arg))
+        try:
+            view = _ok(_RAW_OBJECT_AS_SLICE(answer))
+            out.append(_usize_at(FfiSlice.from_address(view).ptr).value)
+            _ok(_RAW_SLICE_FREE(view))
+        finally:
+            _ok(_RAW_OBJECT_FREE(answer))
+    return out
+
+
+def _usize_at(address: int) -> Any:
+    return ctypes.c_size_t.from_address(address)
+
+
 def _output_type(meas: dp.Measurement, scores: list[int]) -> Any:
     n = len(scores)
     data = (ctypes.c_int64 * n)(*scores)
@@ -88,6 +142,9 @@ def lean_invoke_works() -> bool:
         if _output_type(meas, [1, 2]) != "usize":
             return False
         cases = ([5], [1, 9, 3], [-4, -2, -7, -2 - (1 << 40)], [3, 3, 8, -1, 0], [7, -9])
-        return all(invoke_noisy_max(meas, list(c)) == meas(list(c)) for c in cases)
+        if not all(invoke_noisy_max(meas, list(c)) == meas(list(c)) for c in cases):
+            return False
+        rows = np.array([[3, 3, 8, -1, 0], [-4, -2, -7, -9, -2 - (1 << 40)], [9, 1, 2, 3, 4]])
+        return invoke_noisy_max_rows(meas, rows) == [meas(r) for r in rows.tolist()]
     except Exception:  # pragma: no cover - any surprise: use the public call
         return False

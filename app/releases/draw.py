@@ -73,26 +73,34 @@ def draw_grids(
     mech_opts = mechanism_options(body)
     options = {"release": release_id, **mech_opts}
     U = dataset.value_bound
-    pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
     unit = privacy_unit(dataset)
-    for i, (grid, grid_arrays) in enumerate(zip(grids, arrays, strict=True)):
+    chosen: list[int] = []
+    caps_of: list[np.ndarray] = []
+    for i in range(len(grids)):
         caps = plan.caps(occ, i)
-        if not caps.any():
-            continue  # every user exhausted (exclude): withheld, nobody charged
+        if caps.any():  # else every user exhausted (exclude): withheld, nobody charged
+            chosen.append(i)
+            caps_of.append(caps)
+    try:
+        started = core.start_many(
+            body.statistics,
+            [arrays[i] for i in chosen],
+            caps_of,
+            U,
+            eps.used,
+            body.mechanism,
+            **mech_opts,
+        )
+    except core.GridError as exc:
+        bad = grids[chosen[exc.index]].public_id
+        raise InvalidRequest(f"cannot release grid {bad}: {exc}") from exc
+    except ValueError as exc:
+        raise InvalidRequest(f"cannot release these grids: {exc}") from exc
+    pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
+    for i, caps, grid_started in zip(chosen, caps_of, started, strict=True):
+        grid, grid_arrays = grids[i], arrays[i]
         entry = grid_head(dataset, grid, caps)
-        try:
-            started = core.start_releases(
-                body.statistics,
-                grid_arrays.grid,
-                U,
-                eps.used,
-                body.mechanism,
-                caps=caps,
-                **mech_opts,
-            )
-        except ValueError as exc:
-            raise InvalidRequest(f"cannot release grid {grid.public_id}: {exc}") from exc
-        pending += [(entry, s, grid, p) for s, p in zip(body.statistics, started, strict=True)]
+        pending += [(entry, s, grid, p) for s, p in zip(body.statistics, grid_started, strict=True)]
         out.append(entry)
         users = grid_arrays.user_ids[caps > 0].tolist()
         kept[grid.public_id] = {

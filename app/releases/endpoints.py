@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query
+import orjson
+from fastapi import APIRouter, Query, Response
 
+from app.answers.schemas import StatisticAnswer
 from app.deps import AnalystKey, SessionDep
 from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.gc_pause import gc_paused
@@ -15,7 +17,14 @@ from app.observability.metrics import record_release
 from app.query_params import CheckedRoute
 from app.releases import listing, service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
-from app.releases.schemas import PreviewOut, ReleaseBody, ReleaseIn, ReleaseList, ReleaseOut
+from app.releases.schemas import (
+    GridRelease,
+    PreviewOut,
+    ReleaseBody,
+    ReleaseIn,
+    ReleaseList,
+    ReleaseOut,
+)
 
 router = APIRouter(tags=["releases"], route_class=CheckedRoute)
 
@@ -37,12 +46,38 @@ def create_release(
     body: ReleaseIn,
     key: AnalystKey,
     session: SessionDep,
-) -> dict:
+) -> Any:
     started = time.perf_counter()
     with gc_paused():  # ~10^6 short-lived objects: no collector walks meanwhile
         answer = service.release_slot(session, key, dataset_id, body)
+        fast = release_json_bytes(answer)
     record_release(dataset_id, answer, time.perf_counter() - started)
-    return answer
+    return answer if fast is None else Response(fast, media_type="application/json")
+
+
+_TOP = frozenset(ReleaseOut.model_fields)
+_GRID = frozenset(GridRelease.model_fields)
+_ANSWER = frozenset(StatisticAnswer.model_fields)
+
+
+def release_json_bytes(answer: dict[str, Any]) -> bytes | None:
+    """The JSON of a new release as ``ReleaseOut`` (exclude_unset) would give it, without
+    validating 10⁵ grids again (a day: ~4 s): when every key, at every level, is one of the
+    model's, the answer as built is already that (tested: validating it changes nothing).
+    ``None`` (validate as usual) for anything else."""
+    if answer.get("cached") is not False or not answer.keys() <= _TOP:
+        return None
+    grids = answer.get("grids")
+    if not isinstance(grids, list):
+        return None
+    for grid in grids:
+        if not grid.keys() <= _GRID:
+            return None
+        for stat in ("mean", "variance"):
+            one = grid.get(stat)
+            if one is not None and not one.keys() <= _ANSWER:
+                return None
+    return orjson.dumps(answer)
 
 
 @router.post(

@@ -255,3 +255,21 @@ def test_release_batches_its_laplace_draws_with_the_collector_paused(
     reported = [g[s]["noise_scale"] for g in out["grids"] for s in ("mean", "variance")]
     assert sorted(batches[0]) == sorted(reported)
     assert collector == [False] and gc.isenabled()
+
+
+@pytest.mark.parametrize("statistics", [["mean", "variance"], ["variance"]])
+def test_a_new_release_is_sent_as_its_model_would_send_it(
+    client: TestClient, statistics: list[str]
+) -> None:
+    """A new release skips the response model's validation (``release_json_bytes``): what
+    is sent must be what validating it would give, field for field and value for value."""
+    from app.releases.schemas import ReleaseOut
+
+    ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)
+    load(client, ds, GRIDS)
+    req = {"slot_start": HOUR.isoformat(), "epsilon": 0.5, "min_users": 1}
+    out = client.post(f"/datasets/{ds}/releases", json={**req, "statistics": statistics}).json()
+    assert out["cached"] is False and len(out["grids"]) == 3
+    validated = ReleaseOut.model_validate(out).model_dump(mode="json", exclude_unset=True)
+    assert json.loads(json.dumps(validated)) == out
+    assert all(("mean" in g) == ("mean" in statistics) for g in out["grids"])

@@ -80,3 +80,53 @@ def test_the_public_fallback_has_the_same_law(monkeypatch: pytest.MonkeyPatch) -
     law = noisy_max_law(scores, calibrate_choice_scale(1, eps))
     src = OpenDPNoise()
     assert _p_value(_draws(lambda: src.noisy_max(scores, eps)), law) > ALPHA
+
+
+# ---------------------------------------------------------- many rows (docs/math.md §9.4.9)
+ROW_A, ROW_B, ROW_EPS = [0, -1, -1, -3, -6], [-6, -3, -1, -1, 0], 1.0
+
+
+def _alternating() -> np.ndarray:
+    return np.array([ROW_A, ROW_B] * (N // 2), dtype=np.int64)
+
+
+def _independence_p(choices: np.ndarray) -> float:
+    """Chi-square test that the choices of rows 2i and 2i+1 are independent."""
+    table = np.zeros((5, 5))
+    np.add.at(table, (choices[0::2], choices[1::2]), 1)
+    table = table[table.sum(axis=1) > 0][:, table.sum(axis=0) > 0]
+    return float(stats.chi2_contingency(table).pvalue)
+
+
+def _rows_verdict(choices: np.ndarray) -> tuple[float, float, float]:
+    scale = calibrate_choice_scale(1, ROW_EPS)
+    law_a, law_b = noisy_max_law(ROW_A, scale), noisy_max_law(ROW_B, scale)
+    p_a = _p_value(choices[0::2], law_a)  # N/2 draws each: _p_value scales its expectation
+    p_b = _p_value(choices[1::2], law_b)
+    return p_a, p_b, _independence_p(choices)
+
+
+def test_batched_rows_have_each_rows_law_independently() -> None:
+    """``noisy_max_rows`` (the slot release's path): row ``i``'s choice has the law of
+    report-noisy-max on row ``i``'s scores, and consecutive rows are independent."""
+    choices = OpenDPNoise().noisy_max_rows(_alternating(), ROW_EPS)
+    p_a, p_b, p_ind = _rows_verdict(choices)
+    assert min(p_a, p_b, p_ind) > ALPHA, (p_a, p_b, p_ind)
+
+
+def test_broken_batched_rows_are_caught() -> None:
+    from app.core.noisy_max_invoke import invoke_noisy_max_rows
+
+    scale = calibrate_choice_scale(1, ROW_EPS)
+    right = noise_mod._CHOICES.get((scale, 1, ROW_EPS))
+    rows = _alternating()
+    shifted = np.asarray(invoke_noisy_max_rows(right, np.roll(rows, 1, axis=0)))  # row mix-up
+    assert min(_rows_verdict(shifted)[:2]) < 1e-12
+    half = noise_mod._CHOICES.get((scale / 2.0, 1, 2.0 * ROW_EPS))
+    halved = np.asarray(invoke_noisy_max_rows(half, rows))  # scale halved
+    assert min(_rows_verdict(halved)[:2]) < 1e-12
+    once = np.asarray(invoke_noisy_max_rows(right, rows[0::2]))  # one draw per pair of rows
+    reused = np.repeat(once, 2)
+    reused[1::2] = 4 - reused[1::2]  # row B is row A reversed: the mirrored choice
+    p_a, p_b, p_ind = _rows_verdict(reused)
+    assert p_a > ALPHA and p_b > ALPHA and p_ind < 1e-12  # right laws, not independent

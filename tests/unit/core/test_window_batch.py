@@ -1,0 +1,100 @@
+"""The batched window path of a slot release (docs/math.md §9.4.9) is the grid-by-grid one:
+on random grids, with the same seeded private choices and noise, every release is bit for
+bit what ``start_releases`` / ``finish_releases`` give grid by grid; the vectorised exact
+scale calibration is ``calibrate_scale``; grids off the window path keep the per-grid path."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.core import GridData, finish_releases, start_many, start_releases
+from app.core.noise import calibrate_scale
+from app.core.noise_many import calibrate_scales
+from app.core.slot_engine import GridError
+from research.noise import SeededNoise
+
+U = 30.0
+
+
+def _grid(rng: np.random.Generator, users: int) -> tuple[GridData, np.ndarray]:
+    counts = rng.choice([1, 1, 1, 2, 3, 5, 8, 20], size=users)
+    values = rng.choice([0.0, 0.0, U, U / 3], size=int(counts.sum()))
+    values = np.where(rng.random(values.size) < 0.5, rng.random(values.size) * U, values)
+    caps = np.where(rng.random(users) < 0.2, rng.integers(0, 3, size=users), counts)
+    if not np.any(caps > 0):
+        caps[0] = counts[0]
+    return GridData.from_counts_and_values(counts, values), caps.astype(np.int64)
+
+
+def _fields(rel: object) -> tuple:
+    r = rel  # a Release
+    return (
+        r.statistic, r.mechanism, r.epsilon, r.estimate, r.sensitivity, r.noise_scale,
+        r.worst_case_bias, r.worst_case_error, r.ci95, r.ci95_note, dict(r.details),
+        r.kept.tolist(),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("statistics", [("mean", "variance"), ("mean",), ("variance",)])
+def test_batched_windows_are_the_per_grid_releases_bit_for_bit(
+    seed: int, statistics: tuple[str, ...]
+) -> None:
+    rng = np.random.default_rng(seed)
+    sizes = rng.choice([1, 2, 3, 5, 8, 9, 17, 40, 130, 300], size=60)
+    made = [_grid(rng, int(s)) for s in sizes]
+    grids, caps = [g for g, _ in made], [c for _, c in made]
+    eps = float(rng.choice([0.05, 0.3, 1.7]))
+    src = SeededNoise(np.random.default_rng(seed + 1000))
+    one = []
+    for g, c in zip(grids, caps, strict=True):
+        one += start_releases(
+            statistics, g, U, eps, "auto", caps=c, noise=src, objective="accuracy"
+        )
+    a = finish_releases(one, src)
+    src = SeededNoise(np.random.default_rng(seed + 1000))
+    many = start_many(statistics, grids, caps, U, eps, "auto", noise=src, objective="accuracy")
+    b = finish_releases([p for pending in many for p in pending], src)
+    assert {r.mechanism for r in a} <= {"user_window", "window"}
+    assert [_fields(r) for r in a] == [_fields(r) for r in b]
+
+
+def test_grids_off_the_window_path_run_grid_by_grid() -> None:
+    rng = np.random.default_rng(5)
+    big = GridData.from_counts_and_values(np.full(3000, 6), rng.random(18000) * U)
+    small, caps = _grid(rng, 12)
+    src = SeededNoise(np.random.default_rng(1))
+    many = start_many(
+        ("mean", "variance"), [big, small], [np.full(3000, 6), caps], U, 2.0, noise=src,
+        objective="accuracy",
+    )  # fmt: skip
+    assert [p.draft.mechanism for p in many[0]] == ["centered_clip", "centred"]
+    assert [p.draft.mechanism for p in many[1]] == ["user_window", "window"]
+
+
+def test_a_grid_that_cannot_be_released_is_named() -> None:
+    rng = np.random.default_rng(6)
+    good, caps = _grid(rng, 5)
+    bad = GridData.from_counts_and_values([2], [1.0, U + 1.0])
+    with pytest.raises(GridError) as err:
+        start_many(("mean",), [good, bad], [caps, np.array([2])], U, 1.0, objective="accuracy")
+    assert err.value.index == 1
+
+
+def test_calibrate_scales_is_calibrate_scale() -> None:
+    rng = np.random.default_rng(7)
+    sens = np.concatenate(
+        [
+            rng.random(4000) * 10.0 ** rng.integers(-8, 8, size=4000),
+            [0.0, 1.0, 3.0, 0.1, 1e-300, 5e-324, 1e300, 30.0, 2.5, 7.0],
+            np.arange(1, 1000) * 0.1,
+        ]
+    )
+    for eps in (1.0 / 3.0, 0.7, 0.3, 1e-3, 9.9, 0.1, 0.04, 0.0999999999999, 1e-200):
+        fit = sens[sens <= 1e300 * eps]
+        got = calibrate_scales(fit, eps)
+        want = [calibrate_scale(float(s), eps) for s in fit]
+        assert got.tolist() == want
+    with pytest.raises(ValueError, match="overflows"):
+        calibrate_scales([1.0, 1e300], 1e-10)
