@@ -13,7 +13,9 @@ until a heartbeat is answered again.
 
 A request therefore waits at most about ``silence`` for a database that stopped
 answering (the setting ``db_deadline_seconds`` is ``silence`` plus one second).
-A statement that is merely slow is never cut: the heartbeat still answers.
+A statement that is merely slow is never cut: the heartbeat still answers. Nor is a
+process that could not run for a while (its event loop blocked, the GIL held by a long
+computation): the time the watch overslept does not count as the database's silence.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 
@@ -43,6 +45,16 @@ log = logging.getLogger("dpgate.db")
 INTERVAL = 1.0
 #: What ``db_deadline_seconds`` leaves for shutting the sockets and answering.
 MARGIN = 1.0
+#: A wake-up later than this past its time means this process was stalled.
+STALL_ALLOWANCE = 0.25
+
+
+async def _overslept(awaitable: Awaitable[Any], seconds: float) -> bool:
+    """Await ``awaitable`` (which ends within ``seconds``); whether this process woke up
+    more than ``STALL_ALLOWANCE`` later than that."""
+    due = time.monotonic() + seconds
+    await awaitable
+    return time.monotonic() - due > STALL_ALLOWANCE
 
 
 def shut_socket(conn: Any) -> None:
@@ -113,14 +125,22 @@ class DatabaseWatch:
                 if left <= 0:  # silent too long (or again, while down)
                     self._go_down(last_answer)
                     left = self.silence
-                await asyncio.wait({beat}, timeout=left)
+                if await _overslept(asyncio.wait({beat}, timeout=left), left):
+                    last_answer = self._after_stall(last_answer)
             if beat.exception() is None:
                 last_answer = time.monotonic()
                 self._go_up()
             elif self._heart is not None:  # a failed heartbeat opens a new connection
                 shut_socket(self._heart)
                 self._heart = None
-            await asyncio.sleep(INTERVAL)
+            if await _overslept(asyncio.sleep(INTERVAL), INTERVAL):
+                last_answer = self._after_stall(last_answer)
+
+    def _after_stall(self, last_answer: float) -> float:
+        """This process could not run for a while (its event loop blocked, the GIL held by
+        a long computation): that is not the database's silence, and an answer may be
+        waiting unread, so the heartbeat gets another interval of running time."""
+        return max(last_answer, time.monotonic() - self.silence + INTERVAL)
 
     async def _beat(self) -> None:
         if self._heart is None or self._heart.closed:

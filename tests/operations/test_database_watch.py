@@ -125,3 +125,30 @@ def test_a_slow_statement_is_not_cut(postgres_base_url: str) -> None:
             engine.dispose()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.slow
+def test_a_stalled_process_is_not_a_silent_database(postgres_base_url: str) -> None:
+    """The event loop blocked for longer than the silence (a long computation holding
+    the GIL, say) while the database answers: the heartbeat's answer waits unread, and
+    the watch must not call the database down and shut every connection."""
+    watch, engine, pool = _watched(postgres_base_url)
+
+    async def scenario() -> None:
+        await pool.open()
+        watch.start()
+        try:
+            await asyncio.sleep(1.5)  # a heartbeat or two answered
+            for _ in range(3):
+                await asyncio.sleep(0.05)  # let the next heartbeat be sent
+                time.sleep(watch.silence + 1.0)  # the whole process stalls
+                await asyncio.sleep(0.5)
+                assert watch.down_since is None
+            async with pool.connection() as conn:  # the pooled connection was not shut
+                await conn.execute("SELECT 1")
+        finally:
+            await watch.stop()
+            await pool.close()
+            engine.dispose()
+
+    asyncio.run(scenario())
