@@ -6,8 +6,8 @@ default) of:
 
 * **dpgate auto** — the mechanism ``auto`` picks from the public counts by
   worst-case error (docs/math.md §11), simulated with :mod:`research.simulate`;
-* **dpgate centered_clip** — the data-adaptive mechanism of
-  :mod:`app.core.mean_centered` (private centre and width, then user sums clipped
+* **dpgate centred_clip** — the data-adaptive mechanism of
+  :mod:`app.core.mean_centred` (private centre and width, then user sums clipped
   around the centre) with its default options: a fixed public rule, not chosen by
   looking at errors, simulated by calling ``release_mean`` once per run;
 * **dpgate best in hindsight** — the dpgate mean mechanism (default options) with

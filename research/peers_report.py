@@ -17,7 +17,7 @@ from research.peer_libraries import LABELS
 
 __all__ = ["FEATURED", "Row", "peers_report"]
 
-FEATURED = "centered_clip"  # reported on its own row: a fixed rule, not hindsight
+FEATURED = "centred_clip"  # reported on its own row: a fixed rule, not hindsight
 
 
 @dataclass
@@ -198,7 +198,7 @@ def _reading(
         lines += [
             "- Why `auto` does not: it picks by *worst-case* error from the public counts "
             "alone (docs/math.md §11), among mechanisms with a data-independent bound "
-            "(`centered_clip` has none on its adaptive path). On this grid dropping records "
+            "(`centred_clip` has none on its adaptive path). On this grid dropping records "
             "can cost a lot in "
             "the worst case (the dropped records may all sit at 0 or U): a cap at the median "
             f"k = {med_k} can be off by up to {med_bias:.0f} km/h, the peers' hindsight caps "
@@ -209,7 +209,7 @@ def _reading(
             "- The peers' hindsight k is not available to a data holder who must fix k "
             "without looking at the values, and on heterogeneous data (e.g. a few fast buses "
             "with many records) a cap's error can grow up to its worst-case bias bound above; "
-            "`auto`'s cannot. `centered_clip` has no such bound either: on skewed data its "
+            "`auto`'s cannot. `centred_clip` has no such bound either: on skewed data its "
             "centre (a median) can sit away from the mean and clipping then pulls the "
             "estimate towards it.",
             f"- Tiny grids (the CapMetrics rows, L ≈ 35 users): `{FEATURED}`'s public gate "

@@ -29,7 +29,7 @@ of 2"). To stay ``eps``-DP the choices are made with score sensitivity 2 at the
 same budgets (``eps/2`` for levy, ``eps/4`` per quantile) and the noise is
 ``Lap(4(b - a)/(K eps))``.
 
-**centered_clip** (:mod:`app.core.mean_centered`) draws a private centre and width
+**centred_clip** (:mod:`app.core.mean_centred`) draws a private centre and width
 that change the window and the sensitivity in every run; its runs simply call
 ``release_mean`` ``runs`` times with the seeded source (a release costs well under a
 millisecond), so the simulated law is the mechanism's own.
@@ -79,7 +79,7 @@ LINEAR = frozenset(
     }
 )  # fmt: skip
 PROJECTION = frozenset({"levy", "quantile_fixed", "quantile_optimized"})
-ADAPTIVE = frozenset({"centered_clip", "user_window"})  # release_mean per run
+ADAPTIVE = frozenset({"centred_clip", "user_window"})  # release_mean per run
 WRAP_PROJECTION = frozenset({"levy@wrap", "quantile_fixed@wrap", "quantile_optimized@wrap"})
 
 
@@ -171,8 +171,14 @@ def projected_means(means: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.nda
 
 
 def levy_picks(
-    means: np.ndarray, U: float, tau: float, eps: float, rng: np.random.Generator, runs: int,
-    *, multiplicity: int = 1,
+    means: np.ndarray,
+    U: float,
+    tau: float,
+    eps: float,
+    rng: np.random.Generator,
+    runs: int,
+    *,
+    multiplicity: int = 1,
 ) -> np.ndarray:
     """``runs`` choices of 002 Alg. 3's midpoint (report-noisy-max on ``-c`` at ``eps/2``)."""
     _, cost = interval_costs(means, U, tau)
@@ -210,8 +216,14 @@ def levy_estimates(
 
 
 def quantile_picks(
-    means: np.ndarray, q: float, U: float, eps: float, rng: np.random.Generator, runs: int,
-    *, multiplicity: int = 1,
+    means: np.ndarray,
+    q: float,
+    U: float,
+    eps: float,
+    rng: np.random.Generator,
+    runs: int,
+    *,
+    multiplicity: int = 1,
 ) -> np.ndarray:
     """``runs`` private ``q``-quantile choices (indices into ``quantile_candidates(U)``)."""
     scores = quantile_scores(means, q, quantile_candidates(U))

@@ -71,7 +71,7 @@ class StatisticAnswer(BaseModel):
         "0.99 and the noise with 0.96, so it holds the truth at least 95% of the time on "
         "every dataset, but is wide on small grids (docs/math.md §11.6). For the narrowest "
         "honest interval ask auto with `objective=interval`. Null where the mechanism has "
-        "no such bound (centered_clip, centred, levy, quantile): `ci95_note` then says why."
+        "no such bound (centred_clip, centred, levy, quantile): `ci95_note` then says why."
     )
     ci95_note: str | None = Field(
         default=None,

@@ -26,6 +26,7 @@ from app.core.registry import (
     JOINT_MECHANISMS,
     MEAN_MECHANISMS,
     VARIANCE_MECHANISMS,
+    canonical_mechanism,
     mechanisms,
     validate_options,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "VectorRelease",
     "auto_epsilon",
     "calibrate_scale",
+    "canonical_mechanism",
     "default_noise",
     "expected_ci95_width",
     "expected_error",

@@ -2,7 +2,7 @@
 
 The rule (docs/math.md §11, measured by ``benchmarks/accuracy.py``):
 
-* **mean**: ``centered_clip`` where the median count is at least 4 and its public gate
+* **mean**: ``centred_clip`` where the median count is at least 4 and its public gate
   opens (``0.4·ε·L >= 4(ln 257 + 3)``: enough users for its private centre), else
   ``user_window``;
 * **variance**: ``centred`` where the median count is at least 4 and its public gate
@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 from app.core.bounds import check_bound, check_epsilon, variance_sensitivity
 from app.core.counts import CountsInfo, prepare_counts
-from app.core.mean_centered import adaptive_gate
+from app.core.mean_centred import adaptive_gate
 from app.core.option_spec import CENTRE_SHARE, VAR_CENTRE_SHARE
 from app.core.variance_centred import centred_gate
 
@@ -38,12 +38,12 @@ CENTRED_MIN_MEDIAN = 4
 
 # auto's MAE / the peer rule's MAE, per path, at eps = 0.5, 1, 2: medians over grids
 # measured by benchmarks/intervals.py (user_window, window: the CapMetrics days' 342 grids,
-# 40 draws each; centered_clip, centred: the ITMS-like grid, 400 draws). Between them:
+# 40 draws each; centred_clip, centred: the ITMS-like grid, 400 draws). Between them:
 # linear in log eps; outside, the nearest. docs/results.md "Intervals".
 _RATIO_EPS = (0.5, 1.0, 2.0)
 _RATIO = {
     "user_window": (0.565, 0.673, 0.787),
-    "centered_clip": (0.18, 0.124, 0.127),
+    "centred_clip": (0.18, 0.124, 0.127),
     "window": (0.169, 0.255, 0.321),
     "centred": (0.357, 0.325, 0.342),
 }
@@ -63,7 +63,7 @@ def auto_path(statistic: str, median: int, n_active: int, eps: float) -> str:
     """:func:`auto_mechanism` from the median count and the number of active users."""
     if statistic == "mean":
         if median >= CENTRED_MIN_MEDIAN and adaptive_gate(n_active, MEAN_CENTRE_SHARE * eps):
-            return "centered_clip"
+            return "centred_clip"
         return "user_window"
     if statistic == "variance":
         if median >= CENTRED_MIN_MEDIAN and centred_gate(n_active, VARIANCE_CENTRE_SHARE * eps):

@@ -12,7 +12,7 @@ point (docs/math.md §9.4.1):
   the ``eps`` the release is charged. A slot release draws all its Laplace noise at
   once, one vector ``make_laplace`` call per scale (:meth:`OpenDPNoise.laplace_many`,
   same law per coordinate: docs/math.md §9.4.7).
-* Every private choice (levy's interval, the private quantiles, centered_clip's
+* Every private choice (levy's interval, the private quantiles, centred_clip's
   centre and width) is :meth:`NoiseSource.noisy_max` on integer scores: OpenDP's
   ``make_noisy_max`` with exponential noise (report-noisy-max with exponential
   noise, which is permute-and-flip: McKenna and Sheldon, "Permute-and-Flip: A new

@@ -18,7 +18,7 @@ from app.core.auto import auto_mechanism
 from app.core.counts import CountsInfo
 from app.core.draft import Draft
 from app.core.mean_capped import plan_capped_weights
-from app.core.mean_centered import plan_centered_clip
+from app.core.mean_centred import plan_centred_clip
 from app.core.mean_linear import (
     plan_array_bestfit,
     plan_array_wrap,
@@ -62,6 +62,7 @@ __all__ = [
     "MEAN_MECHANISMS",
     "STATISTICS",
     "VARIANCE_MECHANISMS",
+    "canonical_mechanism",
     "draft",
     "int_option",
     "mechanism_spec",
@@ -179,15 +180,16 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
             FILL,
             build=lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
         ),
-        "centered_clip": _spec(
-            "centered_clip",
+        "centred_clip": _spec(
+            "centred_clip",
             "user sums clipped to a window around a private centre, private width "
-            "(003 Thm III.1 re-centred; app/core/mean_centered.py)",
+            "(003 Thm III.1 re-centred; app/core/mean_centred.py; named centered_clip "
+            "before, which is still accepted)",
             False,
             CENTRE_SHARE,
             WIDTH_SHARE,
             WIDTH_FACTOR,
-            build=lambda i, U, e, o: plan_centered_clip(
+            build=lambda i, U, e, o: plan_centred_clip(
                 i,
                 U,
                 e,
@@ -213,7 +215,7 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
         ),
         "auto": _spec(
             "auto",
-            "chosen from public counts: centered_clip where its gate opens, else user_window; "
+            "chosen from public counts: centred_clip where its gate opens, else user_window; "
             "objective=interval: capped_weights",
             False,
             OBJECTIVE,
@@ -304,6 +306,16 @@ BOUNDED_CANDIDATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
         for s in STATISTICS
     }
 )
+
+
+#: Old names of renamed mechanisms: a request that names one runs the new one and is
+#: answered under the new name (one spelling: centre, centred).
+RENAMED: Mapping[str, str] = MappingProxyType({"centered_clip": "centred_clip"})
+
+
+def canonical_mechanism(mechanism: str) -> str:
+    """The mechanism's name today (its own, unless it was renamed)."""
+    return RENAMED.get(mechanism, mechanism)
 
 
 def mechanisms(statistic: str) -> Mapping[str, MechanismSpec]:

@@ -14,7 +14,7 @@ for every mechanism (docs/math.md §9.4.6):
 * where it has none but bounds its bias given its private choices with probability
   ``1 - β`` (:class:`BiasSpread`: ``user_window``), the interval widens the noise's
   ``1 - (0.05 - β)`` range by that spread (:func:`spread_interval`);
-* otherwise (levy, quantile, centered_clip's adaptive path, the centred variance:
+* otherwise (levy, quantile, centred_clip's adaptive path, the centred variance:
   privately chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why;
 * an interval that covers the whole range is still published (it is honest, and dropping
   it would bias the coverage of those that remain); ``ci95_note`` says so and why.

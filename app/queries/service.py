@@ -92,6 +92,7 @@ async def answer_statistic(
     raw_options: Mapping[str, str],
 ) -> dict[str, Any]:
     invalid: InvalidRequest | None
+    mechanism = core.canonical_mechanism(mechanism)
     try:
         eps, options = _parse_query(statistic, mechanism, epsilon, raw_options)
     except InvalidRequest as exc:  # reported after "no such grid", as ever

@@ -2,9 +2,10 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from app.answers.schemas import StatisticAnswer
+from app.core import canonical_mechanism
 from app.json_numbers import JsonBody
 
 Statistic = Literal["mean", "variance"]
@@ -102,6 +103,11 @@ class ReleaseIn(JsonBody):
     )
     error_target: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     protect_min_error_grid: bool = False
+
+    @field_validator("mechanism")
+    @classmethod
+    def _today_name(cls, mechanism: str) -> str:
+        return canonical_mechanism(mechanism)
 
     @model_validator(mode="after")
     def _one_budget(self) -> ReleaseIn:

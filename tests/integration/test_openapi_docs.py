@@ -69,7 +69,7 @@ def test_mechanism_is_an_enum_of_the_registry(doc, statistic: str, contract: set
     assert enum == list(registry) and contract <= set(enum)
     assert mechanism["schema"]["default"] == "auto"
     if statistic == "mean":
-        assert "centered_clip" in enum
+        assert "centred_clip" in enum
     description = doc["paths"][STAT_PATHS[statistic]]["get"]["description"]
     assert all(f"`{name}`" in description for name in registry)
 

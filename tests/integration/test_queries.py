@@ -26,6 +26,7 @@ from app.ledger.repository import needs_analyze
 from app.queries import service
 from app.queries.repository import _LOOKUP_SQL
 from app.queries.store import QueryStore
+from app.releases.schemas import ReleaseIn
 from tests.helpers import upload_csv
 from tests.integration.grid_fixtures import CELL_A, CELL_B, analyst, load, make_dataset
 
@@ -177,6 +178,19 @@ def test_cached_repeat_charges_nothing(client: TestClient, grids) -> None:
     assert budget["max_spent"] == 0.25
     ledger = client.get(f"/datasets/{ds}/ledger").json()["users"]
     assert sorted(u["spent_exact"] for u in ledger) == ["0.250000000000"] * 3
+
+
+def test_a_renamed_mechanism_runs_under_its_new_name(client: TestClient, grids) -> None:
+    """centered_clip became centred_clip (one spelling): the old name still runs, is
+    answered under the new one, and is the same query (served from the store)."""
+    _, a, _ = grids
+    old = client.get(f"/grids/{a}/mean", params={"epsilon": 0.5, "mechanism": "centered_clip"})
+    assert old.status_code == 200, old.text
+    assert old.json()["mechanism"] == "centred_clip" and old.json()["cached"] is False
+    new = client.get(f"/grids/{a}/mean", params={"epsilon": 0.5, "mechanism": "centred_clip"})
+    assert new.json()["cached"] is True and new.json()["query_id"] == old.json()["query_id"]
+    body = ReleaseIn(slot_start="2024-03-05T10:00:00Z", epsilon=1, mechanism="centered_clip")
+    assert body.mechanism == "centred_clip"  # a release body too
 
 
 def test_budget_refused_when_a_user_would_pass_the_cap(client: TestClient, grids) -> None:

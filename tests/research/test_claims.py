@@ -94,8 +94,8 @@ def test_004_capmetrics(tmp_path):
     assert np.mean([row.K / row.G1 for row in rows]) < 0.9
 
 
-def test_centered_clip_beats_every_other_dpgate_mechanism_on_the_itms_grid():
-    """Issue 7: on the ITMS-like grid at eps = 1 centered_clip's MAE is below that of the
+def test_centred_clip_beats_every_other_dpgate_mechanism_on_the_itms_grid():
+    """Issue 7: on the ITMS-like grid at eps = 1 centred_clip's MAE is below that of the
     best other dpgate mean mechanism (quantile_fixed, ~0.40 in docs/figures/peers.md), by a
     wide margin (it measures ~0.05 there)."""
     from app.core import MEAN_MECHANISMS
@@ -112,5 +112,5 @@ def test_centered_clip_beats_every_other_dpgate_mechanism_on_the_itms_grid():
             continue
         noise = SeededNoise(np.random.default_rng(seed_for(0, "claims", mech)))
         mae[mech] = float(simulate_abs_errors(grid, ITMS_U, 1.0, mech, runs, noise)[0].mean())
-    ours = mae.pop("centered_clip")
+    ours = mae.pop("centred_clip")
     assert ours < 0.5 * min(mae.values()), (ours, min(mae, key=mae.get))

@@ -214,15 +214,15 @@ def loss_lower_bound(
     return AuditResult(float(both[best]), f"{names[best % len(e0)]} ({direction})", len(e0))
 
 
-# ----------------------------------------------------------- centered_clip (adaptive)
-# centered_clip draws a private centre and width before its Laplace step, so it is
+# ----------------------------------------------------------- centred_clip (adaptive)
+# centred_clip draws a private centre and width before its Laplace step, so it is
 # audited on its own occupancy and eps, chosen so that its public gate is met
 # (0.4 eps L = 80 >= 34.2): the adaptive path, not its worst_case_optimal fallback. A
 # large eps concentrates the two exponential-mechanism draws, so that the audited
 # (centre, width) cell is hit often.
 ADAPTIVE_EPS = 5.0
 ADAPTIVE_COUNTS = (20, *(1 + (i % 5) for i in range(39)))  # L = 40, m* = 20
-ADAPTIVE_MECHANISM = "centered_clip"
+ADAPTIVE_MECHANISM = "centred_clip"
 SENTINEL = 1e300  # releases outside the audited (centre, width) cell
 
 
@@ -260,7 +260,7 @@ class FixedChoices(RecordingNoise):
 def adaptive_cell() -> tuple[int, int]:
     """The (centre, width) candidate pair most likely on the first grid: the top scores
     (report-noisy-max favours them; fixed before any sampling)."""
-    from app.core import mean_centered as mc
+    from app.core import mean_centred as mc
 
     d0, _ = adaptive_neighbours()
     m = np.asarray(ADAPTIVE_COUNTS, dtype=np.float64)
@@ -290,7 +290,7 @@ def sample_adaptive(job: tuple[int, int, float]) -> np.ndarray:
     """``(side, n, scale factor)`` -> ``n`` full releases with the production noise source,
     each encoded as its estimate when its (centre, width) is the audited cell and as
     ``SENTINEL`` otherwise (an event of the whole output, so a valid audit event)."""
-    from app.core import mean_centered as mc
+    from app.core import mean_centred as mc
     from app.core.noise import OpenDPNoise
 
     side, n, factor = job

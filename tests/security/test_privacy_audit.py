@@ -7,7 +7,7 @@ baseline and clip variance, worst_case_optimal) through ``app.core.release_mean`
 ``release_variance``. Samples are binned on fixed edges and the privacy loss is
 bounded from below with Clopper–Pearson intervals; the audit fails if that lower
 bound exceeds eps. Confidence: alpha = 0.01 for the whole audit (Bonferroni over
-the five statistics and centered_clip, and over every event and interval within each).
+the five statistics and centred_clip, and over every event and interval within each).
 
 Noise source: :class:`tests.security.audit_lib.BulkOpenDPNoise` — OpenDP's own
 ``make_laplace`` on a vector domain, i.e. the production sampler drawn 10^5 at a
@@ -15,7 +15,7 @@ time (a scalar OpenDP draw costs ~0.2 ms; 10^6 of them would take minutes).
 ``test_bulk_source_has_the_production_law`` shows with KS tests that it has the law
 of the production :class:`app.core.noise.OpenDPNoise` on the same release.
 
-centered_clip (a private centre and width, then Laplace) is audited on its own
+centred_clip (a private centre and width, then Laplace) is audited on its own
 neighbours and eps (``audit_lib.ADAPTIVE_*``, where its public gate is met), with
 full releases through the production :class:`app.core.noise.OpenDPNoise`; its
 output is encoded so that the events are "(centre, width) is the most likely cell
@@ -51,7 +51,7 @@ from tests.security import audit_lib as audit
 N = 100_000
 N_BROKEN = 20_000
 ALPHA = 0.01
-ALPHA_EACH = ALPHA / (len(audit.TARGETS) + 3)  # + centered_clip, noisy_max, levy's interval
+ALPHA_EACH = ALPHA / (len(audit.TARGETS) + 3)  # + centred_clip, noisy_max, levy's interval
 
 
 @pytest.fixture(scope="module")
@@ -177,7 +177,7 @@ def _adaptive_samples(
     return np.concatenate(parts[:2]), np.concatenate(parts[2:])
 
 
-def test_centered_clip_neighbours_move_its_estimate_by_its_sensitivity() -> None:
+def test_centred_clip_neighbours_move_its_estimate_by_its_sensitivity() -> None:
     """In the audited (centre, width) cell the heavy user's move realises the sensitivity,
     and the Laplace step gets 0.4 of eps."""
     v0, v1, scale, release = audit.adaptive_noiseless()
@@ -187,18 +187,18 @@ def test_centered_clip_neighbours_move_its_estimate_by_its_sensitivity() -> None
 
 
 @pytest.mark.slow
-def test_audit_centered_clip(pool: ProcessPoolExecutor) -> None:
+def test_audit_centred_clip(pool: ProcessPoolExecutor) -> None:
     v0, v1, scale, _ = audit.adaptive_noiseless()
     edges = audit.fixed_edges(v0, v1, scale)
     x0, x1 = _adaptive_samples(pool, N_ADAPTIVE)
     assert min(np.mean(x0 < audit.SENTINEL), np.mean(x1 < audit.SENTINEL)) > 0.1
     result = audit.loss_lower_bound(x0, x1, edges, ALPHA_EACH)
-    print(f"\naudit centered_clip: loss >= {result.bound:.4f} (eps {audit.ADAPTIVE_EPS})")
+    print(f"\naudit centred_clip: loss >= {result.bound:.4f} (eps {audit.ADAPTIVE_EPS})")
     assert result.bound <= audit.ADAPTIVE_EPS, result
     # the Laplace step alone has loss 0.4 eps in the cell: the audit sees most of it
     assert result.bound > 0.25 * audit.ADAPTIVE_EPS, result
     broken = audit.loss_lower_bound(*_adaptive_samples(pool, N_ADAPTIVE, 0.1), edges, ALPHA_EACH)
-    print(f"audit centered_clip [noise scale x 0.1]: loss >= {broken.bound:.4f}")
+    print(f"audit centred_clip [noise scale x 0.1]: loss >= {broken.bound:.4f}")
     assert broken.bound > audit.ADAPTIVE_EPS, broken
 
 

@@ -28,7 +28,7 @@ from fastapi.testclient import TestClient
 from scipy import stats
 
 from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS, GridData, release_mean
-from app.core import mean_centered as mc
+from app.core import mean_centred as mc
 from app.core.noise import OpenDPNoise, calibrate_choice_scale, calibrate_scale
 from research.noise import SeededNoise
 from tests.security import audit_lib as audit
@@ -140,7 +140,7 @@ def test_noisy_max_draws_the_exact_law() -> None:
 
 def _issue_example() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """745 one-record users spread evenly over [0, 65]; user 0 moves from 0 to 65. The
-    centre scores of centered_clip on both neighbours (they move by at most 1)."""
+    centre scores of centred_clip on both neighbours (they move by at most 1)."""
     v0 = np.linspace(0.0, 65.0, 745)
     v1 = v0.copy()
     v1[0] = 65.0
@@ -191,11 +191,11 @@ def _quantile_neighbours() -> tuple[GridData, GridData]:
     return grids[0], grids[1]
 
 
-@pytest.mark.parametrize("mechanism", ["quantile_fixed", "quantile_optimized", "centered_clip"])
+@pytest.mark.parametrize("mechanism", ["quantile_fixed", "quantile_optimized", "centred_clip"])
 def test_every_private_choice_is_within_its_budget_exactly(mechanism: str) -> None:
     """Each choice a mechanism makes, on neighbouring grids, has exact loss <= the budget it
     passes (and the budgets of its choices and its Laplace step sum to at most eps)."""
-    eps = 8.0 if mechanism == "centered_clip" else 2.0  # centered_clip: past its public gate
+    eps = 8.0 if mechanism == "centred_clip" else 2.0  # centred_clip: past its public gate
     recs = []
     for grid in _quantile_neighbours():
         src = audit.ScoreRecorder()
@@ -203,7 +203,7 @@ def test_every_private_choice_is_within_its_budget_exactly(mechanism: str) -> No
         recs.append((src.choices, rel))
     (c0, rel0), (c1, rel1) = recs
     assert len(c0) == len(c1) == 2
-    if mechanism == "centered_clip":
+    if mechanism == "centred_clip":
         assert rel0.details["path"] == "adaptive"
         # the width step is audited given the released centre: both sides chose the same
         assert rel0.details["centre"] == rel1.details["centre"]

@@ -121,7 +121,7 @@ def _grid(seed: int) -> GridData:
     [
         ("mean", "auto"),
         ("mean", "user_window"),
-        ("mean", "centered_clip"),
+        ("mean", "centred_clip"),
         ("mean", "clip"),
         ("mean", "levy"),
         ("variance", "auto"),

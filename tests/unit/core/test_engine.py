@@ -300,7 +300,7 @@ def test_auto_follows_its_public_rule(eps: float) -> None:
     for n_users in (10, 100):
         auto = plan_mean(counts[:n_users], U, eps)
         gate = 0.4 * eps * n_users >= 4 * (np.log(257) + 3) and np.median(counts[:n_users]) >= 4
-        assert auto.mechanism == ("centered_clip" if gate else "user_window")
+        assert auto.mechanism == ("centred_clip" if gate else "user_window")
         assert auto.details["selected_by"] == "auto"
         grid = random_grid(np.random.default_rng(5), U, n_users=n_users, max_count=30)
         rel = release_mean(grid, U, eps, noise=ZeroNoise())

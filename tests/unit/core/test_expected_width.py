@@ -38,7 +38,7 @@ def test_published_widths_never_exceed_the_expected_one(
             if rel.ci95 is not None:
                 widths.append(rel.ci95[1] - rel.ci95[0])
         top = U if statistic == "mean" else U * U / 4
-        if not widths:  # no honest interval known (centered_clip, centred): the range
+        if not widths:  # no honest interval known (centred_clip, centred): the range
             assert want == top
             continue
         assert max(widths) <= want * (1 + 1e-9) and want <= top

@@ -32,7 +32,7 @@ U = 65.0
 COUNTS = [np.array([417, 46, 46, 3, 1, 1, 90, 12]), np.array([5, 5, 5]), np.arange(1, 40)]
 EPSILONS = [0.05, 0.3, 1.0, 2 / 3, 7.0]
 PRIVATE_INTERVAL = {"levy", "quantile_fixed", "quantile_optimized"}
-ADAPTIVE = {"centered_clip", "user_window", "auto"}  # private steps before the Laplace step
+ADAPTIVE = {"centred_clip", "user_window", "auto"}  # private steps before the Laplace step
 
 
 def _opendp_map(scale: float, sensitivity: float) -> float:
@@ -47,7 +47,7 @@ def _opendp_map(scale: float, sensitivity: float) -> float:
 def test_mean_scale_is_sensitivity_over_eps(counts: np.ndarray, eps: float, mechanism: str) -> None:
     plan = plan_mean(counts, U, eps, mechanism)
     if mechanism in ADAPTIVE and plan.details.get("path", "adaptive") == "adaptive":
-        assert plan.sensitivity is None  # chosen at release: test_centered_clip_spends_its_shares
+        assert plan.sensitivity is None  # chosen at release: test_centred_clip_spends_its_shares
         return
     assert plan.sensitivity is not None and plan.noise_scale is not None
     if plan.sensitivity == 0:  # worst_case_optimal with T = 0 needs no noise
@@ -75,17 +75,17 @@ def test_interval_mechanisms_spend_half_on_the_interval(eps: float, mechanism: s
 
 
 @pytest.mark.parametrize("eps", [0.5, 1.0, 2 / 3, 7.0])
-def test_centered_clip_spends_its_shares(eps: float) -> None:
+def test_centred_clip_spends_its_shares(eps: float) -> None:
     """Centre and width draws take 0.4 and 0.2 of eps; the Laplace step the rest (0.4):
     noise_scale = sensitivity / (0.4 eps), certified by OpenDP's map at that share."""
     grid = random_grid(np.random.default_rng(6), U, n_users=250, max_count=30)
-    plan = plan_mean(grid.counts, U, eps, "centered_clip")
+    plan = plan_mean(grid.counts, U, eps, "centred_clip")
     assert plan.details["path"] == "adaptive"
     assert plan.sensitivity is None and plan.noise_scale is None and plan.worst_case_error is None
     d = plan.details
     assert d["eps_centre"] + d["eps_width"] + d["eps_noise"] <= eps
     assert d["eps_centre"] + d["eps_width"] + d["eps_noise"] == pytest.approx(eps, rel=1e-12)
-    rel = release_mean(grid, U, eps, "centered_clip", noise=SeededNoise(np.random.default_rng(2)))
+    rel = release_mean(grid, U, eps, "centred_clip", noise=SeededNoise(np.random.default_rng(2)))
     assert np.array_equal(rel.kept, plan.kept)
     assert rel.noise_scale == pytest.approx(rel.sensitivity / (0.4 * eps), rel=1e-12)
     assert _opendp_map(rel.noise_scale, rel.sensitivity) <= d["eps_noise"]

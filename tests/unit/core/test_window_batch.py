@@ -69,7 +69,7 @@ def test_grids_off_the_window_path_run_grid_by_grid() -> None:
         ("mean", "variance"), [big, small], [np.full(3000, 6), caps], U, 2.0, noise=src,
         objective="accuracy",
     )  # fmt: skip
-    assert [p.draft.mechanism for p in many[0]] == ["centered_clip", "centred"]
+    assert [p.draft.mechanism for p in many[0]] == ["centred_clip", "centred"]
     assert [p.draft.mechanism for p in many[1]] == ["user_window", "window"]
 
 

@@ -1,4 +1,4 @@
-"""centered_clip (app/core/mean_centered.py): options, gate, plan, exact sensitivity, draws."""
+"""centred_clip (app/core/mean_centred.py): options, gate, plan, exact sensitivity, draws."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import pytest
 from scipy.optimize import minimize
 
 from app.core import GridData, plan_mean, release_mean, validate_options
-from app.core import mean_centered as mc
+from app.core import mean_centred as mc
 from app.core.float_sums import float_sum_sensitivity
 from app.core.noise import calibrate_scale
 from tests.unit.core.helpers import ZeroNoise
 
 U = 65.0
-NAME = "centered_clip"
+NAME = "centred_clip"
 
 
 class Counting(ZeroNoise):

@@ -1,4 +1,4 @@
-"""``centered_clip``: user sums clipped around a private centre with a private width.
+"""``centred_clip``: user sums clipped around a private centre with a private width.
 
 A data-adaptive, pure ``ε``-DP (user level, replace-one-user's-values neighbours,
 docs/math.md §1.2) mean of one grid. It is 003 Thm III.1's per-user projection re-centred:
@@ -83,12 +83,12 @@ __all__ = [
     "adaptive_gate",
     "centre_utility",
     "centred_window",
-    "plan_centered_clip",
+    "plan_centred_clip",
     "width_candidates",
     "width_utility",
 ]
 
-NAME = "centered_clip"
+NAME = "centred_clip"
 CENTRE_CANDIDATES = 256  # c_j = jU/256, j = 0..256
 WIDTH_STEPS_PER_OCTAVE = 4
 WIDTH_LOW_OCTAVES = 8  # smallest ρ is U 2^-8
@@ -150,7 +150,7 @@ def _shares(eps: float, centre_share: float, width_share: float) -> tuple[float,
     return e1, e2, e3
 
 
-def plan_centered_clip(
+def plan_centred_clip(
     info: CountsInfo,
     U: float,
     eps: float,
