@@ -41,6 +41,7 @@ from app.releases.planning import (
     PlanOptions,
     SlotPlan,
     grids_per_user,
+    live_pairs,
     plan_at,
     plan_for_cost,
 )
@@ -72,9 +73,9 @@ def plans_for_intervals(body: ReleaseIn) -> bool:
 
 
 def plan_maker(
-    inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray
+    inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray | None
 ) -> Callable[[EpsilonAmount], SlotPlan]:
-    """The plan at a given epsilon, with ``excluded`` users left out."""
+    """The plan at a given epsilon, with the ``excluded`` pairs left out."""
     opts = PlanOptions(
         clip_user=body.clip_user and not plans_for_intervals(body),
         split=body.split,
@@ -84,7 +85,7 @@ def plan_maker(
     return partial(plan_at, inp.occ, excluded, inp.dataset.value_bound, opts=opts)
 
 
-def choose_plan(inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray) -> SlotPlan:
+def choose_plan(inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray | None) -> SlotPlan:
     """The plan at the given epsilon, or at the largest one within ``max_user_cost``."""
     max_eps = inp.dataset.max_epsilon_per_query
     if plans_for_intervals(body):
@@ -105,7 +106,7 @@ def choose_plan(inp: ReleaseInput, body: ReleaseIn, excluded: np.ndarray) -> Slo
     if body.max_user_cost is None:  # the schema asks for one of the two
         raise InvalidRequest("give epsilon or max_user_cost")
     cap = budget.limit(body.max_user_cost)
-    live = inp.occ.user[~np.isin(inp.occ.user, excluded)] if excluded.size else inp.occ.user
+    live = inp.occ.user[live_pairs(inp.occ, excluded)]
     return plan_for_cost(make, cap, max_eps, _grids_per_user(live))
 
 
@@ -188,7 +189,7 @@ def _adaptive_input(
         inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
         if body.epsilon is not None or not inp.grids:
             break
-        eps = float(choose_plan(inp, body, np.empty(0, np.int64)).eps.used) / n_stats
+        eps = float(choose_plan(inp, body, None).eps.used) / n_stats
     assert inp is not None
     return inp
 

@@ -21,7 +21,13 @@ from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount
 from app.core.partition import narrowest_width
 from app.errors import InvalidRequest
-from app.releases.planning import Occupancy, SlotPlan, exact_amount, grids_per_user
+from app.releases.planning import (
+    Occupancy,
+    SlotPlan,
+    exact_amount,
+    grids_per_user,
+    live_pairs,
+)
 
 #: Candidate ``k`` (grids per user): every one up to 8, then about 1.5× apart.
 _SMALL_K = 8
@@ -92,7 +98,7 @@ def plan_at_k(
 
 def plan_for_intervals(
     occ: Occupancy,
-    excluded: np.ndarray,
+    excluded: np.ndarray | None,
     U: float,
     *,
     eps: EpsilonAmount | None,
@@ -102,7 +108,7 @@ def plan_for_intervals(
 ) -> SlotPlan:
     """The plan of the module docstring: at ``eps`` (nobody suppressed) or within
     ``cost_cap`` (the best ``k``)."""
-    live = ~np.isin(occ.user, excluded) if excluded.size else np.ones(occ.user.size, bool)
+    live = live_pairs(occ, excluded)
     G1 = grids_per_user(occ.user[live])
     if eps is not None or G1 == 0:
         kept = np.where(live, occ.count, 0)

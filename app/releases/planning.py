@@ -83,11 +83,17 @@ def grids_per_user(users: np.ndarray) -> int:
     return int(np.unique(users, return_counts=True)[1].max()) if users.size else 0
 
 
+def live_pairs(occ: Occupancy, excluded: np.ndarray | None) -> np.ndarray:
+    """Which (grid, user) pairs of ``occ`` a plan may keep: all but the ``excluded`` ones
+    (a mask over the pairs; ``None``: nobody left out)."""
+    return np.ones(occ.user.size, dtype=bool) if excluded is None else ~excluded
+
+
 def plan_at(
-    occ: Occupancy, excluded: np.ndarray, U: float, eps: EpsilonAmount, opts: PlanOptions
+    occ: Occupancy, excluded: np.ndarray | None, U: float, eps: EpsilonAmount, opts: PlanOptions
 ) -> SlotPlan:
-    """The plan at ``eps`` with ``excluded`` users (sorted ids) left out of every grid."""
-    live = ~np.isin(occ.user, excluded) if excluded.size else np.ones(occ.user.size, dtype=bool)
+    """The plan at ``eps`` with the ``excluded`` pairs left out (:func:`live_pairs`)."""
+    live = live_pairs(occ, excluded)
     kept = np.zeros(occ.user.size, dtype=np.int64)
     g, u, c = occ.grid[live], occ.user[live], occ.count[live]
     if u.size == 0:
@@ -225,8 +231,9 @@ def largest_affordable(
 def over_budget(
     occ: Occupancy, plan: SlotPlan, spent: Mapping[int, Decimal], cap: Decimal
 ) -> np.ndarray:
-    """Sorted ids of the users who cannot pay their cost in ``plan`` (the cap test,
-    :func:`app.budget.would_exceed`, on each user's total for the slot)."""
+    """Sorted ids of the users (budget subjects: ``app.releases.windows``) who cannot pay
+    their cost in ``plan`` (the cap test, :func:`app.budget.would_exceed`, on each one's
+    total for the release)."""
     users, grids = plan.user_costs(occ)
     eps = plan.eps.charged
     zero = Decimal(0)

@@ -61,14 +61,14 @@ MAX_EXCLUSION_ROUNDS = 20
 
 def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -> SlotPlan:
     """The plan every charged user can pay in each budget window (``app.releases.windows``);
-    with ``on_exhausted=exclude`` users who cannot (in some window) are left out and the
-    plan is made again."""
-    excluded = np.empty(0, dtype=np.int64)
+    with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
+    window's grids only, and the plan is made again."""
+    excluded: np.ndarray | None = None  # the (grid, user) pairs left out
     cap = inp.dataset.budget_per_user
     remaining = rb.remaining(cap)
     for _ in range(MAX_EXCLUSION_ROUNDS):
         plan = choose_plan(inp, body, excluded)
-        over = rb.users(over_budget(rb.occ, plan, rb.spent, cap))
+        over = over_budget(rb.occ, plan, rb.spent, cap)  # (window, user) subjects
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
@@ -80,10 +80,12 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
                 inp.dataset.max_epsilon_per_query,
             )
             raise refusal(
-                Verdict.EXHAUSTED, scope="these slots", over=int(over.size),
+                Verdict.EXHAUSTED, scope="these slots", over=int(rb.users(over).size),
                 largest_epsilon=largest,
             )  # fmt: skip
-        excluded = np.union1d(excluded, over)
+        # left out of the grids of the windows where they cannot pay, kept elsewhere
+        newly = np.isin(rb.occ.user, over)
+        excluded = newly if excluded is None else excluded | newly
     raise refusal(Verdict.EXHAUSTED, scope=f"these slots after {MAX_EXCLUSION_ROUNDS} exclusions")
 
 
@@ -177,7 +179,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     """The plan of ``body`` without values and without any charge."""
     dataset = get_dataset(session, dataset_id)
     inp = release_input(session, dataset, body)
-    plan = choose_plan(inp, body, np.empty(0, dtype=np.int64))
+    plan = choose_plan(inp, body, None)
     rb = read_release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ)
     cap = dataset.budget_per_user
 
@@ -213,7 +215,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         "grids": grids,
         "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.spent, cap)).size),
         "largest_epsilon": largest_affordable(
-            plan_maker(inp, body, np.empty(0, dtype=np.int64)),
+            plan_maker(inp, body, None),
             rb.occ,
             plan,
             rb.remaining(cap),

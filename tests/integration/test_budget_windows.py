@@ -135,6 +135,33 @@ def test_exclude_leaves_out_only_the_users_exhausted_in_the_grid_s_window(
     _error(_mean(client, grids[HOURS[0]], 0.1), 403, "budget_exhausted")
 
 
+def test_a_release_across_windows_excludes_a_user_only_where_it_cannot_pay(
+    client: TestClient, app
+) -> None:
+    """``exclude``: users exhausted on day 1 are left out of day 1's grids of a release
+    across midnight, and kept (and charged) in day 2's, where they can still pay."""
+    ds, grids = _dataset(client, on_exhausted="exclude")
+    assert _mean(client, grids[HOURS[0]], 0.9).json()["n_users_charged"] == N_USERS
+    body = {"slot_start": HOURS[0].isoformat(), "slots": 4, "epsilon": 0.05, "min_users": 3}
+    out = client.post(f"/datasets/{ds}/releases", json=body)
+    assert out.status_code == 200, out.text
+    by_hour = {datetime.fromisoformat(g["slot_start"]): g for g in out.json()["grids"]}
+    assert len(by_hour) == 4
+    for hour in HOURS[:2]:  # day 1: 0.9 spent, 0.05 + 0.05 more fits everyone (0.1 left)
+        assert by_hour[hour]["n_users_suppressed"] == 0
+    again = client.post(f"/datasets/{ds}/releases", json={**body, "epsilon": 0.06})
+    assert again.status_code == 200, again.text
+    by_hour = {datetime.fromisoformat(g["slot_start"]): g for g in again.json()["grids"]}
+    # day 1 has 0.0 left: every user is left out of day 1's grids (withheld) ...
+    assert all(datetime.fromisoformat(g["slot_start"]) >= HOURS[2] for g in again.json()["grids"])
+    # ... and nobody is left out of day 2's, where 0.9 is left
+    for hour in HOURS[2:]:
+        assert by_hour[hour]["n_users_suppressed"] == 0 and by_hour[hour]["n_users"] == N_USERS
+    accounts = _accounts(app, ds)
+    assert {s for (w, _), s in accounts.items() if w == DAY1} == {Decimal(1)}
+    assert {s for (w, _), s in accounts.items() if w == DAY2} == {Decimal("0.22")}
+
+
 def test_releasing_two_days_charges_each_day_s_window_never_the_other_s(
     client: TestClient, app
 ) -> None:

@@ -67,7 +67,7 @@ def test_the_plan_is_the_best_candidate_and_charges_at_most_the_cap(seed: int) -
     rng = np.random.default_rng(100 + seed)
     occ = _occupancy(rng, grids=6, users=10)
     cap = Decimal("2")
-    none = np.empty(0, dtype=np.int64)
+    none = None
     plan = plan_for_intervals(
         occ, none, U, eps=None, cost_cap=cap, max_epsilon=Decimal(10), n_statistics=1
     )
@@ -93,7 +93,7 @@ def test_with_epsilon_given_nobody_is_suppressed() -> None:
 
     plan = plan_for_intervals(
         occ,
-        np.empty(0, dtype=np.int64),
+        None,
         U,
         eps=parse_epsilon(0.5),
         cost_cap=None,
