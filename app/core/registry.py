@@ -88,6 +88,10 @@ def _fill(opts: Options) -> bool:
     return bool(opts["user_mean_fill"])
 
 
+def _table(*specs: MechanismSpec) -> Mapping[str, MechanismSpec]:
+    return MappingProxyType({spec.name: spec for spec in specs})
+
+
 def _spec(
     name: str, description: str, bounded: bool, *opts: OptionSpec, build: Builder | None = None
 ) -> MechanismSpec:
@@ -96,196 +100,188 @@ def _spec(
     )
 
 
-MEAN_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
-    {
-        "baseline": _spec(
-            "baseline",
-            "mean + Lap(U m*/(n eps)) (002 §III-B)",
-            True,
-            build=lambda i, U, e, o: plan_baseline(i, U, e),
+MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
+    _spec(
+        "baseline",
+        "mean + Lap(U m*/(n eps)) (002 §III-B)",
+        True,
+        build=lambda i, U, e, o: plan_baseline(i, U, e),
+    ),
+    _spec(
+        "array_avg_wrap",
+        "average of full WRAPAROUND array means, sensitivity 2U/K (002 §III-C)",
+        True,
+        M_UB_MEDIAN,
+        FILL,
+        build=lambda i, U, e, o: plan_array_wrap(i, U, e, int_option(o, "m_ub"), _fill(o)),
+    ),
+    _spec(
+        "array_avg_bestfit",
+        "average of BESTFIT array means, sensitivity U/K̄ (002 §III-C)",
+        True,
+        M_UB_MEDIAN,
+        FILL,
+        build=lambda i, U, e, o: plan_array_bestfit(i, U, e, int_option(o, "m_ub"), _fill(o)),
+    ),
+    _spec(
+        "levy",
+        "BESTFIT array means projected on a private interval (002 §III-D, Alg. 3)",
+        False,
+        GAMMA,
+        M_UB_EQ9,
+        FILL,
+        build=lambda i, U, e, o: plan_levy(
+            i, U, e, _float_opt(o, "gamma"), int_option(o, "m_ub"), _fill(o)
         ),
-        "array_avg_wrap": _spec(
-            "array_avg_wrap",
-            "average of full WRAPAROUND array means, sensitivity 2U/K (002 §III-C)",
-            True,
-            M_UB_MEDIAN,
-            FILL,
-            build=lambda i, U, e, o: plan_array_wrap(i, U, e, int_option(o, "m_ub"), _fill(o)),
+    ),
+    _spec(
+        "quantile_fixed",
+        "array means projected on private 0.1/0.9 quantiles (002 §III-E)",
+        False,
+        M_UB_EQ9,
+        FILL,
+        build=lambda i, U, e, o: plan_quantile(i, U, e, "fixed", int_option(o, "m_ub"), _fill(o)),
+    ),
+    _spec(
+        "quantile_optimized",
+        "array means projected on private ceil(2/eps)/K̄ quantiles (002 §III-E)",
+        False,
+        M_UB_EQ9,
+        FILL,
+        build=lambda i, U, e, o: plan_quantile(
+            i, U, e, "optimized", int_option(o, "m_ub"), _fill(o)
         ),
-        "array_avg_bestfit": _spec(
-            "array_avg_bestfit",
-            "average of BESTFIT array means, sensitivity U/K̄ (002 §III-C)",
-            True,
-            M_UB_MEDIAN,
-            FILL,
-            build=lambda i, U, e, o: plan_array_bestfit(i, U, e, int_option(o, "m_ub"), _fill(o)),
+    ),
+    _spec(
+        "opt_array",
+        "BESTFIT arrays with the worst-case-optimal m_UB of 002 eq. 15",
+        True,
+        FILL,
+        build=lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
+    ),
+    _spec(
+        "opt_array_convex",
+        "BESTFIT arrays with m_UB from the convex surrogate 002 eq. 19",
+        True,
+        FILL,
+        RULE,
+        build=lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
+    ),
+    _spec(
+        "clip",
+        "mean of each user's earliest min(m_l, m) records (004 §III-B)",
+        True,
+        M_CLIP,
+        build=lambda i, U, e, o: plan_clip(i, U, e, int_option(o, "m")),
+    ),
+    _spec(
+        "worst_case_optimal",
+        "per-user projection with threshold T_eps (003 Thm III.1)",
+        True,
+        FILL,
+        build=lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
+    ),
+    _spec(
+        "centred_clip",
+        "user sums clipped to a window around a private centre, private width "
+        "(003 Thm III.1 re-centred; app/core/mean_centred.py; named centered_clip "
+        "before, which is still accepted)",
+        False,
+        CENTRE_SHARE,
+        WIDTH_SHARE,
+        WIDTH_FACTOR,
+        build=lambda i, U, e, o: plan_centred_clip(
+            i,
+            U,
+            e,
+            _float_opt(o, "centre_share"),
+            _float_opt(o, "width_share"),
+            _float_opt(o, "width_factor"),
         ),
-        "levy": _spec(
-            "levy",
-            "BESTFIT array means projected on a private interval (002 §III-D, Alg. 3)",
-            False,
-            GAMMA,
-            M_UB_EQ9,
-            FILL,
-            build=lambda i, U, e, o: plan_levy(
-                i, U, e, _float_opt(o, "gamma"), int_option(o, "m_ub"), _fill(o)
-            ),
-        ),
-        "quantile_fixed": _spec(
-            "quantile_fixed",
-            "array means projected on private 0.1/0.9 quantiles (002 §III-E)",
-            False,
-            M_UB_EQ9,
-            FILL,
-            build=lambda i, U, e, o: plan_quantile(
-                i, U, e, "fixed", int_option(o, "m_ub"), _fill(o)
-            ),
-        ),
-        "quantile_optimized": _spec(
-            "quantile_optimized",
-            "array means projected on private ceil(2/eps)/K̄ quantiles (002 §III-E)",
-            False,
-            M_UB_EQ9,
-            FILL,
-            build=lambda i, U, e, o: plan_quantile(
-                i, U, e, "optimized", int_option(o, "m_ub"), _fill(o)
-            ),
-        ),
-        "opt_array": _spec(
-            "opt_array",
-            "BESTFIT arrays with the worst-case-optimal m_UB of 002 eq. 15",
-            True,
-            FILL,
-            build=lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
-        ),
-        "opt_array_convex": _spec(
-            "opt_array_convex",
-            "BESTFIT arrays with m_UB from the convex surrogate 002 eq. 19",
-            True,
-            FILL,
-            RULE,
-            build=lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
-        ),
-        "clip": _spec(
-            "clip",
-            "mean of each user's earliest min(m_l, m) records (004 §III-B)",
-            True,
-            M_CLIP,
-            build=lambda i, U, e, o: plan_clip(i, U, e, int_option(o, "m")),
-        ),
-        "worst_case_optimal": _spec(
-            "worst_case_optimal",
-            "per-user projection with threshold T_eps (003 Thm III.1)",
-            True,
-            FILL,
-            build=lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
-        ),
-        "centred_clip": _spec(
-            "centred_clip",
-            "user sums clipped to a window around a private centre, private width "
-            "(003 Thm III.1 re-centred; app/core/mean_centred.py; named centered_clip "
-            "before, which is still accepted)",
-            False,
-            CENTRE_SHARE,
-            WIDTH_SHARE,
-            WIDTH_FACTOR,
-            build=lambda i, U, e, o: plan_centred_clip(
-                i,
-                U,
-                e,
-                _float_opt(o, "centre_share"),
-                _float_opt(o, "width_share"),
-                _float_opt(o, "width_factor"),
-            ),
-        ),
-        "user_window": _spec(
-            "user_window",
-            "capped-weight user means clipped to a private window [0, b] (app/core/mean_window.py)",
-            False,
-            WINDOW_SHARE,
-            build=lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
-        ),
-        "capped_weights": _spec(
-            "capped_weights",
-            "user means with weights capped at k records, k chosen for the narrowest honest "
-            "interval (app/core/mean_capped.py)",
-            True,
-            CAP_K,
-            build=lambda i, U, e, o: plan_capped_weights(i, U, e, int_option(o, "k")),
-        ),
-        "auto": _spec(
-            "auto",
-            "chosen from public counts: centred_clip where its gate opens, else user_window; "
-            "objective=interval: capped_weights",
-            False,
-            OBJECTIVE,
-        ),
-    }
+    ),
+    _spec(
+        "user_window",
+        "capped-weight user means clipped to a private window [0, b] (app/core/mean_window.py)",
+        False,
+        WINDOW_SHARE,
+        build=lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
+    ),
+    _spec(
+        "capped_weights",
+        "user means with weights capped at k records, k chosen for the narrowest honest "
+        "interval (app/core/mean_capped.py)",
+        True,
+        CAP_K,
+        build=lambda i, U, e, o: plan_capped_weights(i, U, e, int_option(o, "k")),
+    ),
+    _spec(
+        "auto",
+        "chosen from public counts: centred_clip where its gate opens, else user_window; "
+        "objective=interval: capped_weights",
+        False,
+        OBJECTIVE,
+    ),
 )
 
-VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
-    {
-        "baseline": _spec(
-            "baseline",
-            "variance + Lap(ΔVar/eps) (004 Prop III.1)",
-            True,
-            build=lambda i, U, e, o: plan_variance_baseline(i, U, e),
+VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
+    _spec(
+        "baseline",
+        "variance + Lap(ΔVar/eps) (004 Prop III.1)",
+        True,
+        build=lambda i, U, e, o: plan_variance_baseline(i, U, e),
+    ),
+    _spec(
+        "clip",
+        "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
+        True,
+        M_CLIP,
+        build=lambda i, U, e, o: plan_variance_clip(i, U, e, int_option(o, "m")),
+    ),
+    _spec(
+        "window",
+        "mixture variance of capped-weight users, records clipped to a private [0, b] "
+        "(app/core/variance_window.py)",
+        False,
+        VAR_WINDOW_SHARE,
+        build=lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
+    ),
+    _spec(
+        "centred",
+        "capped-weight per-user second moments about a private centre, clipped at a "
+        "private level (app/core/variance_centred.py)",
+        False,
+        VAR_CENTRE_SHARE,
+        MOMENT_SHARE,
+        build=lambda i, U, e, o: plan_variance_centred(
+            i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
         ),
-        "clip": _spec(
-            "clip",
-            "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
-            True,
-            M_CLIP,
-            build=lambda i, U, e, o: plan_variance_clip(i, U, e, int_option(o, "m")),
-        ),
-        "window": _spec(
-            "window",
-            "mixture variance of capped-weight users, records clipped to a private [0, b] "
-            "(app/core/variance_window.py)",
-            False,
-            VAR_WINDOW_SHARE,
-            build=lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
-        ),
-        "centred": _spec(
-            "centred",
-            "capped-weight per-user second moments about a private centre, clipped at a "
-            "private level (app/core/variance_centred.py)",
-            False,
-            VAR_CENTRE_SHARE,
-            MOMENT_SHARE,
-            build=lambda i, U, e, o: plan_variance_centred(
-                i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
-            ),
-        ),
-        "auto": _spec(
-            "auto",
-            "chosen from public counts: centred where its gate opens, else window; "
-            "objective=interval: clip at the m with the narrowest honest interval",
-            False,
-            OBJECTIVE,
-        ),
-    }
+    ),
+    _spec(
+        "auto",
+        "chosen from public counts: centred where its gate opens, else window; "
+        "objective=interval: clip at the m with the narrowest honest interval",
+        False,
+        OBJECTIVE,
+    ),
 )
 
 
-JOINT_MECHANISMS: Mapping[str, MechanismSpec] = MappingProxyType(
-    {
-        "baseline": _spec("baseline", "004 M_b: mean and variance of all records", True, SPLIT),
-        "clip": _spec(
-            "clip",
-            "004 M_clip: mean and variance of the earliest min(m_l, m) records",
-            True,
-            SPLIT,
-            M_CLIP,
-        ),
-        "auto": _spec(
-            "auto",
-            "mean and variance auto (chosen from public counts) at eps/2 each, on the same "
-            "records and users",
-            False,
-            AUTO_SPLIT,
-        ),
-    }
+JOINT_MECHANISMS: Mapping[str, MechanismSpec] = _table(
+    _spec("baseline", "004 M_b: mean and variance of all records", True, SPLIT),
+    _spec(
+        "clip",
+        "004 M_clip: mean and variance of the earliest min(m_l, m) records",
+        True,
+        SPLIT,
+        M_CLIP,
+    ),
+    _spec(
+        "auto",
+        "mean and variance auto (chosen from public counts) at eps/2 each, on the same "
+        "records and users",
+        False,
+        AUTO_SPLIT,
+    ),
 )
 
 _TABLES: Mapping[str, Mapping[str, MechanismSpec]] = MappingProxyType(
