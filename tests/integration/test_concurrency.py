@@ -12,32 +12,16 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_KEY
-from tests.integration.grid_fixtures import CELL_A, CELL_B, csv_for
-from tests.live_server import live_server, start_server
+from tests.integration.grid_fixtures import CELL_A, CELL_B
+from tests.live_server import live_server, seed_grids, start_server
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 # counts 1, 50, 100, 200, 250 so that clip's m can take 200 distinct values
 GRID_A = {f"a{i}": [1.0 + (j % 7) for j in range(c)] for i, c in enumerate((1, 50, 100, 200, 250))}
 
 
-def _setup(url: str, grids: dict, budget: float = 1.0) -> tuple[int, dict]:
-    with httpx.Client(base_url=url, headers=AUTH, timeout=60) as c:
-        ds = c.post(
-            "/datasets",
-            json={
-                "name": "concurrency",
-                "value_bound": 10,
-                "budget_per_user": budget,
-            },
-        ).json()["id"]
-        up = c.post(
-            f"/datasets/{ds}/records",
-            content=csv_for(grids).encode(),
-            headers={"content-type": "text/csv"},
-        )
-        assert up.status_code == 200, up.text
-        listed = c.get(f"/datasets/{ds}/grids").json()["grids"]
-    return ds, {g["h3_cell"]: g["grid_id"] for g in listed}
+def _setup(url: str, grids: dict, budget: float = 1.0) -> tuple[int, list[str]]:
+    return seed_grids(url, ADMIN_KEY, "concurrency", budget, grids)
 
 
 async def _fire(url: str, requests: list[tuple[str, dict]]) -> list[httpx.Response | Exception]:
@@ -70,8 +54,8 @@ def _spent(db_url: str, ds: int) -> dict[int, Decimal]:
 @pytest.mark.slow
 def test_200_concurrent_queries_one_grid_four_workers(postgres_url: str, tmp_path) -> None:
     with live_server(postgres_url, tmp_path, workers=4) as server:
-        ds, cells = _setup(server.url, {CELL_A: GRID_A})
-        (grid,) = cells.values()
+        ds, grid_ids = _setup(server.url, {CELL_A: GRID_A})
+        (grid,) = grid_ids
         reqs = [
             (f"/grids/{grid}/mean", {"epsilon": 0.1, "mechanism": "clip", "m": m})
             for m in range(1, 201)
@@ -91,10 +75,10 @@ def test_concurrent_queries_on_two_grids_sharing_users(postgres_url: str, tmp_pa
     shared = {"s1": [1.0] * 3, "s2": [2.0] * 4}
     grids = {CELL_A: {**shared, "a1": [3.0] * 5}, CELL_B: {**shared, "b1": [4.0] * 6}}
     with live_server(postgres_url, tmp_path, workers=4) as server:
-        ds, cells = _setup(server.url, grids)
+        ds, grid_ids = _setup(server.url, grids)
         reqs = []
         for i in range(200):
-            grid = list(cells.values())[i % 2]
+            grid = grid_ids[i % 2]
             stat = ("mean", "variance")[(i // 2) % 2]
             reqs.append(
                 (f"/grids/{grid}/{stat}", {"epsilon": 0.1 + 1e-6 * i, "mechanism": "baseline"})
@@ -122,8 +106,8 @@ def test_concurrent_queries_on_two_grids_sharing_users(postgres_url: str, tmp_pa
 def test_kill_9_mid_flight_loses_no_charge(postgres_url: str, tmp_path) -> None:
     server = start_server(postgres_url, tmp_path, workers=2)
     try:
-        ds, cells = _setup(server.url, {CELL_A: GRID_A}, budget=100.0)
-        (grid,) = cells.values()
+        ds, grid_ids = _setup(server.url, {CELL_A: GRID_A}, budget=100.0)
+        (grid,) = grid_ids
         received: list[dict] = []
 
         async def flood() -> None:
