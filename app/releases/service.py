@@ -22,6 +22,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import core
+from app.datasets.models import Dataset
 from app.datasets.service import (
     get_dataset,
     parse_dataset_id,
@@ -134,10 +135,10 @@ def release_slot(
     fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**with_privacy_unit(stored.answer, dataset), "cached": True}
+        return _served(stored, dataset)
     budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return {**with_privacy_unit(stored.answer, dataset), "cached": True}
+        return _served(stored, dataset)
 
     plan = _plan_within_budget(inp, body, budget)
     if plan.K:
@@ -234,5 +235,12 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
-    answer = upgraded(with_privacy_unit(stored.answer, get_dataset(session, stored.dataset_id)))
+    return _served(stored, get_dataset(session, stored.dataset_id))
+
+
+def _served(stored: SlotRelease, dataset: Dataset) -> dict[str, Any]:
+    """A stored release as it is served, whichever path finds it: in today's shape
+    (``privacy_unit`` and the fields of :func:`formats.upgraded` filled in for releases
+    stored before them), marked ``cached``."""
+    answer = upgraded(with_privacy_unit(stored.answer, dataset))
     return {"slots": 1, "partition": "fixed", **answer, "cached": True}
