@@ -7,11 +7,11 @@ kinds of draw, both OpenDP measurements whose privacy holds exactly in floating
 point (docs/math.md §9.4.1):
 
 * Laplace noise comes from OpenDP's ``make_laplace`` (a CSPRNG and a discrete
-  output grid, safe against floating-point attacks). Its scale is chosen by
-  :func:`calibrate_scale` so that the measurement's privacy map charges at most
-  the ``eps`` the release is charged. A slot release draws all its Laplace noise at
-  once, one vector ``make_laplace`` call per scale (:meth:`OpenDPNoise.laplace_many`,
-  same law per coordinate: docs/math.md §9.4.7).
+  output grid ``2^LAPLACE_K``, safe against floating-point attacks). Its scale is chosen
+  by :func:`calibrate_scale` so that the measurement's privacy map charges at most
+  the ``eps`` the release is charged (docs/math.md §9.1, §9.2). A slot release draws
+  all its Laplace noise at once, one vector ``make_laplace`` call per scale
+  (:meth:`OpenDPNoise.laplace_many`, same law per coordinate: docs/math.md §9.4.7).
 * Every private choice (levy's interval, the private quantiles, centred_clip's
   centre and width) is :meth:`NoiseSource.noisy_max` on integer scores: OpenDP's
   ``make_noisy_max`` with exponential noise (report-noisy-max with exponential
@@ -42,6 +42,8 @@ import opendp.prelude as dp
 from app.core.noisy_max_invoke import invoke_noisy_max, invoke_noisy_max_rows, lean_invoke_works
 
 __all__ = [
+    "LAPLACE_K",
+    "ROUNDING_SLACK",
     "NoiseSource",
     "OpenDPNoise",
     "calibrate_choice_scale",
@@ -49,6 +51,7 @@ __all__ = [
     "check_scores",
     "default_noise",
     "laplace_many",
+    "padded_sensitivity",
 ]
 
 dp.enable_features("contrib")
@@ -98,11 +101,18 @@ class _MeasurementCache(Generic[K]):
             self._items.clear()
 
 
+#: The Laplace noise grid ``2^LAPLACE_K`` (docs/math.md §9.1): OpenDP's default, the
+#: smallest float step 2^-1074, makes every draw an arithmetic on 1,100-bit integers
+#: (~22 µs); at 2^-100 a draw costs ~5 µs. Every double of magnitude >= 2^-48 is a
+#: multiple of 2^-100, and the map's rounding slack grows by less than 2^-100 (§9.2).
+LAPLACE_K = -100
+#: The exact rounding slack OpenDP's map adds to ``d_in`` per coordinate at that grid.
+ROUNDING_SLACK = Fraction(2) ** LAPLACE_K - Fraction(2) ** -1074
+
 # Immutable and shared: building them anew costs more than the measurement itself.
 _DOMAIN = dp.atom_domain(T=float, nan=False)
 _METRIC = dp.absolute_distance(T=float)
 _SCORE_SPACE = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
-_VECTOR_SPACE = (dp.vector_domain(dp.atom_domain(T=float, nan=False)), dp.l1_distance(T=float))
 
 
 def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
@@ -112,13 +122,16 @@ def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
 
 
 def _make_laplace(scale: float) -> dp.Measurement:
-    return dp.m.make_laplace(_DOMAIN, _METRIC, scale)
+    return dp.m.make_laplace(_DOMAIN, _METRIC, scale, k=LAPLACE_K)
 
 
-def _make_laplace_vector(scale: float) -> dp.Measurement:
-    """``make_laplace`` on float vectors: iid noise per coordinate, each with the law of
-    :func:`_make_laplace` at ``scale`` (docs/math.md §9.4.7)."""
-    return dp.m.make_laplace(*_VECTOR_SPACE, scale)
+def _make_laplace_vector(key: tuple[float, int]) -> dp.Measurement:
+    """``make_laplace`` on float vectors of ``size`` (OpenDP needs it off the finest grid):
+    iid noise per coordinate, each with the law of :func:`_make_laplace` at ``scale``
+    (docs/math.md §9.4.7)."""
+    scale, size = key
+    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
+    return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale, k=LAPLACE_K)
 
 
 def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
@@ -132,7 +145,7 @@ def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
 
 
 _MEASUREMENTS: _MeasurementCache[float] = _MeasurementCache(_make_laplace)
-_VECTORS: _MeasurementCache[float] = _MeasurementCache(_make_laplace_vector)
+_VECTORS: _MeasurementCache[tuple[float, int]] = _MeasurementCache(_make_laplace_vector)
 _CHOICES: _MeasurementCache[tuple[float, int, float]] = _MeasurementCache(_make_noisy_max)
 
 
@@ -150,14 +163,15 @@ def _smallest_float_at_least(exact: Fraction, what: str) -> float:
 
 
 def calibrate_scale(sensitivity: float, epsilon: float) -> float:
-    """The smallest Laplace scale whose OpenDP privacy map charges at most ``epsilon``
-    for ``sensitivity``. A zero sensitivity needs no noise: scale 0.
+    """A Laplace scale whose OpenDP privacy map charges at most ``epsilon`` for
+    ``sensitivity``. A zero sensitivity needs no noise: scale 0.
 
-    OpenDP's ``make_laplace`` maps ``d_in`` to ``d_in / scale`` rounded up to a float,
-    which is ``<= epsilon`` exactly when ``d_in / scale <= epsilon`` as rationals. So
-    the answer is the smallest float ``>= sensitivity / epsilon``, found exactly with
+    OpenDP's ``make_laplace`` maps ``d_in`` to ``(d_in + ROUNDING_SLACK) / scale`` rounded
+    up to a float, which is ``<= epsilon`` exactly when that quotient is as a rational.
+    The answer is the smallest float ``>= Δ⁺ / epsilon`` with ``Δ⁺ = up(fl(Δ + 2^k))``,
+    a float ``>= Δ + 2^k`` (docs/math.md §9.2), found exactly with
     :class:`~fractions.Fraction` — no call into OpenDP on the release path. That this
-    is OpenDP's rule is checked against OpenDP itself when this module is imported
+    is OpenDP's map is checked against OpenDP itself when this module is imported
     (:func:`_check_against_opendp`, which fails closed) and in the tests.
     """
     return _calibrated_scale(float(sensitivity), float(epsilon))
@@ -172,9 +186,15 @@ def _calibrated_scale(sensitivity: float, epsilon: float) -> float:
         return 0.0
     _check_eps(epsilon)
     return _smallest_float_at_least(
-        Fraction(sensitivity) / Fraction(epsilon),
+        Fraction(padded_sensitivity(sensitivity)) / Fraction(epsilon),
         f"sensitivity / epsilon ({sensitivity!r} / {epsilon!r})",
     )
+
+
+def padded_sensitivity(sensitivity: float) -> float:
+    """``Δ⁺``: the next float above ``fl(Δ + 2^LAPLACE_K)``, so ``Δ⁺ >= Δ + 2^k`` exactly
+    (round to nearest errs by at most half a step; docs/math.md §9.2)."""
+    return math.nextafter(sensitivity + 2.0**LAPLACE_K, math.inf)
 
 
 def _check_eps(epsilon: float) -> None:
@@ -225,20 +245,29 @@ def check_scores(scores: npt.ArrayLike) -> list[int]:
 _CHECK_PAIRS = ((1.0, 3.0), (30.0, 0.7), (0.1, 0.3), (7.0, 1e-3), (1e-3, 9.9), (2.5, 0.1))
 
 
+def _opendp_rule(d_in: float, scale: float, size: int) -> float:
+    """The map :func:`calibrate_scale` relies on: ``(d_in + size · ROUNDING_SLACK) / scale``
+    rounded up to a float (docs/math.md §9.2), computed exactly."""
+    return _smallest_float_at_least(
+        (Fraction(d_in) + size * ROUNDING_SLACK) / Fraction(scale), "the expected map"
+    )
+
+
 def _check_against_opendp() -> None:
     """Fail closed if OpenDP's Laplace privacy map is not the rule :func:`calibrate_scale`
-    uses: at each checked pair the scale must be certified and the next float down refused."""
+    relies on: at each checked pair, the scalar and vector maps at the scale and the next
+    float down must be :func:`_opendp_rule` exactly, and the scale must be certified."""
     for sensitivity, epsilon in _CHECK_PAIRS:
         scale = calibrate_scale(sensitivity, epsilon)
-        below = math.nextafter(scale, 0.0)
-        for make in (_make_laplace, _make_laplace_vector):  # scalar and batched (§9.4.7)
-            if not (
-                _privacy_map(make(scale), sensitivity) <= epsilon
-                and _privacy_map(make(below), sensitivity) > epsilon
-            ):
+        for s in (scale, math.nextafter(scale, 0.0)):
+            maps = [(_privacy_map(_make_laplace(s), sensitivity), 1)]
+            maps += [(_privacy_map(_make_laplace_vector((s, n)), sensitivity), n) for n in (1, 3)]
+            if any(got != _opendp_rule(sensitivity, s, n) for got, n in maps):
                 raise RuntimeError(
                     "OpenDP's Laplace privacy map changed; calibrate_scale must be revisited"
                 )
+        if not _privacy_map(_make_laplace(scale), sensitivity) <= epsilon:
+            raise RuntimeError("OpenDP's Laplace privacy map refuses calibrate_scale")
 
 
 _check_against_opendp()
@@ -271,7 +300,7 @@ class OpenDPNoise:
             if len(idx) == 1:  # the scalar measurement is cheaper for one draw
                 out[idx[0]] = float(_MEASUREMENTS.get(scale)(out[idx[0]]))
                 continue
-            noisy = _VECTORS.get(scale)([out[i] for i in idx])
+            noisy = _VECTORS.get((scale, len(idx)))([out[i] for i in idx])
             for i, x in zip(idx, noisy, strict=True):
                 out[i] = float(x)
         return out

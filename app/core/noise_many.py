@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from app.core.noise import NoiseSource, _check_eps, calibrate_scale
+from app.core.noise import LAPLACE_K, NoiseSource, _check_eps, calibrate_scale
 
 __all__ = ["calibrate_scales", "noisy_max_rows"]
 
@@ -36,17 +36,20 @@ def _product_error(a: np.ndarray, b: float, p: np.ndarray) -> np.ndarray:
 def calibrate_scales(sensitivities: npt.ArrayLike, epsilon: float) -> np.ndarray:
     """:func:`calibrate_scale` of each sensitivity at one ``epsilon``, vectorised and exact.
 
-    ``q = fl(Δ/ε)`` is within one step of the answer: it is the answer iff ``q·ε >= Δ``
-    exactly, else the next float up. The test is exact in floats: ``q·ε = p + e`` with
-    ``p = fl(q·ε)`` and ``e`` from Dekker's TwoProduct, and ``p - Δ`` is exact (Sterbenz:
-    ``p`` is within a factor 2 of ``Δ``), so ``q·ε >= Δ`` iff ``p - Δ >= -e``. Outside the
-    range where these steps cannot under- or overflow, :func:`calibrate_scale` itself."""
-    s = np.array(sensitivities, dtype=np.float64, copy=True).reshape(-1)
+    With ``Δ⁺`` the padded sensitivity (:func:`app.core.noise.padded_sensitivity`, the same
+    two float operations), ``q = fl(Δ⁺/ε)`` is within one step of the answer: it is the
+    answer iff ``q·ε >= Δ⁺`` exactly, else the next float up. The test is exact in floats:
+    ``q·ε = p + e`` with ``p = fl(q·ε)`` and ``e`` from Dekker's TwoProduct, and ``p - Δ⁺``
+    is exact (Sterbenz: ``p`` is within a factor 2 of ``Δ⁺``), so ``q·ε >= Δ⁺`` iff
+    ``p - Δ⁺ >= -e``. Outside the range where these steps cannot under- or overflow,
+    :func:`calibrate_scale` itself."""
+    raw = np.array(sensitivities, dtype=np.float64, copy=True).reshape(-1)
     eps = float(epsilon)
     _check_eps(eps)
-    if not np.all(np.isfinite(s)) or np.any(s < 0):
+    if not np.all(np.isfinite(raw)) or np.any(raw < 0):
         raise ValueError("sensitivities must be finite and >= 0")
     with np.errstate(all="ignore"):  # out of the safe range: recomputed below
+        s = np.nextafter(raw + 2.0**LAPLACE_K, np.inf)  # Δ⁺ (docs/math.md §9.2)
         q = s / eps
         p = q * eps
         exact_ok = (p - s) >= -_product_error(q, eps, p)
@@ -54,9 +57,9 @@ def calibrate_scales(sensitivities: npt.ArrayLike, epsilon: float) -> np.ndarray
     safe = (s >= _SAFE_LO) & (s <= _SAFE_HI) & (q >= _SAFE_LO) & (q <= _SAFE_HI)
     if not _SAFE_LO <= eps <= _SAFE_HI:
         safe[:] = False
-    out[s == 0.0] = 0.0
-    for i in np.flatnonzero(~safe & (s != 0.0)).tolist():
-        out[i] = calibrate_scale(float(s[i]), eps)
+    out[raw == 0.0] = 0.0
+    for i in np.flatnonzero(~safe & (raw != 0.0)).tolist():
+        out[i] = calibrate_scale(float(raw[i]), eps)
     return out
 
 

@@ -3,7 +3,7 @@
 * :class:`BulkOpenDPNoise` is a :class:`~app.core.noise.NoiseSource` whose ``laplace``
   returns ``n`` independent draws at once from OpenDP's ``make_laplace`` on a
   *vector* domain: the same measurement family as production's scalar
-  ``make_laplace`` (same discretisation ``k = -1074``, same discrete-Laplace sampler),
+  ``make_laplace`` (same discretisation ``k = LAPLACE_K``, same discrete-Laplace sampler),
   only called once for ``n`` copies of the value. Passed as ``noise=`` to
   ``app.core.release_mean`` / ``release_variance``, the engine's release path then
   returns a :class:`~app.core.Release` whose ``estimate`` is the array of ``n``
@@ -28,6 +28,7 @@ from scipy import stats
 
 from app import core
 from app.core import GridData
+from app.core.noise import LAPLACE_K
 
 dp.enable_features("contrib")
 
@@ -49,6 +50,7 @@ class BulkOpenDPNoise:
             dp.vector_domain(dp.atom_domain(T=float, nan=False), size=self.n),
             dp.l1_distance(T=float),
             float(scale),
+            k=LAPLACE_K,
         )
         return np.asarray(meas([float(value)] * self.n), dtype=np.float64)
 

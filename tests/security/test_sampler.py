@@ -2,13 +2,12 @@
 (``noisy_max``), and that the release path cannot reach numpy's or the ``random``
 module's (non-cryptographic) generators.
 
-OpenDP's discretisation, as shipped (opendp 0.16): ``make_laplace`` over floats
-takes a noise granularity ``2^k``; left unset, ``k`` is *not* derived from the
-scale but is the smallest float exponent, ``k = -1074`` (``get_min_k`` = -bias -
-mantissa bits + 1). The input is rounded to the nearest multiple of ``2^k`` (exact
-for every double), integer noise from the discrete Laplace with scale ``b / 2^k``
-is added, and the exact result ``j · 2^-1074`` is rounded to the nearest double
-(post-processing). The tests below read ``k`` off the measurement's own privacy
+OpenDP's discretisation (opendp 0.16): ``make_laplace`` over floats takes a noise
+granularity ``2^k``; the release path sets ``k = LAPLACE_K = -100`` (docs/math.md §9.1;
+OpenDP's default is the smallest float exponent, -1074, four times slower). The input is
+rounded to the nearest multiple of ``2^k``, integer noise from the discrete Laplace with
+scale ``b / 2^k`` is added, and the exact result ``j · 2^k`` is rounded to the nearest
+double (post-processing). The tests below read ``k`` off the measurement's own privacy
 map (its rounding slack is ``2^k - 2^-1074``) and check the outputs against it, with
 a ``k = -20`` measurement as the control that the method sees a coarser grid.
 """
@@ -29,14 +28,20 @@ from scipy import stats
 
 from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS, GridData, release_mean
 from app.core import mean_centred as mc
-from app.core.noise import OpenDPNoise, calibrate_choice_scale, calibrate_scale
+from app.core.noise import (
+    LAPLACE_K,
+    ROUNDING_SLACK,
+    OpenDPNoise,
+    calibrate_choice_scale,
+    calibrate_scale,
+)
 from research.noise import SeededNoise
 from tests.security import audit_lib as audit
 from tests.security.support import ADMIN, World, populate
 
 APP = Path(__file__).resolve().parents[2] / "app"
 K_MIN = -1074  # -(1023) - 52 + 1
-TINY = math.ldexp(1.0, K_MIN)
+GRID = math.ldexp(1.0, LAPLACE_K)
 
 # Data generators for demos and experiments: they take a seeded numpy Generator on
 # purpose and must never be reachable from the service (checked below).
@@ -56,12 +61,13 @@ def _coarse(scale: float, k: int) -> dp.Measurement:
 
 
 @pytest.mark.parametrize("scale", [1e-6, 0.0123, 0.5, 1.0, 4.1666666666666667, 37.5, 1e6])
-def test_release_sampler_grid_is_2_to_the_minus_1074(scale: float) -> None:
+def test_release_sampler_grid_is_2_to_the_laplace_k(scale: float) -> None:
     meas = _production_measurement(scale)
-    # The map is roundup((d + 2^k - 2^-1074) / scale): at d = 0 it is 0 exactly when
-    # k = -1074, and positive for any coarser grid (controls: k = -1073 and k = -20).
-    assert meas.map(0.0) == 0.0
-    assert _coarse(scale, K_MIN + 1).map(0.0) > 0.0
+    # The map is roundup((d + 2^k - 2^-1074) / scale): at d = 0 it reads off k
+    # (controls: the finest grid k = -1074 maps 0 to 0, and k = -20 far above).
+    slack = Fraction(meas.map(0.0)) * Fraction(scale)
+    assert slack >= ROUNDING_SLACK and slack == pytest.approx(float(ROUNDING_SLACK), rel=1e-9)
+    assert _coarse(scale, K_MIN).map(0.0) == 0.0
     coarse = _coarse(scale, -20)
     assert coarse.map(0.0) * scale == pytest.approx(2.0**-20, rel=1e-9)
     assert meas.map(1.0) == pytest.approx(1.0 / scale, rel=1e-15)
@@ -70,8 +76,8 @@ def test_release_sampler_grid_is_2_to_the_minus_1074(scale: float) -> None:
         draws = [noise.laplace(value, scale) for _ in range(200)]
         for x in draws:
             assert math.isfinite(x)
-            # on the 2^-1074 grid: x = j · 2^-1074 for an integer j
-            assert (Fraction(x) / Fraction(TINY)).denominator == 1
+            # on the 2^k grid: x = j · 2^k for an integer j
+            assert (Fraction(x) / Fraction(GRID)).denominator == 1
         # and really that fine: the draws are not confined to a coarse grid such as 2^-20
         assert any((Fraction(x) * 2**20).denominator != 1 for x in draws)
         coarse_draws = [coarse(float(value)) for _ in range(50)]

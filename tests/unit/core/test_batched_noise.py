@@ -31,7 +31,7 @@ from app.core.release import statistic_range
 from research.noise import SeededNoise
 
 ALPHA = 1e-4
-TINY = math.ldexp(1.0, -1074)
+TINY = math.ldexp(1.0, noise_mod.LAPLACE_K)  # the release path's noise grid (§9.1)
 
 
 class _Counting:
@@ -58,9 +58,9 @@ def test_one_vector_call_per_shared_scale(counted: dict[str, _Counting]) -> None
     scales = [0.5, 2.0, 0.5, 0.0, 2.0, 0.7]
     out = OpenDPNoise().laplace_many(values, scales)
     assert len(out) == 6 and out[3] == 4.0  # scale 0: no noise
-    assert sorted(counted["vector"].calls) == [0.5, 2.0]  # one call per shared scale
+    assert sorted(counted["vector"].calls) == [(0.5, 2), (2.0, 2)]  # one call per shared scale
     assert counted["scalar"].calls == [0.7]  # a lone scale: the scalar measurement
-    for x in out:  # every draw on OpenDP's 2^-1074 output grid (§9.1)
+    for x in out:  # every draw on the release path's 2^k output grid (§9.1)
         assert (Fraction(x) / Fraction(TINY)).denominator == 1
 
 
@@ -74,15 +74,21 @@ def test_refuses_bad_scales_and_lengths() -> None:
     assert src.laplace_many([], []) == []
 
 
-def test_vector_measurement_certifies_exactly_calibrate_scale() -> None:
-    """The vector measurement's privacy map per coordinate is the scalar one's: the
-    calibrated scale is certified and the next float down is refused (§9.2)."""
+def test_vector_measurement_maps_a_coordinate_as_the_scalar_one() -> None:
+    """A one-coordinate vector measurement has the scalar one's map at the calibrated scale
+    and the next float down, and certifies the scale; on n coordinates the rounding slack is
+    paid n times (which the per-grid accounting of §6.1 never uses: §9.4.7)."""
     for sens, eps in ((1.0, 3.0), (30.0, 0.7), (0.1, 0.3), (2.5, 0.1), (0.37, 0.049)):
         scale = calibrate_scale(sens, eps)
-        below = math.nextafter(scale, 0.0)
-        assert noise_mod._make_laplace_vector(scale).map(sens) <= eps
-        assert noise_mod._make_laplace_vector(below).map(sens) > eps
-        assert noise_mod._make_laplace_vector(scale).map(0.0) == 0.0  # k = -1074
+        for s in (scale, math.nextafter(scale, 0.0)):
+            one = noise_mod._make_laplace_vector((s, 1)).map(sens)
+            assert one == noise_mod._make_laplace(s).map(sens)
+        assert noise_mod._make_laplace_vector((scale, 1)).map(sens) <= eps
+        slack = noise_mod.ROUNDING_SLACK
+        for n in (1, 5):
+            got = noise_mod._make_laplace_vector((scale, n)).map(0.0)
+            assert Fraction(got) >= n * slack / Fraction(scale)
+            assert got == pytest.approx(float(n * slack / Fraction(scale)), rel=1e-12)
 
 
 def test_batched_draws_follow_the_laplace_law_at_their_own_scale() -> None:
