@@ -12,7 +12,8 @@ each user charged in the ledger) at a per-grid ``epsilon`` and within a
 uploaded on a first run, reused by the next ones with the same ``--records``; drop it
 with ``DROP SCHEMA NAME CASCADE``), so iterating on the release does not pay the upload.
 ``--only epsilon|max_user_cost`` times one of the two; ``--profile`` prints a cProfile
-of each timed release (the server's work, in its thread).
+of each timed release (the server's work, in its thread), ``--profile-out PATH`` also
+writes it to ``PATH.<case>.<run>`` for ``pstats``.
 """
 
 from __future__ import annotations
@@ -119,6 +120,8 @@ def run(url: str, args: argparse.Namespace) -> None:
                     f"{len(out['grids']):,} grids, K {out['K']}, epsilon {out['epsilon']}",
                     flush=True,
                 )
+                if prof is not None and args.profile_out:
+                    prof.dump_stats(f"{args.profile_out}.{name}.{i + 1}")
                 if prof is not None:
                     print(f"--- profile of run {i + 1} (the server's work, in its thread)")
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
@@ -134,6 +137,7 @@ def main() -> None:
     parser.add_argument("--schema", help="keep (and reuse) the uploaded day in this schema")
     parser.add_argument("--only", choices=("epsilon", "max_user_cost"))
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--profile-out", help="with --profile: also write each run's stats here")
     args = parser.parse_args()
     if args.schema:
         url, _ = kept_database(args.schema, args.url)

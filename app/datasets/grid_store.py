@@ -76,10 +76,19 @@ class GridArrays:
         return cls(
             grid_id=grid_id,
             version=version,
-            user_ids=_readonly(np.frombuffer(user_ids, dtype="<i8").astype(np.int64)),
-            counts=_readonly(np.frombuffer(counts, dtype="<i8").astype(np.int64)),
-            values=_readonly(np.frombuffer(values, dtype="<f8").astype(np.float64)),
+            user_ids=_native(user_ids, "<i8"),
+            counts=_native(counts, "<i8"),
+            values=_native(values, "<f8"),
         )
+
+
+def _native(buffer: bytes, stored: str) -> np.ndarray:
+    """A read-only native-order array over a stored little-endian buffer: a view of the
+    bytes where the machine is little-endian (no copy), else a converted copy."""
+    if not isinstance(buffer, bytes):
+        buffer = bytes(buffer)
+    a = np.frombuffer(buffer, dtype=stored)
+    return a if a.dtype.isnative else _readonly(a.astype(a.dtype.newbyteorder("=")))
 
 
 class _LRU:
