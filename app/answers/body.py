@@ -55,5 +55,12 @@ def _opt_float(x: float | None) -> float | None:
     return None if x is None else float(x)
 
 
+_PLAIN = frozenset({int, float, str, bool, type(None)})
+
+
 def _jsonable(details: Mapping[str, Any]) -> dict[str, Any]:
+    """``details`` as JSON values: numpy scalars and arrays become Python ones. Plain
+    scalars (most details) are taken as they are; anything else goes through orjson."""
+    if all(type(v) in _PLAIN for v in details.values()):
+        return dict(details)
     return orjson.loads(orjson.dumps(dict(details), default=lambda o: getattr(o, "tolist", str)()))
