@@ -16,7 +16,8 @@ times, through HTTP:
 
 The first res-7 request builds the coarser grids from the stored records (timed
 apart, as ``coarsen r7``); later ones read them by version from the grid cache.
-Prints the median of ``--repeats`` runs of each and the growth between sizes.
+Prints the median of ``--repeats`` runs of each and the growth between sizes. Answers
+are decoded with orjson, as a client of a day's 10^8 bytes would.
 ``--plan-hours 24`` instead times the planner alone (Clip-User over every grid of a
 city-like day of ``--sizes`` records per hour; no database).
 Targets (issue 15): at 10^6 records, preview <= 2 s and release <= 5 s; ``adaptive r8``
@@ -41,6 +42,7 @@ from typing import Any
 
 import h3
 import numpy as np
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -114,7 +116,9 @@ def post(client: TestClient, path: str, body: dict) -> dict:
     resp = client.post(path, json=body)
     if resp.status_code != 200:
         raise RuntimeError(f"{path}: {resp.status_code} {resp.text[:300]}")
-    return resp.json()
+    # orjson, as a client would for a day's 10^8 bytes (the stdlib's json takes seconds)
+    out: dict = orjson.loads(resp.content)
+    return out
 
 
 def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str, float]:
