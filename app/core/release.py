@@ -22,6 +22,7 @@ for every mechanism (docs/math.md §9.4.6):
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -52,6 +53,12 @@ WHOLE_RANGE_NOTE = (
     "public counts) can reach every value. A larger epsilon, a coarser grid with more "
     "users, or objective=interval (auto) gives a narrower one."
 )
+
+
+@functools.lru_cache(maxsize=256)
+def _note(template: str, mechanism: str, lo: float = 0.0, hi: float = 0.0) -> str:
+    """A ``ci95_note``, formatted once per mechanism and range (a day has 10^5 grids)."""
+    return template.format(mechanism=mechanism, lo=lo, hi=hi)
 
 
 def ci95(estimate: float, scale: float) -> tuple[float, float]:
@@ -187,9 +194,9 @@ class Release:
         interval = honest_interval(raw, self.noise_scale, self.worst_case_bias, lo, hi)
         if interval is None and self.bias_spread is not None:
             interval = spread_interval(raw, self.noise_scale, self.bias_spread, lo, hi)
-        note = None if interval is not None else NO_INTERVAL_NOTE.format(mechanism=self.mechanism)
+        note = None if interval is not None else _note(NO_INTERVAL_NOTE, self.mechanism)
         if interval is not None and interval[0] <= lo and interval[1] >= hi:
-            note = WHOLE_RANGE_NOTE.format(lo=lo, hi=hi, mechanism=self.mechanism)
+            note = _note(WHOLE_RANGE_NOTE, self.mechanism, lo, hi)
         object.__setattr__(self, "estimate", _project(raw, lo, hi))
         object.__setattr__(self, "ci95", interval)
         object.__setattr__(self, "ci95_note", note)

@@ -111,9 +111,9 @@ def draw_grids(
         pending += [(entry, s, grid, p) for s, p in zip(body.statistics, grid_started, strict=True)]
         out.append(entry)
         users = grid_arrays.user_ids[caps > 0].tolist()
-        kept[grid.public_id] = {
+        kept[grid.public_id] = {  # user ids as int keys: stored as strings (OPT_NON_STR_KEYS)
             "version": grid_arrays.version,
-            "users": dict(zip(map(str, users), caps[caps > 0].tolist(), strict=True)),
+            "users": dict(zip(users, caps[caps > 0].tolist(), strict=True)),
         }
     releases = core.finish_releases([p[3] for p in pending])
     for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
