@@ -85,8 +85,10 @@ def validate_occupancy(grids: object, users: object, counts: object) -> Occupanc
     skey = key[order_u]
     if np.any(skey[1:] == skey[:-1]):
         raise ValueError("duplicate (grid, user) pairs in the occupancy")
-    n_per_grid = np.zeros(grid_ids.size, dtype=np.int64)
-    np.add.at(n_per_grid, ginv, c)  # exact: each count < 2**31, at most 2**32 rows
-    if n_per_grid.max() >= 2**31:
+    # float64 sums of integers are exact below 2**53, so a total below 2**31 is exact and
+    # one at or above it is never rounded below it (refused before the cast)
+    totals = np.bincount(ginv, weights=c, minlength=grid_ids.size)
+    if totals.max() >= 2**31:
         raise ValueError("a grid's record count must be below 2**31")
+    n_per_grid = totals.astype(np.int64)
     return Occupancy(c, grid_ids, ginv, user_ids, uinv, n_per_grid, order_u)

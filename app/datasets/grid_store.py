@@ -204,12 +204,17 @@ def load_grid_snapshots(session: Session, grids: Sequence[GridVersion]) -> list[
         grid = grids[i]
         row = by_id.get(grid.id)
         if row is None:
-            arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
+            out[i] = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
         else:
             _check_version(grid, row[1])
-            arrays = GridArrays.from_bytes(grid.id, row[1], row[2], row[3], row[4])
-        _cache.put(_key(grid), arrays)
-        out[i] = arrays
+            out[i] = GridArrays.from_bytes(grid.id, row[1], row[2], row[3], row[4])
+    read = [(_key(grids[i]), out[i]) for i in missing]
+    # More than the cache holds (a day's grids) would only evict each other and every hot
+    # grid of single-grid queries: such a read is not cached.
+    if sum(a.nbytes for _, a in read if a is not None) <= _cache.max_bytes:
+        for key, arrays in read:
+            if arrays is not None:
+                _cache.put(key, arrays)
     return [a for a in out if a is not None]
 
 

@@ -42,13 +42,15 @@ class Coverage:
 
 def coverage(arrays: Sequence[GridArrays], covered: Sequence[bool]) -> Coverage:
     """The coverage when the fine grids with ``covered`` set are released (whole)."""
-    records = sum(int(a.counts.sum()) for a in arrays)
-    kept = sum(int(a.counts.sum()) for a, c in zip(arrays, covered, strict=True) if c)
-    every = [a.user_ids for a in arrays]
-    inside = [a.user_ids for a, c in zip(arrays, covered, strict=True) if c]
-    users = np.unique(np.concatenate(every)).size if every else 0
-    users_in = np.unique(np.concatenate(inside)).size if inside else 0
-    return Coverage(kept / records if records else 0.0, users_in / users if users else 0.0)
+    if not arrays:
+        return Coverage(0.0, 0.0)
+    sizes = np.fromiter((a.counts.size for a in arrays), dtype=np.int64, count=len(arrays))
+    inside = np.repeat(np.asarray(covered, dtype=bool), sizes)  # per (grid, user) pair
+    counts = np.concatenate([a.counts for a in arrays])
+    users = np.concatenate([a.user_ids for a in arrays])
+    records, kept = int(counts.sum()), int(counts[inside].sum())
+    n_users, users_in = np.unique(users).size, np.unique(users[inside]).size
+    return Coverage(kept / records if records else 0.0, users_in / n_users if n_users else 0.0)
 
 
 @dataclass(frozen=True)

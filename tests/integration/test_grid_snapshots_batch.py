@@ -10,8 +10,10 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 
 from app.datasets.grid_store import (
+    DEFAULT_CACHE_BYTES,
     GridChanged,
     clear_grid_cache,
+    configure_grid_cache,
     grid_cache_info,
     load_grid_snapshots,
     read_grid_snapshot,
@@ -64,3 +66,30 @@ def test_batch_refuses_a_grid_that_changed(client: TestClient, app: FastAPI) -> 
         stale.version -= 1  # the caller saw an older version than the stored snapshot's
         with pytest.raises(GridChanged, match="changed while it was read"):
             load_grid_snapshots(session, [*grids[:-1], stale])
+
+
+def test_a_read_larger_than_the_cache_leaves_the_cache_alone(
+    client: TestClient, app: FastAPI
+) -> None:
+    ds = create_dataset(client)
+    upload_csv(client, ds["id"], _city(40))
+    with app.state.sessionmaker() as session:
+        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
+        clear_grid_cache()
+        hot = load_grid_snapshots(session, grids[:1])[0]
+        total = sum(a.nbytes for a in load_grid_snapshots(session, grids))
+        clear_grid_cache()
+        budget = total - hot.nbytes - 1  # the hot grid fits, a read of the others does not
+        assert budget >= hot.nbytes
+        configure_grid_cache(budget)
+        try:
+            assert load_grid_snapshots(session, grids[:1])[0] is not hot  # read, cached
+            hot = load_grid_snapshots(session, grids[:1])[0]
+            before = grid_cache_info()
+            big = load_grid_snapshots(session, grids[1:] + grids[:1])
+            after = grid_cache_info()
+            assert big[-1] is hot  # the hot grid is served from the cache
+            assert (after["entries"], after["bytes"]) == (before["entries"], before["bytes"])
+            assert load_grid_snapshots(session, grids[:1])[0] is hot  # and still there
+        finally:
+            configure_grid_cache(DEFAULT_CACHE_BYTES)
