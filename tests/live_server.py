@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -90,13 +92,37 @@ def start_server(
     raise RuntimeError(f"server did not start:\n{log.read_text()[-3000:]}")
 
 
+#: Servers of more workers than this run one at a time across the test processes: two
+#: four-worker servers (up to ~20 connections a worker) together pass Postgres' 100.
+ALONE_FROM_WORKERS = 3
+_ALONE_LOCK = Path(tempfile.gettempdir()) / "dpgate-tests-many-worker-server.lock"
+
+
+@contextmanager
+def _one_at_a_time(workers: int) -> Iterator[None]:
+    """Hold an exclusive lock, shared by every xdist worker, while a server of
+    ``ALONE_FROM_WORKERS`` workers or more runs (xdist's loadgroup does not group on
+    pytest 9.2, pytest-dev/pytest-xdist#1386)."""
+    if workers < ALONE_FROM_WORKERS:
+        yield
+        return
+    with _ALONE_LOCK.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 @contextmanager
 def live_server(db_url: str, workdir: Path, **kwargs: object) -> Iterator[LiveServer]:
-    server = start_server(db_url, workdir, **kwargs)
-    try:
-        yield server
-    finally:
-        server.kill_hard()
+    workers = kwargs.get("workers", 4)
+    with _one_at_a_time(workers if isinstance(workers, int) else 4):
+        server = start_server(db_url, workdir, **kwargs)
+        try:
+            yield server
+        finally:
+            server.kill_hard()
 
 
 def seed_grids(url: str, key: str, name: str, budget: float, grids: dict) -> tuple[int, list[str]]:
