@@ -3,11 +3,15 @@ every cache miss, the same arrays as one load per grid, stale versions refused."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from app.datasets.grid_store import (
     DEFAULT_CACHE_BYTES,
@@ -33,15 +37,22 @@ def _city(n_users: int) -> str:
     return make_csv(rows)
 
 
+@contextmanager
+def _city_grids(client: TestClient, app: FastAPI, n_users: int) -> Iterator[tuple[Session, list]]:
+    """A session and the grids of a city of ``n_users`` uploaded, the grid cache empty."""
+    ds = create_dataset(client)
+    upload_csv(client, ds["id"], _city(n_users))
+    with app.state.sessionmaker() as session:
+        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
+        clear_grid_cache()
+        yield session, list(grids)
+
+
 def test_batch_equals_one_load_per_grid_and_uses_the_cache(
     client: TestClient, app: FastAPI
 ) -> None:
-    ds = create_dataset(client)
-    upload_csv(client, ds["id"], _city(40))
-    with app.state.sessionmaker() as session:
-        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
+    with _city_grids(client, app, 40) as (session, grids):
         assert len(grids) == 3
-        clear_grid_cache()
         half = load_grid_snapshots(session, grids[:1])  # one cached, two missing
         misses = grid_cache_info()["misses"]
         batch = load_grid_snapshots(session, grids)
@@ -56,11 +67,7 @@ def test_batch_equals_one_load_per_grid_and_uses_the_cache(
 
 
 def test_batch_refuses_a_grid_that_changed(client: TestClient, app: FastAPI) -> None:
-    ds = create_dataset(client)
-    upload_csv(client, ds["id"], _city(10))
-    with app.state.sessionmaker() as session:
-        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
-        clear_grid_cache()
+    with _city_grids(client, app, 10) as (session, grids):
         stale = grids[-1]
         session.expunge(stale)
         stale.version -= 1  # the caller saw an older version than the stored snapshot's
@@ -71,11 +78,7 @@ def test_batch_refuses_a_grid_that_changed(client: TestClient, app: FastAPI) -> 
 def test_a_read_larger_than_the_cache_leaves_the_cache_alone(
     client: TestClient, app: FastAPI
 ) -> None:
-    ds = create_dataset(client)
-    upload_csv(client, ds["id"], _city(40))
-    with app.state.sessionmaker() as session:
-        grids = session.execute(select(Grid).where(Grid.dataset_id == ds["id"])).scalars().all()
-        clear_grid_cache()
+    with _city_grids(client, app, 40) as (session, grids):
         hot = load_grid_snapshots(session, grids[:1])[0]
         total = sum(a.nbytes for a in load_grid_snapshots(session, grids))
         clear_grid_cache()
