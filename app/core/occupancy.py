@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["Occupancy", "int_columns", "validate_occupancy"]
+__all__ = ["Occupancy", "int_columns", "stable_order", "unique_inverse", "validate_occupancy"]
 
 
 def _as_int_array(name: str, a: object) -> np.ndarray:
@@ -64,6 +64,38 @@ class Occupancy:
     order_u: np.ndarray
 
 
+def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)`` of non-negative int64s (the inverse as int64),
+    without a sort where it can: ``x`` non-decreasing (a release's grid column), or its
+    values dense (a presence table over ``0..max``, as a release's user ids)."""
+    if x.size == 0:
+        return x.copy(), np.empty(0, dtype=np.int64)
+    if np.all(x[1:] >= x[:-1]):
+        new = np.empty(x.size, dtype=bool)
+        new[0] = True
+        np.not_equal(x[1:], x[:-1], out=new[1:])
+        return x[new], np.cumsum(new, dtype=np.int64) - 1
+    top = int(x.max())
+    if top < 4 * x.size + 1024:
+        present = np.zeros(top + 1, dtype=bool)
+        present[x] = True
+        lookup = np.cumsum(present, dtype=np.int64) - 1
+        return np.flatnonzero(present).astype(np.int64), lookup[x]
+    ids, inv = np.unique(x, return_inverse=True)
+    return ids, inv.astype(np.int64, copy=False).reshape(-1)
+
+
+def stable_order(keys: np.ndarray, n_keys: int) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` for keys in ``[0, n_keys)``: numpy's stable sort
+    of 16-bit keys is a radix sort, so below 2^32 keys sort as two 16-bit passes (LSD)."""
+    if n_keys <= 1 << 16:
+        return np.argsort(keys.astype(np.uint16), kind="stable")
+    if n_keys <= 1 << 32:
+        low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
+        return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
+    return np.argsort(keys, kind="stable")
+
+
 def validate_occupancy(grids: object, users: object, counts: object) -> Occupancy:
     """Check the occupancy; return its counts, ids, inverse indices, per-grid totals
     and the row order sorted by (user, grid)."""
@@ -76,12 +108,13 @@ def validate_occupancy(grids: object, users: object, counts: object) -> Occupanc
         raise ValueError("every listed (grid, user) pair needs a count >= 1")
     if c.max() >= 2**31:
         raise ValueError("counts must be below 2**31")
-    grid_ids, ginv = np.unique(g, return_inverse=True)
-    user_ids, uinv = np.unique(u, return_inverse=True)
-    ginv = ginv.astype(np.int64, copy=False)
-    uinv = uinv.astype(np.int64, copy=False)
+    grid_ids, ginv = unique_inverse(g)
+    user_ids, uinv = unique_inverse(u)
     key = uinv * np.int64(grid_ids.size) + ginv
-    order_u = np.argsort(key, kind="stable")
+    if np.all(ginv[1:] >= ginv[:-1]):  # rows by grid: by user, stably, is by (user, grid)
+        order_u = stable_order(uinv, user_ids.size)
+    else:
+        order_u = np.argsort(key, kind="stable")
     skey = key[order_u]
     if np.any(skey[1:] == skey[:-1]):
         raise ValueError("duplicate (grid, user) pairs in the occupancy")

@@ -63,3 +63,45 @@ def test_coverage_is_the_brute_force_share() -> None:
         got = coverage(arrays, covered.tolist())
         assert got.records == (kept / records if records else 0.0)
         assert got.users == (len(inside) / len(every) if every else 0.0)
+
+
+def _reference(g: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The sorts the fast paths replace."""
+    grid_ids, ginv = np.unique(g, return_inverse=True)
+    user_ids, uinv = np.unique(u, return_inverse=True)
+    order = np.argsort(uinv * grid_ids.size + ginv, kind="stable")
+    return grid_ids, ginv, user_ids, uinv, order
+
+
+@pytest.mark.parametrize(
+    ("n_grids", "n_users", "user_spread", "grid_sorted"),
+    [
+        (50, 300, 1, True),  # dense ids, rows by grid: every fast path
+        (50, 300, 10**9, True),  # sparse user ids: np.unique
+        (50, 300, 1, False),  # rows in any order: the general sort
+        (3, 70_000, 1, True),  # more than 2^16 users: two radix passes
+    ],
+)
+def test_indexing_equals_numpy_unique_and_argsort(
+    n_grids: int, n_users: int, user_spread: int, grid_sorted: bool
+) -> None:
+    rng = np.random.default_rng(n_users + n_grids)
+    pairs = {(int(g), int(u)) for g, u in rng.integers(0, [n_grids, n_users], size=(9000, 2))}
+    rows = sorted(pairs) if grid_sorted else list(pairs)
+    if not grid_sorted:
+        rng.shuffle(rows)
+    g = np.array([r[0] for r in rows], dtype=np.int64)
+    u = np.array([r[1] for r in rows], dtype=np.int64) * user_spread
+    occ = validate_occupancy(g, u, np.ones(g.size, dtype=np.int64))
+    grid_ids, ginv, user_ids, uinv, order = _reference(g, u)
+    for got, want in (
+        (occ.grid_ids, grid_ids),
+        (occ.ginv, ginv),
+        (occ.user_ids, user_ids),
+        (occ.uinv, uinv),
+        (occ.order_u, order),
+    ):
+        assert got.dtype == np.int64 and np.array_equal(got, want)
+    twice = np.r_[0, np.arange(g.size)]  # row 0 twice: adjacent, and kept in grid order
+    with pytest.raises(ValueError, match="duplicate"):
+        validate_occupancy(g[twice], u[twice], np.ones(twice.size, dtype=np.int64))
