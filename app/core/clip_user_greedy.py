@@ -26,7 +26,7 @@ import numpy as np
 
 from app.core.clip_user_kernel import greedy_half
 from app.core.grid_errors import grid_joint_errors, scalar_error_fn
-from app.core.occupancy import Occupancy
+from app.core.occupancy import Occupancy, stable_order
 
 __all__ = ["Suppression", "suppress_users"]
 
@@ -74,7 +74,9 @@ def suppress_users(
 
     # Per grid: distinct counts in descending order, flat, with multiplicities.
     cmax = np.int64(c.max())
-    order_g = np.argsort(ginv * (cmax + 1) + (cmax - c), kind="stable")
+    # = np.argsort(ginv * (cmax + 1) + (cmax - c), kind="stable"), as two stable passes
+    by_count = stable_order(cmax - c, int(cmax) + 1)
+    order_g = by_count[stable_order(ginv[by_count], n_grids)]
     cg = c[order_g]
     gg = ginv[order_g]
     new_val = np.ones(cg.size, dtype=bool)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.occupancy import validate_occupancy
+from app.core.occupancy import stable_order, validate_occupancy
 from app.datasets.grid_store import GridArrays
 from app.releases.adaptive import coverage
 
@@ -105,3 +105,15 @@ def test_indexing_equals_numpy_unique_and_argsort(
     twice = np.r_[0, np.arange(g.size)]  # row 0 twice: adjacent, and kept in grid order
     with pytest.raises(ValueError, match="duplicate"):
         validate_occupancy(g[twice], u[twice], np.ones(twice.size, dtype=np.int64))
+
+
+@pytest.mark.parametrize("top", [7, 70_000, 2**31 - 1])
+def test_two_stable_passes_equal_one_composite_argsort(top: int) -> None:
+    """Clip-User's per-grid order (grid ascending, count descending, stable)."""
+    rng = np.random.default_rng(top)
+    ginv = rng.integers(0, 80_000, 20_000)
+    c = rng.integers(1, top + 1, 20_000)
+    cmax = int(c.max())
+    by_count = stable_order(cmax - c, cmax + 1)
+    got = by_count[stable_order(ginv[by_count], 80_000)]
+    assert np.array_equal(got, np.argsort(ginv * (cmax + 1) + (cmax - c), kind="stable"))
