@@ -222,11 +222,10 @@ def plan_day(n_records: int, hours: int, repeats: int) -> None:
     from app.releases.planning import PlanOptions, plan_at
 
     occ = day_occupancy(n_records, hours)
-    none = np.empty(0, dtype=np.int64)
     print(f"plan of {hours} h x {n_records:,} records: {occ.user.size:,} pairs, "
           f"{occ.bounds.size - 1:,} grids")  # fmt: skip
     for eps in (0.1, 1.0):
-        run = partial(plan_at, occ, none, 30.0, parse_epsilon(eps), PlanOptions(clip_user=True))
+        run = partial(plan_at, occ, None, 30.0, parse_epsilon(eps), PlanOptions(clip_user=True))
         plan = run()  # also compiles Clip-User's stages on a first run
         took = statistics.median(timed(run) for _ in range(repeats))
         print(f"  eps {eps}: {took:.2f} s (G1 {plan.G1}, K {plan.K})")
