@@ -12,7 +12,9 @@ each user charged in the ledger) at a per-grid ``epsilon`` and within a
 uploaded on a first run, reused by the next ones with the same ``--records``; drop it
 with ``DROP SCHEMA NAME CASCADE``), so iterating on the release does not pay the upload.
 ``--only epsilon|max_user_cost`` times one of the two; ``--profile`` prints a cProfile
-of each timed release (the server's work, in its thread).
+of each timed release (the server's work, in its thread). After each, ``GET
+/releases/{id}`` of the last release and the first page of the dataset's releases are
+timed too.
 """
 
 from __future__ import annotations
@@ -124,6 +126,24 @@ def run(url: str, args: argparse.Namespace) -> None:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
                     pstats.Stats(prof).sort_stats("tottime").print_stats(30)
             print(f"day release ({name}): median {statistics.median(times):.1f} s", flush=True)
+            timed_reads(client, ds, out["release_id"])
+
+
+def timed_reads(client: TestClient, ds: int, release_id: str) -> None:
+    """GET the release just made, then the first page of the dataset's releases: wall
+    time and this process's CPU (client and server, which share it)."""
+    for name, path in (
+        ("GET /releases/{id}", f"/releases/{release_id}"),
+        ("listing page", f"/datasets/{ds}/releases"),
+    ):
+        cpu, t0 = time.process_time(), time.perf_counter()
+        try:
+            resp = client.get(path)
+            got = f"HTTP {resp.status_code}, {len(resp.content) / 1e6:.1f} MB"
+        except Exception as exc:  # the server's error, raised by the test client
+            got = f"failed: {str(exc).splitlines()[0][:120]}"
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        print(f"  {name}: {wall:.1f} s, {cpu:.1f} s CPU, {got}", flush=True)
 
 
 def main() -> None:
