@@ -13,7 +13,8 @@ uploaded on a first run, reused by the next ones with the same ``--records``; dr
 with ``DROP SCHEMA NAME CASCADE``), so iterating on the release does not pay the upload.
 ``--only epsilon|max_user_cost`` times one of the two; ``--profile`` prints a cProfile
 of each timed release (the server's work, in its thread), ``--profile-out PATH`` also
-writes it to ``PATH.<case>.<run>`` for ``pstats``.
+writes it to ``PATH.<case>.<run>`` for ``pstats``. After each, ``GET /releases/{id}`` of
+the last release and the first page of the dataset's releases are timed too.
 """
 
 from __future__ import annotations
@@ -24,8 +25,9 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -112,11 +114,13 @@ def run(url: str, args: argparse.Namespace) -> None:
             times = []
             for i in range(args.repeats):
                 with server_profiled() if args.profile else nullcontext() as prof:
-                    t0 = time.perf_counter()
+                    pg, t0, cpu = postgres_cpu(url), time.perf_counter(), time.process_time()
                     out = post(client, f"/datasets/{ds}/releases", {**base, **extra(i)})
                     times.append(time.perf_counter() - t0)
+                    cpu, pg_cpu = time.process_time() - cpu, postgres_cpu(url, pg)
                 print(
-                    f"  day release ({name}) run {i + 1}: {times[-1]:.1f} s, "
+                    f"  day release ({name}) run {i + 1}: {times[-1]:.1f} s "
+                    f"({cpu:.1f} s CPU here, {pg_cpu:.1f} s in Postgres), "
                     f"{len(out['grids']):,} grids, K {out['K']}, epsilon {out['epsilon']}",
                     flush=True,
                 )
@@ -127,6 +131,47 @@ def run(url: str, args: argparse.Namespace) -> None:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
                     pstats.Stats(prof).sort_stats("tottime").print_stats(30)
             print(f"day release ({name}): median {statistics.median(times):.1f} s", flush=True)
+            timed_reads(client, ds, out["release_id"])
+
+
+def postgres_cpu(url: str, since: dict[int, float] | None = None) -> Any:
+    """The CPU seconds of the Postgres backends connected to this process (by their
+    client ports; the server must run on this machine), per backend; with ``since``,
+    their sum since then."""
+    import psutil
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.pool import NullPool
+
+    mine = {c.laddr.port for c in psutil.Process().net_connections("tcp") if c.raddr}
+    engine = create_engine(url, poolclass=NullPool)
+    with engine.connect() as conn:
+        rows = conn.execute(text("SELECT pid, client_port FROM pg_stat_activity")).all()
+    engine.dispose()
+    now = {}
+    for pid, port in rows:
+        with suppress(OSError):
+            if port in mine:
+                now[pid] = sum(psutil.Process(pid).cpu_times()[:2])
+    if since is None:
+        return now
+    return sum(cpu - since.get(pid, 0.0) for pid, cpu in now.items())
+
+
+def timed_reads(client: TestClient, ds: int, release_id: str) -> None:
+    """GET the release just made, then the first page of the dataset's releases: wall
+    time and this process's CPU (client and server, which share it)."""
+    for name, path in (
+        ("GET /releases/{id}", f"/releases/{release_id}"),
+        ("listing page", f"/datasets/{ds}/releases"),
+    ):
+        cpu, t0 = time.process_time(), time.perf_counter()
+        try:
+            resp = client.get(path)
+            got = f"HTTP {resp.status_code}, {len(resp.content) / 1e6:.1f} MB"
+        except Exception as exc:  # the server's error, raised by the test client
+            got = f"failed: {str(exc).splitlines()[0][:120]}"
+        wall, cpu = time.perf_counter() - t0, time.process_time() - cpu
+        print(f"  {name}: {wall:.1f} s, {cpu:.1f} s CPU, {got}", flush=True)
 
 
 def main() -> None:

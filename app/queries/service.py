@@ -266,10 +266,10 @@ class ReleaseStep:
 
 def _plan_caps(session: Session, plan_id: str, grid: GridContext, arrays: GridArrays) -> np.ndarray:
     """Γ caps from a stored slot release, so its suppressed users are not charged again."""
-    stored = ReleaseRepository(session).by_public_id(plan_id)
+    stored = ReleaseRepository(session).by_public_id(plan_id, grids=False)
     if stored is None or stored.dataset_id != grid.dataset_id:
         raise NotFound(f"no release {plan_id!r} of this dataset")
-    kept = stored.kept.get(grid.public_id)
+    kept = stored.kept_sets().get(grid.public_id)
     if kept is None:
         raise InvalidRequest(f"release {plan_id} did not release grid {grid.public_id}")
     if kept["version"] != arrays.version:

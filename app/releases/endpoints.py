@@ -126,7 +126,8 @@ def get_release(
         Query(description="`json` (default), `geojson` (one H3 hexagon per grid) or `csv`."),
     ] = ReleaseFormat.json,
 ) -> Any:
-    release = service.release_json(session, release_id)
-    if format is ReleaseFormat.json:
-        return release
-    return release_response(release, format)
+    with gc_paused():  # a day release is ~10^6 objects: no collector walks meanwhile
+        release = service.release_json(session, release_id)
+        if format is ReleaseFormat.json:
+            return release
+        return release_response(release, format)

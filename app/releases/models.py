@@ -4,17 +4,35 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import JSON, ForeignKey, Index, Integer, String, UniqueConstraint
+import orjson
+from sqlalchemy import (
+    JSON,
+    ForeignKey,
+    Index,
+    Integer,
+    LargeBinary,
+    String,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
 
+# How the grids and kept sets are written: as ``app.db.engine.json_dumps`` writes JSON
+# columns (keys become strings, NaN becomes null), but as bytes.
+ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+
 
 class SlotRelease(Base):
-    """A stored release of one timeslot, with the kept sets of its plan.
+    """A stored release of one timeslot, with the kept sets of its plan (migration 0011).
 
-    ``kept`` maps each grid's public id to ``{"version": v, "users": {user_id: Γ}}``
-    so later single-grid queries can reuse the plan (``plan=<release id>``).
+    The answer is stored in two parts: ``head``, the answer with ``"grids": null`` in
+    place of its grids (small: the listing reads it), and ``grids``, the grids' JSON
+    as bytes (orjson, lz4-compressed where the server has lz4); ``n_grids`` counts them.
+    ``kept`` (JSON bytes, read only by ``plan=``) maps each grid's public id to
+    ``{"version": v, "users": {user_id: Γ}}`` so later single-grid queries can reuse
+    the plan (``plan=<release id>``). :meth:`store` and :meth:`answer` are the one
+    place that converts between this shape and the answer.
     """
 
     __tablename__ = "slot_releases"
@@ -31,7 +49,24 @@ class SlotRelease(Base):
     slot_start: Mapped[datetime] = mapped_column(UTCDateTime())
     fingerprint: Mapped[str] = mapped_column(String(64))
     epsilon: Mapped[Decimal] = mapped_column(Epsilon)
-    answer: Mapped[dict[str, Any]] = mapped_column(JSON)
-    kept: Mapped[dict[str, Any]] = mapped_column(JSON)
+    head: Mapped[dict[str, Any]] = mapped_column(JSON)
+    n_grids: Mapped[int] = mapped_column(Integer)
+    # loaded apart (ReleaseRepository.with_grids reads them as a binary result)
+    grids: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
+    kept: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # loaded when read
     key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+    def store(self, answer: dict[str, Any], kept: dict[str, Any]) -> None:
+        """Keep ``answer`` (its ``grids`` apart) and ``kept``."""
+        self.head = {**answer, "grids": None}  # grids keeps its place among the keys
+        self.n_grids = len(answer["grids"])
+        self.grids = orjson.dumps(answer["grids"], option=ORJSON_OPTIONS)
+        self.kept = orjson.dumps(kept, option=ORJSON_OPTIONS)
+
+    def answer(self) -> dict[str, Any]:
+        """The answer as it was stored: the head with its grids back in place."""
+        return {**self.head, "grids": orjson.loads(self.grids)}
+
+    def kept_sets(self) -> dict[str, Any]:
+        return orjson.loads(self.kept)

@@ -7,9 +7,10 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from sqlalchemy import cast, func, select
+from sqlalchemy import cast, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from app.datasets.models import Grid
 from app.releases.models import SlotRelease
@@ -35,10 +36,10 @@ class ReleaseRow:
 
 
 def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
-    """Only the small fields of each stored answer, in ``ReleaseRow``'s order. An answer
-    holds every grid's statistics (tens of kB): Postgres parses it once per row (as
-    ``jsonb``) rather than once per field, which halves a page's time."""
-    answer = cast(SlotRelease.answer, JSONB)
+    """Only the small fields of each stored answer, in ``ReleaseRow``'s order: they are
+    in its head (the answer without its grids, migration 0011), parsed once per row (as
+    ``jsonb``) rather than once per field; the grids are counted in ``n_grids``."""
+    answer = cast(SlotRelease.head, JSONB)
     newest = (
         select(
             SlotRelease.id,
@@ -46,6 +47,7 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
             SlotRelease.slot_start,
             SlotRelease.epsilon,
             SlotRelease.created_at,
+            SlotRelease.n_grids,
             answer.label("answer"),
         )
         .where(SlotRelease.dataset_id == dataset_id)
@@ -55,7 +57,6 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
         .subquery()
     )
     a = newest.c.answer
-    array_length = func.jsonb_array_length
     return select(
         newest.c.public_id,
         newest.c.slot_start,
@@ -64,7 +65,7 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
         a["partition"].as_string(),
         newest.c.epsilon,
         a["max_user_cost"].as_float(),
-        array_length(a["grids"]),
+        newest.c.n_grids,
         a["h3_resolution"].as_integer(),
         a["slot_minutes"].as_integer(),
         newest.c.created_at,
@@ -87,18 +88,37 @@ class ReleaseRepository:
         )
 
     def find(self, dataset_id: int, epoch: int, fingerprint: str) -> SlotRelease | None:
-        return self.session.scalars(
-            select(SlotRelease).where(
-                SlotRelease.dataset_id == dataset_id,
-                SlotRelease.epoch == epoch,
-                SlotRelease.fingerprint == fingerprint,
-            )
-        ).first()
+        """The stored release (with its grids) of this fingerprint, if any."""
+        return self.with_grids(
+            self.session.scalars(
+                select(SlotRelease).where(
+                    SlotRelease.dataset_id == dataset_id,
+                    SlotRelease.epoch == epoch,
+                    SlotRelease.fingerprint == fingerprint,
+                )
+            ).first()
+        )
 
-    def by_public_id(self, public_id: str) -> SlotRelease | None:
-        return self.session.scalars(
+    def by_public_id(self, public_id: str, *, grids: bool = True) -> SlotRelease | None:
+        found = self.session.scalars(
             select(SlotRelease).where(SlotRelease.public_id == public_id)
         ).first()
+        return self.with_grids(found) if grids else found
+
+    def with_grids(self, release: SlotRelease | None) -> SlotRelease | None:
+        """``release`` with its grids loaded as a binary result: as text, Postgres would
+        send a day release's grids (~240 MB) in hex, twice their size, decoded here."""
+        if release is None or "grids" in release.__dict__:
+            return release
+        driver = self.session.connection().connection.driver_connection
+        assert driver is not None
+        with driver.cursor(binary=True) as cursor:
+            cursor.execute("SELECT grids FROM slot_releases WHERE id = %s", (release.id,))
+            row = cursor.fetchone()
+        if row is None:
+            raise LookupError(f"release {release.public_id} is gone")
+        set_committed_value(release, "grids", row[0])
+        return release
 
     def add(self, release: SlotRelease) -> SlotRelease:
         self.session.add(release)

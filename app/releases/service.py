@@ -150,15 +150,13 @@ def release_slot(
         slot_start=inp.span.start,
         fingerprint=fp,
         epsilon=plan.eps.charged,
-        answer={},
-        kept={},
         key_id=key.id,
     )
     grids, kept = draw_grids(
         inp.dataset, inp.grids, inp.arrays, inp.occ, body, plan, record.public_id, epoch
     )
     charged_users = plan.user_costs(inp.occ)[0]
-    record.answer = {
+    answer = {
         "release_id": record.public_id,
         **_plan_fields(inp, body, plan),
         "grids": grids,
@@ -167,10 +165,10 @@ def release_slot(
         "cached": False,
         "epoch": epoch,
     }
-    record.kept = kept
+    record.store(answer, kept)
     repo.add(record)
     charge_release(session, budget, plan, key, record.id)
-    return record.answer
+    return answer
 
 
 # ------------------------------------------------------------------- preview
@@ -242,5 +240,5 @@ def _served(stored: SlotRelease, dataset: Dataset) -> dict[str, Any]:
     """A stored release as it is served, whichever path finds it: in today's shape
     (``privacy_unit`` and the fields of :func:`formats.upgraded` filled in for releases
     stored before them), marked ``cached``."""
-    answer = upgraded(with_privacy_unit(stored.answer, dataset))
+    answer = upgraded(with_privacy_unit(stored.answer(), dataset))
     return {"slots": 1, "partition": "fixed", **answer, "cached": True}

@@ -109,9 +109,9 @@ def test_older_releases_without_new_fields_read_as_one_fixed_slot(
     ds, made, headers = released
     with app.state.sessionmaker() as s, s.begin():
         row = s.scalars(select(SlotRelease).where(SlotRelease.public_id == made[0])).one()
-        row.answer = {**row.answer, "slots": 3, "partition": "adaptive"}
+        row.head = {**row.head, "slots": 3, "partition": "adaptive"}
         old = s.scalars(select(SlotRelease).where(SlotRelease.public_id == made[1])).one()
-        old.answer = {k: v for k, v in old.answer.items() if k not in ("slots", "partition")}
+        old.head = {k: v for k, v in old.head.items() if k not in ("slots", "partition")}
     rows = client.get(f"/datasets/{ds}/releases", headers=headers).json()["releases"]
     by_id = {r["release_id"]: r for r in rows}
     assert (by_id[made[0]]["slots"], by_id[made[0]]["partition"]) == (3, "adaptive")

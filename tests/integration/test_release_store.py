@@ -1,0 +1,59 @@
+"""How a release is stored (migration 0011): a small JSON head, the grids and the kept
+sets as JSON bytes; read back, it is the release that was answered."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import orjson
+from fastapi.testclient import TestClient
+from sqlalchemy import text
+
+from app.releases.models import SlotRelease
+from tests.helpers import create_dataset, upload_csv
+from tests.integration.test_release_listing import HOURS, _csv
+
+
+def _dumps(body: dict) -> str:
+    """The JSON of a release but its ``cached`` (keys sorted: GET orders them by its model)."""
+    return json.dumps({k: v for k, v in body.items() if k != "cached"}, sort_keys=True)
+
+
+def test_a_stored_release_reads_back_as_it_was_answered(client: TestClient, app) -> None:
+    ds = create_dataset(client, value_bound=10.0, budget_per_user=100.0)["id"]
+    assert upload_csv(client, ds, _csv())["rejected"] == 0
+    body = {"slot_start": HOURS[0].isoformat(), "slots": 3, "epsilon": 0.5, "min_users": 1}
+    posted = client.post(f"/datasets/{ds}/releases", json=body)
+    assert posted.status_code == 200, posted.text
+    answer = posted.json()
+    assert answer["cached"] is False and len(answer["grids"]) == 6
+    got = client.get(f"/releases/{answer['release_id']}")
+    twin = client.post(f"/datasets/{ds}/releases", json=body)
+    for again in (got.json(), twin.json()):
+        assert again["cached"] is True
+        assert _dumps(again) == _dumps(answer)
+
+    with app.state.engine.connect() as conn:
+        row = conn.execute(text("SELECT head::text, n_grids, grids, kept FROM slot_releases")).one()
+    head = json.loads(row.head)
+    assert head["grids"] is None and row.n_grids == 6
+    assert list(head) == list(answer)  # the grids keep their place among the keys
+    assert orjson.loads(row.grids) == answer["grids"]
+    kept = orjson.loads(row.kept)
+    assert set(kept) == {g["grid_id"] for g in answer["grids"]}
+    listed = client.get(f"/datasets/{ds}/releases").json()["releases"]
+    assert [(r["n_grids"], r["slots"]) for r in listed] == [(6, 3)]
+
+
+def test_store_writes_json_bytes_as_json_columns_were_written() -> None:
+    """Keys become strings, a NaN becomes null (as ``app.db.engine.json_dumps``)."""
+    answer = {"release_id": "r", "grids": [{"mean": math.nan, "n": 1}], "epsilon": 0.1}
+    record = SlotRelease()
+    record.store(answer, {"g": {"version": 1, "users": {7: 2}}})
+    assert isinstance(record.grids, bytes) and isinstance(record.kept, bytes)
+    assert record.head == {"release_id": "r", "grids": None, "epsilon": 0.1}
+    assert record.n_grids == 1
+    assert record.answer() == {"release_id": "r", "grids": [{"mean": None, "n": 1}], "epsilon": 0.1}
+    assert list(record.answer()) == ["release_id", "grids", "epsilon"]
+    assert record.kept_sets() == {"g": {"version": 1, "users": {"7": 2}}}
