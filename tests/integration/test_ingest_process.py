@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -40,6 +41,7 @@ def children(monkeypatch: pytest.MonkeyPatch) -> list:
 
     monkeypatch.setattr(parse_process._context, "Process", spy)
     monkeypatch.setattr(upload_module, "BATCH_ROWS", 7)
+    monkeypatch.setattr(parse_process, "SEND_BYTES", 1000)
     return started
 
 
@@ -255,9 +257,21 @@ def test_a_killed_child_fails_the_upload_and_writes_nothing(
     client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch, children: list
 ) -> None:
     monkeypatch.setattr(upload_module, "PARSE_PROCESS_MIN_BYTES", 0)
+    real = IngestRepository.insert_records
+    writes: list[int] = []
+
+    def spy(self, *args, **kwargs):
+        writes.append(1)
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(IngestRepository, "insert_records", spy)
     ds = create_dataset(client)["id"]
 
     def kill() -> None:
+        deadline = time.monotonic() + 10
+        while not writes and time.monotonic() < deadline:  # batches were written
+            time.sleep(0.01)
+        assert writes
         os.kill(children[0].pid, signal.SIGKILL)
 
     body = rows_csv(600).encode()
