@@ -21,8 +21,10 @@ The waits form a chain (caller -> child -> receiver -> database), never a cycle,
 nothing deadlocks. A child that dies closes its pipe ends: the caller's send fails
 (EPIPE) and the receiver reads EOF. When ``consume`` fails, the receiver closes the
 output pipe, so the child's next send fails and it exits, which frees the caller the
-same way. On any error the caller terminates the child, joins it (SIGKILL after
-:data:`GRACE_SECONDS`) and then the receiver, before raising.
+same way; a child silent for :data:`STALL_SECONDS` is killed by the receiver. On any
+error the caller terminates the child, joins it (SIGKILL after :data:`GRACE_SECONDS`)
+and then the receiver, before raising. The receiver's only other wait is ``consume``
+(the database: bounded by its statement timeout).
 """
 
 from __future__ import annotations
@@ -40,10 +42,13 @@ from app.ingest.batches import Batch
 from app.ingest.csv_records import CsvFormatError, ParseOptions, RecordReader
 from app.ingest.gtfs_realtime import FeedFormatError, FeedReader
 
-__all__ = ["GRACE_SECONDS", "ParseProcessError", "parse_in_child"]
+__all__ = ["GRACE_SECONDS", "STALL_SECONDS", "ParseProcessError", "feed_pieces", "parse_in_child"]
 
 #: How long a child may take to exit (after its last message, or SIGTERM) before SIGKILL.
 GRACE_SECONDS = 5.0
+#: A child silent for this long (no batch, no end) is taken as hung and killed. It is
+#: silent while it waits for the body, or reads rows that are all rejected.
+STALL_SECONDS = 600.0
 #: The capacity asked for each pipe.
 PIPE_BYTES = 1 << 20
 #: The body goes to the child in messages of about this size.
@@ -106,7 +111,7 @@ def parse_in_child(
     finally:
         child_in.close()  # the child has its own copies: its death must close the pipes
         child_out.close()
-    receiver = _Receiver(outbox, consume)
+    receiver = _Receiver(outbox, consume, process.kill)
     receiver.start()
     done = False
     try:
@@ -164,16 +169,25 @@ def _widen(conn: Connection) -> None:
 class _Receiver(threading.Thread):
     """Takes the child's messages: batches for ``consume``, then the end or a failure."""
 
-    def __init__(self, outbox: Connection, consume: Callable[[Batch], None]) -> None:
+    def __init__(
+        self, outbox: Connection, consume: Callable[[Batch], None], kill: Callable[[], None]
+    ) -> None:
         super().__init__(name="dpgate-parse-receiver", daemon=True)
         self._outbox = outbox
         self._consume = consume
+        self._kill = kill
         self.ended = False
         self.error: BaseException | None = None
 
     def run(self) -> None:
         try:
             while True:
+                if not self._outbox.poll(STALL_SECONDS):  # a hung child: free the caller
+                    self.error = ParseProcessError(
+                        f"the parsing process sent nothing for {STALL_SECONDS:g} s"
+                    )
+                    self._kill()
+                    return
                 message = self._outbox.recv()
                 if isinstance(message, Batch):
                     self._consume(message)

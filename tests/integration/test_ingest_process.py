@@ -297,3 +297,19 @@ def test_a_failing_body_stops_the_child_and_writes_nothing(
         _upload(app, ds, _chunked(rows_csv(600).encode(), disconnect))
     assert counts(app) == NOTHING and len(children) == 1
     _gone(children)
+
+
+def test_a_hung_child_is_killed_and_writes_nothing(
+    client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch, children: list
+) -> None:
+    monkeypatch.setattr(upload_module, "PARSE_PROCESS_MIN_BYTES", 0)
+    monkeypatch.setattr(parse_process, "STALL_SECONDS", 1.0)
+    ds = create_dataset(client)["id"]
+
+    def freeze() -> None:
+        os.kill(children[0].pid, signal.SIGSTOP)
+
+    with pytest.raises(parse_process.ParseProcessError, match="sent nothing for 1 s"):
+        _upload(app, ds, _chunked(rows_csv(3000).encode(), freeze))
+    assert counts(app) == NOTHING
+    _gone(children)
