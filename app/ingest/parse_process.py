@@ -32,6 +32,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import multiprocessing
+import os
 import threading
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -216,6 +217,10 @@ def _child_main(
     batch_rows: int,
 ) -> None:
     """The child: read the body from ``child_in``, send batches down ``child_out``."""
+    # A session of its own, as each Postgres backend has: where the scheduler shares the
+    # CPU by session (autogroup), the child then gets a share rather than halving ours.
+    with contextlib.suppress(OSError):
+        os.setsid()
 
     def chunks() -> Iterator[bytes]:
         while True:
