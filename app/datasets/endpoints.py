@@ -232,11 +232,18 @@ async def upload(
             hash_secret=request.app.state.hash_secret,
             idempotency_key=idempotency_key,
             request=RequestIdentity.of(request),
+            body_size=_declared_length(request),
         )
     )
     if replayed:
         response.headers["Idempotent-Replayed"] = "true"
     return UploadResult.model_validate(answer)
+
+
+def _declared_length(request: Request) -> int | None:
+    """The body's Content-Length, when declared (the body limit enforces it)."""
+    value = request.headers.get("content-length", "")
+    return int(value) if value.isdigit() else None
 
 
 def _body_chunks(stream: AsyncIterator[bytes]) -> Iterator[bytes]:

@@ -53,14 +53,30 @@ class GridCoder:
 
     def codes(self, cells: Sequence[int], ts_us: np.ndarray) -> tuple[np.ndarray, list]:
         """``(grid code per row, the keys first seen here)`` for rows at UTC ``ts_us``."""
-        slots = slot_start_us(ts_us, self.timezone, self.minutes).tolist()
+        if not len(cells):
+            return np.empty(0, dtype=np.int64), []
+        cell = np.array(cells, dtype=np.uint64)
+        slot = slot_start_us(ts_us, self.timezone, self.minutes)
+        # the batch's distinct keys, each looked up once, in order of first appearance
+        order = np.lexsort((slot, cell))  # stable: a key's first row comes first
+        c, s = cell[order], slot[order]
+        starts = np.ones(order.size, dtype=bool)
+        starts[1:] = (c[1:] != c[:-1]) | (s[1:] != s[:-1])
+        distinct = np.cumsum(starts) - 1  # in sorted order
+        first = order[starts]
+        by_appearance = np.argsort(first)
+        rows = first[by_appearance]
         known = self._codes
         new_grids: list[tuple[int, int]] = []
-        codes: list[int] = []
-        for key in zip(cells, slots, strict=True):
+        found: list[int] = []
+        for key in zip(cell[rows].tolist(), slot[rows].tolist(), strict=True):
             code = known.get(key)
             if code is None:
                 code = known[key] = len(known)
                 new_grids.append(key)
-            codes.append(code)
-        return np.array(codes, dtype=np.int64), new_grids
+            found.append(code)
+        code_of = np.empty(first.size, dtype=np.int64)
+        code_of[by_appearance] = found
+        codes = np.empty(order.size, dtype=np.int64)
+        codes[order] = code_of[distinct]
+        return codes, new_grids

@@ -15,6 +15,7 @@ its exact value (what the shortest decimal of it reads back as in a CSV).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 
 import h3.api.basic_int as h3i
@@ -31,6 +32,7 @@ __all__ = ["FeedFormatError", "FeedReader", "entity_label"]
 US = 1_000_000
 #: The CSV reader's time range (1900-01-02..2299-12-30, UTC µs); feed times are unsigned.
 _LATEST_US = MAX_US - 86_400 * US
+_LATEST_S = -(-_LATEST_US // US)  # the first second at or past it
 assert MIN_US < 0
 
 
@@ -78,35 +80,40 @@ class FeedReader:
     def _read_batch(self, start: int, stop: int) -> Batch:
         header_ts = self.header_ts
         errors: list[tuple[int, str]] = []
-        numbers: list[int] = []
         vehicles: list[str] = []
         seconds: list[int] = []
         lats: list[float] = []
         lons: list[float] = []
         speeds: list[float] = []
-        entities = self._entities
         # An absent sub-message reads as an empty one, so the usual entity is read with
-        # no HasField call; the reason of a failed check is then found by _unusable.
-        for number in range(start + 1, stop + 1):
-            entity = entities[number - 1]
+        # no HasField call (a non-zero speed is a present one); the reason of a failed
+        # check is then found by _unusable.
+        for number, entity in enumerate(self._entities[start:stop], start + 1):
             v = entity.vehicle
             vid = v.vehicle.id.strip()
             p = v.position
             ts = v.timestamp
-            if not vid or not p.HasField("speed") or (not ts and not v.HasField("timestamp")):
+            speed = p.speed
+            if (
+                not vid
+                or (not speed and not p.HasField("speed"))
+                or (not ts and not v.HasField("timestamp"))
+            ):
                 ts = header_ts if not v.HasField("timestamp") else ts
                 if (reason := _unusable(entity, vid, ts)) is not None:
                     errors.append((number, reason))
                     continue
-            if ts * US >= _LATEST_US:
+            if ts >= _LATEST_S:
                 errors.append((number, f"timestamp {ts} outside 1900-01-02..2299-12-30"))
                 continue
-            numbers.append(number)
             vehicles.append(vid)
             seconds.append(ts)
             lats.append(p.latitude)
             lons.append(p.longitude)
-            speeds.append(p.speed)
+            speeds.append(speed)
+        # the entity numbers of the rows read, for rejections by the range checks
+        skipped = np.array([n for n, _ in errors], dtype=np.int64) - (start + 1)
+        numbers = np.delete(np.arange(start + 1, stop + 1), skipped)
         # reasons are labelled (entity, vehicle) once sorted, for the reported ones only
         return self._checked(stop - start, errors, numbers, vehicles, seconds, lats, lons, speeds)
 
@@ -114,7 +121,7 @@ class FeedReader:
         self,
         rows: int,
         errors: list[tuple[int, str]],
-        numbers: list[int],
+        numbers: np.ndarray,
         vehicles: list[str],
         seconds: list[int],
         lats: list[float],
@@ -149,31 +156,26 @@ class FeedReader:
                 reason = f"non-finite speed {speeds[i]!r}"
             else:
                 reason = f"speed {speeds[i]!r} outside [0, {U!r}]"
-            errors.append((numbers[i], reason))
+            errors.append((int(numbers[i]), reason))
         rejected = len(errors)
         errors = [
             (n, f"{entity_label(n, _vehicle_id(self._entities[n - 1]))}: {r}")
             for n, r in sorted(errors)[:MAX_REPORTED_ERRORS]
         ]
         keep = np.flatnonzero(ok & ~zero & ~rejected_oor)
-        res, to_cell = opts.h3_resolution, h3i.latlng_to_cell
-        cells = [
-            to_cell(a, b, res) for a, b in zip(lat[keep].tolist(), lon[keep].tolist(), strict=True)
-        ]
+        n = len(keep)
+        res = itertools.repeat(opts.h3_resolution, n)
+        cells = list(map(h3i.latlng_to_cell, lat[keep].tolist(), lon[keep].tolist(), res))
+        kept = [vehicles[i] for i in keep.tolist()]
         user_codes = self._user_codes
-        new_users: list[str] = []
-        users: list[int] = []
-        for i in keep.tolist():
-            vid = vehicles[i]
-            code = user_codes.get(vid)
-            if code is None:
-                code = user_codes[vid] = len(user_codes)
-                new_users.append(vid)
-            users.append(code)
+        new_users = [vid for vid in dict.fromkeys(kept) if vid not in user_codes]
+        for vid in new_users:  # codes in order of first appearance
+            user_codes[vid] = len(user_codes)
+        users = np.fromiter(map(user_codes.__getitem__, kept), dtype=np.int64, count=n)
         ts_kept = ts[keep]
         grid_codes, new_grids = self._grids.codes(cells, ts_kept)
         return Batch(
-            user_codes=np.array(users, dtype=np.int64),
+            user_codes=users,
             grid_codes=grid_codes,
             ts_us=ts_kept,
             values=value[keep],

@@ -7,7 +7,10 @@ over the limit, a crash) leaves the dataset exactly as it was.
 Pipeline: the calling thread parses batches (:mod:`app.ingest.csv_records`, or
 :mod:`app.ingest.gtfs_realtime` for a feed, read whole: protobuf has no streaming form)
 while a helper thread maps them to user and grid ids and bulk-writes them
-(:class:`app.uploads.ingestor.Ingestor`); at the end every grid that received
+(:class:`app.uploads.ingestor.Ingestor`). A body of at least
+:data:`PARSE_PROCESS_MIN_BYTES` is parsed in a child process instead
+(:mod:`app.ingest.parse_process`), so parsing and writing run on two cores; the
+batches, hence the answer and what is stored, are the same. At the end every grid that received
 records gets a fresh snapshot and summary. Memory is bounded by a few batches, the
 upload's distinct users and grids, and the rows kept to build new grids' snapshots
 (``app.uploads.ingestor.MEMORY_REBUILD_ROWS``; more are spilled to temporary files).
@@ -38,13 +41,23 @@ from app.ingest.csv_records import (
     RecordReader,
 )
 from app.ingest.gtfs_realtime import FeedFormatError, FeedReader
+from app.ingest.parse_process import feed_pieces, parse_in_child
 from app.ingest.timeslots import get_zone
 from app.uploads.ingestor import Ingestor
 
-__all__ = ["BATCH_ROWS", "RecordFormat", "UploadOptions", "upload_records"]
+__all__ = [
+    "BATCH_ROWS",
+    "PARSE_PROCESS_MIN_BYTES",
+    "RecordFormat",
+    "UploadOptions",
+    "upload_records",
+]
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
+#: A body at least this large (its declared size; a feed's joined size) is parsed in a
+#: child process: below it, the process start would cost more than it saves.
+PARSE_PROCESS_MIN_BYTES = 4 << 20
 
 #: The body's format: CSV text, or one serialized GTFS-Realtime ``FeedMessage``.
 RecordFormat = Literal["csv", "gtfs-rt"]
@@ -101,6 +114,24 @@ class _Writer:
             raise self.error
 
 
+@dataclass
+class _Tally:
+    """An upload's counts and first errors, summed over its batches in order."""
+
+    rows: int = 0
+    rejected: int = 0
+    clamped: int = 0
+    dropped: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+
+    def add(self, batch: Batch) -> None:
+        self.rows += batch.rows
+        self.rejected += batch.rejected
+        self.clamped += batch.clamped
+        self.dropped += batch.dropped_zero
+        self.errors.extend(batch.errors[: MAX_REPORTED_ERRORS - len(self.errors)])
+
+
 def upload_records(
     session: Session,
     dataset_id: int,
@@ -110,6 +141,7 @@ def upload_records(
     hash_secret: bytes,
     idempotency_key: str | None = None,
     request: RequestIdentity | None = None,
+    body_size: int | None = None,
 ) -> tuple[dict[str, Any], bool]:
     """Ingest a CSV byte stream (or a feed's bytes) into a dataset inside the caller's
     transaction.
@@ -120,7 +152,8 @@ def upload_records(
     the same, else raises ``IdempotencyConflict``. Returns ``(answer, replayed)``;
     the answer is an :class:`UploadResult` as a dict. Raises ``NotFound``,
     ``InvalidRequest`` (the file or feed as a whole is unreadable, or a value filter the
-    dataset does not allow); exceptions from ``chunks`` propagate.
+    dataset does not allow); exceptions from ``chunks`` propagate. ``body_size`` is the
+    body's declared length, if any: it decides whether a CSV is parsed in a child process.
     """
     datasets = DatasetRepository(session)
     dataset = datasets.lock(dataset_id)
@@ -144,25 +177,18 @@ def upload_records(
         delimiter=options.delimiter,
     )
     ingestor = Ingestor(session, dataset, hash_secret)
-    rows = rejected = clamped = dropped = 0
-    errors: list[tuple[int, str]] = []
+    tally = _Tally()
     try:
-        writer = _Writer(ingestor.write)
         try:
-            reader: RecordReader | FeedReader = (
-                FeedReader(b"".join(body), parse)
-                if options.format == "gtfs-rt"
-                else RecordReader(body, parse)
-            )
-            for batch in reader.batches(BATCH_ROWS):
-                rows += batch.rows
-                rejected += batch.rejected
-                clamped += batch.clamped
-                dropped += batch.dropped_zero
-                errors.extend(batch.errors[: MAX_REPORTED_ERRORS - len(errors)])
-                writer.submit(batch)
+            feed = b"".join(body) if options.format == "gtfs-rt" else None
+            size = len(feed) if feed is not None else body_size
+            if size is not None and size >= PARSE_PROCESS_MIN_BYTES:
+                _parse_in_child(
+                    body if feed is None else feed_pieces(feed), options, parse, tally, ingestor
+                )
+            else:
+                _parse_here(body if feed is None else feed, parse, tally, ingestor)
         finally:
-            writer.close()  # the session is ours again only after this
             body.drain()
         changed = ingestor.finish()
         refresh_after_upload(session, dataset, ingestor.slot_grids if changed else ())
@@ -175,13 +201,13 @@ def upload_records(
 
     answer = UploadResult(
         accepted=ingestor.inserted,
-        rejected=rejected,
-        clamped=clamped,
+        rejected=tally.rejected,
+        clamped=tally.clamped,
         duplicates=ingestor.duplicates,
-        dropped_zero=dropped,
-        rows=rows,
+        dropped_zero=tally.dropped,
+        rows=tally.rows,
         grids_updated=changed,
-        errors=[RowError(line=line, reason=reason) for line, reason in errors],
+        errors=[RowError(line=line, reason=reason) for line, reason in tally.errors],
     ).model_dump(mode="json")
     request_hash = None if request is None else request.digest(body.hexdigest())
     datasets.add_upload(
@@ -193,6 +219,38 @@ def upload_records(
         )
     )
     return answer, False
+
+
+def _parse_here(
+    body: Iterable[bytes] | bytes, parse: ParseOptions, tally: _Tally, ingestor: Ingestor
+) -> None:
+    """Parse in this thread (a feed's joined ``body``, or a CSV's chunks) while a helper
+    thread writes."""
+    writer = _Writer(ingestor.write)
+    try:
+        reader = FeedReader(body, parse) if isinstance(body, bytes) else RecordReader(body, parse)
+        for batch in reader.batches(BATCH_ROWS):
+            tally.add(batch)
+            writer.submit(batch)
+    finally:
+        writer.close()  # the session is ours again only after this
+
+
+def _parse_in_child(
+    chunks: Iterable[bytes | memoryview],
+    options: UploadOptions,
+    parse: ParseOptions,
+    tally: _Tally,
+    ingestor: Ingestor,
+) -> None:
+    """Parse in a child process; the batches are counted and written on a helper thread
+    in their order (the session is ours again when this returns or raises)."""
+
+    def consume(batch: Batch) -> None:
+        tally.add(batch)
+        ingestor.write(batch)
+
+    parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume)
 
 
 def check_value_filters(dataset: Dataset, options: UploadOptions) -> None:

@@ -1,0 +1,256 @@
+"""Parsing a large upload in a child process, pipelined with the writes in this one.
+
+Parsing is a Python loop per row, and in one process it cannot overlap the writer's
+Python work (the GIL). :func:`parse_in_child` runs the reader
+(:class:`~app.ingest.csv_records.RecordReader`, or
+:class:`~app.ingest.gtfs_realtime.FeedReader` on the joined body) in a process started
+from a ``forkserver`` (a plain fork of a threaded server is unsafe) that preloaded the
+reader modules, so a start costs milliseconds.
+
+Three parties, two pipes:
+
+* the calling thread pulls the body's chunks and sends them down the input pipe; it
+  waits only for room in that pipe, i.e. for the child;
+* the child reads the input to its end, parses and sends each batch (pickled) down the
+  output pipe, then one last message (the end, or why it stopped); it waits for the
+  caller (input) or for room in the output pipe (the receiver);
+* a receiving thread here takes the batches in order and hands them to ``consume``
+  (the database writes); it waits for the child or the database, never for the caller.
+
+The waits form a chain (caller -> child -> receiver -> database), never a cycle, so
+nothing deadlocks. A child that dies closes its pipe ends: the caller's send fails
+(EPIPE) and the receiver reads EOF. When ``consume`` fails, the receiver closes the
+output pipe, so the child's next send fails and it exits, which frees the caller the
+same way; a child silent for :data:`STALL_SECONDS` is killed by the receiver. On any
+error the caller terminates the child, joins it (SIGKILL after :data:`GRACE_SECONDS`)
+and then the receiver, before raising. The receiver's only other wait is ``consume``
+(the database: bounded by its statement timeout).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import multiprocessing
+import os
+import threading
+import traceback
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing.connection import Connection
+from typing import Any, Literal
+
+from app.ingest.batches import Batch
+from app.ingest.csv_records import CsvFormatError, ParseOptions, RecordReader
+from app.ingest.gtfs_realtime import FeedFormatError, FeedReader
+
+__all__ = ["GRACE_SECONDS", "STALL_SECONDS", "ParseProcessError", "feed_pieces", "parse_in_child"]
+
+#: How long a child may take to exit (after its last message, or SIGTERM) before SIGKILL.
+GRACE_SECONDS = 5.0
+#: A child silent for this long (no batch, no end) is taken as hung and killed. It is
+#: silent while it waits for the body, or reads rows that are all rejected.
+STALL_SECONDS = 600.0
+#: The capacity asked for each pipe.
+PIPE_BYTES = 1 << 20
+#: The body goes to the child in messages of about this size.
+SEND_BYTES = 256 << 10
+#: A joined feed goes to the child in pieces of this size.
+FEED_PIECE = 1 << 20
+
+_context = multiprocessing.get_context("forkserver")
+_preload_lock = threading.Lock()
+_preload_set = False
+
+
+class ParseProcessError(RuntimeError):
+    """The parsing process died or failed unexpectedly: a server-side error."""
+
+
+def _set_preload() -> None:
+    """Have the fork server import this module (and with it numpy, h3, protobuf and the
+    readers) once, before it forks any child; ``__main__`` as Python does by default."""
+    global _preload_set
+    with _preload_lock:
+        if not _preload_set:
+            _context.set_forkserver_preload(["__main__", __name__])
+            _preload_set = True
+
+
+def parse_in_child(
+    chunks: Iterable[bytes | memoryview],
+    fmt: Literal["csv", "gtfs-rt"],
+    options: ParseOptions,
+    batch_rows: int,
+    consume: Callable[[Batch], None],
+) -> None:
+    """Parse ``chunks`` in a child process, calling ``consume`` on a helper thread with
+    each batch, in order, as the reader would have yielded them.
+
+    Returns when every batch was consumed. Raises the reader's
+    :class:`CsvFormatError` / :class:`FeedFormatError` as they are, ``consume``'s
+    error, ``chunks``' error, or :class:`ParseProcessError` when the child died or
+    failed otherwise. Whatever happens, the child and the thread are gone on return,
+    and ``consume`` is never running any more.
+    """
+    _set_preload()
+    child_in, inbox = _context.Pipe(duplex=False)
+    outbox, child_out = _context.Pipe(duplex=False)
+    for conn in (inbox, outbox):
+        _widen(conn)
+    process = _context.Process(
+        target=_child_main,
+        args=(child_in, child_out, fmt, options, batch_rows),
+        name="dpgate-parse",
+        daemon=True,
+    )
+    try:
+        process.start()
+    except BaseException:
+        for conn in (inbox, outbox):
+            conn.close()
+        raise
+    finally:
+        child_in.close()  # the child has its own copies: its death must close the pipes
+        child_out.close()
+    receiver = _Receiver(outbox, consume, process.kill)
+    receiver.start()
+    done = False
+    try:
+        for piece in _pieces(chunks):
+            if receiver.error is not None:
+                break
+            try:
+                inbox.send_bytes(piece)
+            except OSError:  # the child is gone; the receiver knows why
+                break
+        inbox.close()  # the end of the body
+        receiver.join()  # bounded: the child ends, or dies and the output pipe reads EOF
+        done = receiver.ended
+    finally:
+        inbox.close()
+        if not done and process.exitcode is None:
+            process.terminate()
+        process.join(GRACE_SECONDS)
+        if process.exitcode is None:
+            process.kill()
+            process.join()
+        receiver.join()  # after the child is gone: EOF at the latest
+        exitcode = process.exitcode
+        process.close()
+    if receiver.error is not None:
+        raise receiver.error
+    if not done:
+        raise ParseProcessError(
+            f"the parsing process ended without finishing the upload (exit code {exitcode})"
+        )
+
+
+def _pieces(chunks: Iterable[bytes | memoryview]) -> Iterator[bytes | bytearray | memoryview]:
+    """The body in messages of about :data:`SEND_BYTES`: fewer wake-ups of either side."""
+    pending = bytearray()
+    for chunk in chunks:
+        if not pending and len(chunk) >= SEND_BYTES:
+            yield chunk
+            continue
+        pending += chunk
+        if len(pending) >= SEND_BYTES:
+            yield pending
+            pending = bytearray()
+    if pending:
+        yield pending
+
+
+def _widen(conn: Connection) -> None:
+    """Let a pipe hold :data:`PIPE_BYTES` (Linux), so that each side runs ahead of the
+    other by a few chunks rather than one; elsewhere, or past the system's cap, as is."""
+    with contextlib.suppress(AttributeError, OSError):
+        fcntl.fcntl(conn.fileno(), fcntl.F_SETPIPE_SZ, PIPE_BYTES)
+
+
+class _Receiver(threading.Thread):
+    """Takes the child's messages: batches for ``consume``, then the end or a failure."""
+
+    def __init__(
+        self, outbox: Connection, consume: Callable[[Batch], None], kill: Callable[[], None]
+    ) -> None:
+        super().__init__(name="dpgate-parse-receiver", daemon=True)
+        self._outbox = outbox
+        self._consume = consume
+        self._kill = kill
+        self.ended = False
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            while True:
+                if not self._outbox.poll(STALL_SECONDS):  # a hung child: free the caller
+                    self.error = ParseProcessError(
+                        f"the parsing process sent nothing for {STALL_SECONDS:g} s"
+                    )
+                    self._kill()
+                    return
+                message = self._outbox.recv()
+                if isinstance(message, Batch):
+                    self._consume(message)
+                    continue
+                kind, detail = message
+                if kind == "refused":  # a format error, raised again here as it was
+                    self.error = detail
+                elif kind == "failed":
+                    self.error = ParseProcessError(f"the parsing process failed: {detail}")
+                else:
+                    self.ended = True
+                return
+        except EOFError:
+            pass  # the child died: the caller says so, with its exit code
+        except BaseException as exc:  # from consume: re-raised by the caller
+            self.error = exc
+        finally:
+            self._outbox.close()  # a child still sending gets EPIPE and exits
+
+
+def _child_main(
+    child_in: Connection,
+    child_out: Connection,
+    fmt: Literal["csv", "gtfs-rt"],
+    options: ParseOptions,
+    batch_rows: int,
+) -> None:
+    """The child: read the body from ``child_in``, send batches down ``child_out``."""
+    # A session of its own, as each Postgres backend has: where the scheduler shares the
+    # CPU by session (autogroup), the child then gets a share rather than halving ours.
+    with contextlib.suppress(OSError):
+        os.setsid()
+
+    def chunks() -> Iterator[bytes]:
+        while True:
+            try:
+                yield child_in.recv_bytes()
+            except EOFError:
+                return
+
+    message: tuple[str, Any]
+    try:
+        reader = (
+            FeedReader(b"".join(chunks()), options)
+            if fmt == "gtfs-rt"
+            else RecordReader(chunks(), options)
+        )
+        for batch in reader.batches(batch_rows):
+            child_out.send(batch)
+        message = ("end", None)
+    except (CsvFormatError, FeedFormatError) as exc:
+        message = ("refused", exc)
+    except BrokenPipeError:
+        return  # the parent stopped listening
+    except Exception:
+        message = ("failed", traceback.format_exc(limit=-3))
+    with contextlib.suppress(BrokenPipeError):
+        child_out.send(message)
+
+
+def feed_pieces(body: bytes) -> Iterator[memoryview]:
+    """A joined body in pieces of :data:`FEED_PIECE` bytes, to send to the child."""
+    view = memoryview(body)
+    for start in range(0, len(view), FEED_PIECE):
+        yield view[start : start + FEED_PIECE]
