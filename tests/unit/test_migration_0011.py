@@ -4,6 +4,7 @@ down and up again; lz4 where the server has it, the default compression where no
 from __future__ import annotations
 
 import orjson
+import pytest
 from alembic import command
 from sqlalchemy import text
 
@@ -131,6 +132,7 @@ def test_releases_migrate_up_and_down_on_data(postgres_url: str) -> None:
     assert _migrate_on_data(postgres_url) == {"grids": expected, "kept": expected}
 
 
+@pytest.mark.slow  # starts a private embedded server (~3 s)
 def test_without_lz4_the_migration_keeps_the_default_compression() -> None:
     """The embedded server (pgserver) is built without lz4."""
     with private_postgres() as pg:
