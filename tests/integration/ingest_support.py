@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from app.datasets.models import DatasetUser, Grid, GridSnapshot, Record, Upload
+from app.uploads.repository import IngestRepository
 from tests.helpers import make_csv
 
 CAPMETRICS = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics/2016-11-25.csv"
@@ -62,3 +65,26 @@ def rows_csv(n: int, user: str = "u", start_min: int = 0) -> str:
         )
         for i in range(n)
     )
+
+
+@dataclass
+class InsertWatch:
+    """The record inserts of uploads (``calls``: one entry each); from the insert numbered
+    ``fail_from`` on (1-based), each raises, as a full disk would."""
+
+    fail_from: int | None = None
+    calls: list[int] = field(default_factory=list)
+
+
+def watch_inserts(monkeypatch: pytest.MonkeyPatch, fail_from: int | None = None) -> InsertWatch:
+    watch = InsertWatch(fail_from)
+    real = IngestRepository.insert_records
+
+    def watched(self, *args, **kwargs):
+        watch.calls.append(1)
+        if watch.fail_from is not None and len(watch.calls) >= watch.fail_from:
+            raise RuntimeError("disk on fire")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(IngestRepository, "insert_records", watched)
+    return watch

@@ -17,7 +17,7 @@ from app.uploads import service as upload_module
 from app.uploads.repository import IngestRepository
 from tests.conftest import ADMIN_KEY
 from tests.helpers import create_dataset, post_csv, upload_csv
-from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv
+from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv, watch_inserts
 
 # ----------------------------------------------------------------------- all or nothing
 
@@ -63,21 +63,12 @@ def test_crash_after_first_batch_leaves_nothing(
     client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(upload_module, "BATCH_ROWS", 10)
-    real = IngestRepository.insert_records
-    calls: list[int] = []
-
-    def failing(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) > 1:
-            raise RuntimeError("disk on fire")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(IngestRepository, "insert_records", failing)
+    watch = watch_inserts(monkeypatch, fail_from=2)
     ds = create_dataset(client)
     _error(post_csv(client, ds["id"], rows_csv(100)), 500, "internal")
-    assert len(calls) == 2
+    assert len(watch.calls) == 2
     assert counts(app) == NOTHING
-    monkeypatch.setattr(IngestRepository, "insert_records", real)
+    watch.fail_from = None
     assert upload_csv(client, ds["id"], rows_csv(100))["accepted"] == 100
 
 
@@ -152,14 +143,7 @@ def test_body_over_the_limit_mid_stream_is_413_and_writes_nothing(
 ) -> None:
     app = small_limit_app
     monkeypatch.setattr(upload_module, "BATCH_ROWS", 10)
-    writes: list[int] = []
-    real = IngestRepository.insert_records
-
-    def spy(self, *args, **kwargs):
-        writes.append(1)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(IngestRepository, "insert_records", spy)
+    writes = watch_inserts(monkeypatch).calls
     with TestClient(app, raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
         ds = create_dataset(client)

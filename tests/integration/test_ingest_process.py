@@ -19,11 +19,10 @@ from google.transit import gtfs_realtime_pb2
 
 from app.ingest import parse_process
 from app.uploads import service as upload_module
-from app.uploads.repository import IngestRepository
 from app.uploads.service import UploadOptions, upload_records
 from tests.gtfs_support import contents, feed_message, made_rows
 from tests.helpers import create_dataset, make_csv, post_csv
-from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv
+from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv, watch_inserts
 
 PROTOBUF = {"content-type": "application/x-protobuf"}
 
@@ -216,19 +215,10 @@ def test_a_failed_write_stops_the_child_and_writes_nothing(
     client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch, children: list
 ) -> None:
     monkeypatch.setattr(upload_module, "PARSE_PROCESS_MIN_BYTES", 0)
-    real = IngestRepository.insert_records
-    calls: list[int] = []
-
-    def failing(self, *args, **kwargs):
-        calls.append(1)
-        if len(calls) > 1:
-            raise RuntimeError("disk on fire")
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(IngestRepository, "insert_records", failing)
+    watch = watch_inserts(monkeypatch, fail_from=2)
     ds = create_dataset(client)["id"]
     _error(post_csv(client, ds, rows_csv(300)), 500, "internal")
-    assert len(calls) == 2 and len(children) == 1
+    assert len(watch.calls) == 2 and len(children) == 1
     assert counts(app) == NOTHING
     _gone(children)
 
@@ -257,14 +247,7 @@ def test_a_killed_child_fails_the_upload_and_writes_nothing(
     client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch, children: list
 ) -> None:
     monkeypatch.setattr(upload_module, "PARSE_PROCESS_MIN_BYTES", 0)
-    real = IngestRepository.insert_records
-    writes: list[int] = []
-
-    def spy(self, *args, **kwargs):
-        writes.append(1)
-        return real(self, *args, **kwargs)
-
-    monkeypatch.setattr(IngestRepository, "insert_records", spy)
+    writes = watch_inserts(monkeypatch).calls
     ds = create_dataset(client)["id"]
 
     def kill() -> None:
