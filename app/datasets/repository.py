@@ -15,6 +15,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
+from app.db.unit import binary_rows
 from app.ingest.timeslots import us_to_datetime
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
@@ -140,15 +141,11 @@ class GridRepository:
         """``columns`` of these grids' snapshots: one statement with the ids as one array
         parameter, fetched in binary in the session's transaction (a day release reads
         10⁵ snapshots, 200 MB: as text, their hex took seconds to decode)."""
-        driver = self.session.connection().connection.driver_connection
-        assert driver is not None
         query = sql.SQL("SELECT {} FROM {} WHERE grid_id = ANY(%s)").format(
             sql.SQL(", ").join(map(sql.Identifier, columns)),
             sql.Identifier(GridSnapshot.__tablename__),
         )
-        with driver.cursor(binary=True) as cur:
-            cur.execute(query, ([int(g) for g in grid_ids],))
-            return cur.fetchall()
+        return binary_rows(self.session, query, ([int(g) for g in grid_ids],))
 
     def in_slots(
         self, dataset_id: int, slots: Sequence[datetime]

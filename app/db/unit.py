@@ -22,7 +22,7 @@ Outside a server (the CLI, the demo's set-up, start-up checks) a unit is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -79,3 +79,21 @@ def separate_transaction(session: Session) -> Iterator[Session]:
             own.rollback()
             raise
         own.commit()
+
+
+def driver_connection(session: Session) -> Any:
+    """The psycopg connection under ``session``, in its transaction: for what SQLAlchemy
+    does not expose (``COPY``, binary results)."""
+    driver = session.connection().connection.driver_connection
+    if driver is None:
+        raise RuntimeError("the session's connection is closed")
+    return driver
+
+
+def binary_rows(session: Session, query: Any, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    """The rows of ``query`` in the session's transaction, fetched in binary (``bytea``
+    as bytes, not the hex text that is twice their size and slow to decode)."""
+    with driver_connection(session).cursor(binary=True) as cursor:
+        cursor.execute(query, params)
+        rows: list[tuple[Any, ...]] = cursor.fetchall()
+    return rows

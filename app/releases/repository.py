@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
 from app.datasets.models import Grid
+from app.db.unit import binary_rows
 from app.releases.models import SlotRelease
 
 
@@ -110,14 +111,12 @@ class ReleaseRepository:
         send a day release's grids (~240 MB) in hex, twice their size, decoded here."""
         if release is None or "grids" in release.__dict__:
             return release
-        driver = self.session.connection().connection.driver_connection
-        assert driver is not None
-        with driver.cursor(binary=True) as cursor:
-            cursor.execute("SELECT grids FROM slot_releases WHERE id = %s", (release.id,))
-            row = cursor.fetchone()
-        if row is None:
+        rows = binary_rows(
+            self.session, "SELECT grids FROM slot_releases WHERE id = %s", (release.id,)
+        )
+        if not rows:
             raise LookupError(f"release {release.public_id} is gone")
-        set_committed_value(release, "grids", row[0])
+        set_committed_value(release, "grids", rows[0][0])
         return release
 
     def add(self, release: SlotRelease) -> SlotRelease:

@@ -17,6 +17,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app.datasets.repository import PG_EPOCH_OFFSET_US
+from app.db.unit import driver_connection
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
@@ -88,7 +89,7 @@ class IngestRepository:
 
     def __init__(self, session: Session) -> None:
         self.session = session
-        self.driver: Any = session.connection().connection.driver_connection
+        self.driver: Any = driver_connection(session)
         self._staged = False
         self._spare_ids: list[int] = []
 
