@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import os
 import signal
@@ -10,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,3 +143,33 @@ def seed_grids(url: str, key: str, name: str, budget: float, grids: dict) -> tup
         assert up.status_code == 200, up.text
         ids = [g["grid_id"] for g in c.get(f"/datasets/{ds}/grids").json()["grids"]]
     return ds, ids
+
+
+async def flood_and_kill(
+    send: Callable[[int], Awaitable[httpx.Response]],
+    n: int,
+    kill: Callable[[], None],
+    *,
+    after: int,
+) -> tuple[dict[int, httpx.Response], list[int]]:
+    """Send requests ``0 .. n-1`` at once (``send(i)``), ``kill()`` once ``after`` of them
+    were answered 200 (or all are done), then wait for the rest. Returns the 200 answers
+    by request and the requests the kill cut off (an HTTP error instead of an answer)."""
+    answered: dict[int, httpx.Response] = {}
+    cut: list[int] = []
+
+    async def one(i: int) -> None:
+        try:
+            r = await send(i)
+        except httpx.HTTPError:
+            cut.append(i)
+            return
+        if r.status_code == 200:
+            answered[i] = r
+
+    tasks = [asyncio.create_task(one(i)) for i in range(n)]
+    while len(answered) < after and not all(t.done() for t in tasks):
+        await asyncio.sleep(0.002)
+    kill()
+    await asyncio.gather(*tasks)
+    return answered, cut

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable
 from datetime import date
 from decimal import Decimal
 
@@ -16,7 +17,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_KEY
 from tests.integration.test_budget_windows import DAY1, DAY2, HOURS, N_USERS, ZONE, _csv
-from tests.live_server import live_server, start_server
+from tests.live_server import flood_and_kill, live_server, start_server
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 CAP = Decimal(1)
@@ -177,37 +178,26 @@ def test_kill_9_of_one_process_mid_flight_keeps_every_window_exact(
         with live_server(postgres_url, tmp_path, workers=1) as survivor:
             ds, grids = _setup(survivor.url)
             requests = _requests(ds, grids)
-            received: list[tuple[tuple[str, str, dict], dict]] = []
-            cut: list[int] = []  # requests the kill cut off
 
-            async def flood() -> None:
-                urls = [killed.url, survivor.url]
+            async def flood() -> tuple[dict[int, httpx.Response], list[int]]:
                 async with (
-                    httpx.AsyncClient(base_url=urls[0], headers=AUTH, timeout=60) as a,
-                    httpx.AsyncClient(base_url=urls[1], headers=AUTH, timeout=60) as b,
+                    httpx.AsyncClient(base_url=killed.url, headers=AUTH, timeout=60) as a,
+                    httpx.AsyncClient(base_url=survivor.url, headers=AUTH, timeout=60) as b,
                 ):
 
-                    async def one(i: int, req: tuple[str, str, dict]) -> None:
-                        method, path, args = req
+                    def send(i: int) -> Awaitable[httpx.Response]:
+                        method, path, args = requests[i]
                         c = (a, b)[i % 2]
-                        try:
-                            if method == "POST":
-                                r = await c.post(path, json=args)
-                            else:
-                                r = await c.get(path, params=args)
-                        except httpx.HTTPError:
-                            cut.append(i)  # the killed process's requests die with it
-                            return
-                        if r.status_code == 200:
-                            received.append((req, r.json()))
+                        return (
+                            c.post(path, json=args)
+                            if method == "POST"
+                            else c.get(path, params=args)
+                        )
 
-                    tasks = [asyncio.create_task(one(i, r)) for i, r in enumerate(requests)]
-                    while len(received) < 6 and not all(t.done() for t in tasks):
-                        await asyncio.sleep(0.002)
-                    killed.kill_hard()
-                    await asyncio.gather(*tasks)
+                    return await flood_and_kill(send, len(requests), killed.kill_hard, after=6)
 
-            asyncio.run(flood())
+            answered, cut = asyncio.run(flood())  # cut: the killed process's requests
+            received = [(requests[i], r.json()) for i, r in sorted(answered.items())]
     finally:
         killed.kill_hard()
     assert received, "no answer arrived before the kill"

@@ -13,7 +13,7 @@ from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_KEY
 from tests.integration.grid_fixtures import CELL_A, CELL_B
-from tests.live_server import live_server, seed_grids, start_server
+from tests.live_server import flood_and_kill, live_server, seed_grids, start_server
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 # counts 1, 50, 100, 200, 250 so that clip's m can take 200 distinct values
@@ -108,29 +108,19 @@ def test_kill_9_mid_flight_loses_no_charge(postgres_url: str, tmp_path) -> None:
     try:
         ds, grid_ids = _setup(server.url, {CELL_A: GRID_A}, budget=100.0)
         (grid,) = grid_ids
-        received: list[dict] = []
 
-        async def flood() -> None:
+        async def flood() -> dict[int, httpx.Response]:
             async with httpx.AsyncClient(base_url=server.url, headers=AUTH, timeout=30) as c:
+                params = {"epsilon": 0.05, "mechanism": "clip"}
+                answered, _ = await flood_and_kill(
+                    lambda i: c.get(f"/grids/{grid}/mean", params={**params, "m": i + 1}),
+                    250,
+                    server.kill_hard,
+                    after=20,
+                )
+            return answered
 
-                async def one(m: int) -> None:
-                    try:
-                        r = await c.get(
-                            f"/grids/{grid}/mean",
-                            params={"epsilon": 0.05, "mechanism": "clip", "m": m},
-                        )
-                    except httpx.HTTPError:
-                        return
-                    if r.status_code == 200:
-                        received.append(r.json())
-
-                tasks = [asyncio.create_task(one(m)) for m in range(1, 251)]
-                while len(received) < 20:
-                    await asyncio.sleep(0.005)
-                server.kill_hard()
-                await asyncio.gather(*tasks)
-
-        asyncio.run(flood())
+        received = [r.json() for r in asyncio.run(flood()).values()]
     finally:
         server.kill_hard()
     assert received, "no answer arrived before the kill"
