@@ -58,22 +58,13 @@ SEND_BYTES = 256 << 10
 FEED_PIECE = 1 << 20
 
 _context = multiprocessing.get_context("forkserver")
-_preload_lock = threading.Lock()
-_preload_set = False
+# The fork server imports this module (with numpy, h3, protobuf and the readers) once,
+# before it forks any child; ``__main__`` as Python does by default.
+_context.set_forkserver_preload(["__main__", __name__])
 
 
 class ParseProcessError(RuntimeError):
     """The parsing process died or failed unexpectedly: a server-side error."""
-
-
-def _set_preload() -> None:
-    """Have the fork server import this module (and with it numpy, h3, protobuf and the
-    readers) once, before it forks any child; ``__main__`` as Python does by default."""
-    global _preload_set
-    with _preload_lock:
-        if not _preload_set:
-            _context.set_forkserver_preload(["__main__", __name__])
-            _preload_set = True
 
 
 def parse_in_child(
@@ -92,7 +83,6 @@ def parse_in_child(
     failed otherwise. Whatever happens, the child and the thread are gone on return,
     and ``consume`` is never running any more.
     """
-    _set_preload()
     child_in, inbox = _context.Pipe(duplex=False)
     outbox, child_out = _context.Pipe(duplex=False)
     for conn in (inbox, outbox):
