@@ -42,6 +42,7 @@ import opendp.prelude as dp
 from app.core.noisy_max_invoke import invoke_noisy_max, invoke_noisy_max_rows, lean_invoke_works
 
 __all__ = [
+    "LAPLACE_GRID",
     "LAPLACE_K",
     "ROUNDING_SLACK",
     "NoiseSource",
@@ -106,6 +107,7 @@ class _MeasurementCache(Generic[K]):
 #: (~22 µs); at 2^-100 a draw costs ~5 µs. Every double of magnitude >= 2^-48 is a
 #: multiple of 2^-100, and the map's rounding slack grows by less than 2^-100 (§9.2).
 LAPLACE_K = -100
+LAPLACE_GRID = 2.0**LAPLACE_K  # the grid step, a float
 #: The exact rounding slack OpenDP's map adds to ``d_in`` per coordinate at that grid.
 ROUNDING_SLACK = Fraction(2) ** LAPLACE_K - Fraction(2) ** -1074
 
@@ -194,7 +196,7 @@ def _calibrated_scale(sensitivity: float, epsilon: float) -> float:
 def padded_sensitivity(sensitivity: float) -> float:
     """``Δ⁺``: the next float above ``fl(Δ + 2^LAPLACE_K)``, so ``Δ⁺ >= Δ + 2^k`` exactly
     (round to nearest errs by at most half a step; docs/math.md §9.2)."""
-    return math.nextafter(sensitivity + 2.0**LAPLACE_K, math.inf)
+    return math.nextafter(sensitivity + LAPLACE_GRID, math.inf)
 
 
 def _check_eps(epsilon: float) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
-from app.core.noise import LAPLACE_K, NoiseSource, _check_eps, calibrate_scale
+from app.core.noise import LAPLACE_GRID, NoiseSource, _check_eps, calibrate_scale
 
 __all__ = ["calibrate_scales", "noisy_max_rows"]
 
@@ -49,7 +49,7 @@ def calibrate_scales(sensitivities: npt.ArrayLike, epsilon: float) -> np.ndarray
     if not np.all(np.isfinite(raw)) or np.any(raw < 0):
         raise ValueError("sensitivities must be finite and >= 0")
     with np.errstate(all="ignore"):  # out of the safe range: recomputed below
-        s = np.nextafter(raw + 2.0**LAPLACE_K, np.inf)  # Δ⁺ (docs/math.md §9.2)
+        s = np.nextafter(raw + LAPLACE_GRID, np.inf)  # Δ⁺ (docs/math.md §9.2)
         q = s / eps
         p = q * eps
         exact_ok = (p - s) >= -_product_error(q, eps, p)
