@@ -25,7 +25,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import nullcontext, suppress
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +37,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
-from benchmarks.ingest import PG_URL, fresh_database  # noqa: E402
+from benchmarks.ingest import PG_URL, _cpu_seconds, fresh_database  # noqa: E402
 from benchmarks.release import ADMIN, city_csv, post, server_profiled  # noqa: E402
 
 DAY = "2024-03-05"
@@ -149,9 +149,8 @@ def postgres_cpu(url: str, since: dict[int, float] | None = None) -> Any:
     engine.dispose()
     now = {}
     for pid, port in rows:
-        with suppress(OSError):
-            if port in mine:
-                now[pid] = sum(psutil.Process(pid).cpu_times()[:2])
+        if port in mine and (cpu := _cpu_seconds(pid)) == cpu:  # NaN: the backend is gone
+            now[pid] = cpu
     if since is None:
         return now
     return sum(cpu - since.get(pid, 0.0) for pid, cpu in now.items())
