@@ -192,29 +192,28 @@ def load_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
 
 def load_grid_snapshots(session: Session, grids: Sequence[GridVersion]) -> list[GridArrays]:
     """:func:`load_grid_snapshot` of each grid: cache hits as they are, every miss read
-    in one query per chunk of ids (not one round trip per grid: a day release reads
-    10⁵ grids, most of them past the cache's budget)."""
+    in one query (not one round trip per grid: a day release reads 10⁵ grids, most of
+    them past the cache's budget)."""
     out: list[GridArrays | None] = [cached_grid_snapshot(g) for g in grids]
     missing = [i for i, hit in enumerate(out) if hit is None]
-    if not missing:
-        return [a for a in out if a is not None]
-    rows = GridRepository(session).snapshot_rows([grids[i].id for i in missing])
+    rows = GridRepository(session).snapshot_rows([grids[i].id for i in missing]) if missing else []
     by_id = {r[0]: r for r in rows}
+    read: list[tuple[tuple[str, int, int], GridArrays]] = []
     for i in missing:
         grid = grids[i]
         row = by_id.get(grid.id)
         if row is None:
-            out[i] = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
+            arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
         else:
             _check_version(grid, row[1])
-            out[i] = GridArrays.from_bytes(grid.id, row[1], row[2], row[3], row[4])
-    read = [(_key(grids[i]), out[i]) for i in missing]
+            arrays = GridArrays.from_bytes(grid.id, row[1], row[2], row[3], row[4])
+        out[i] = arrays
+        read.append((_key(grid), arrays))
     # More than the cache holds (a day's grids) would only evict each other and every hot
     # grid of single-grid queries: such a read is not cached.
-    if sum(a.nbytes for _, a in read if a is not None) <= _cache.max_bytes:
+    if sum(a.nbytes for _, a in read) <= _cache.max_bytes:
         for key, arrays in read:
-            if arrays is not None:
-                _cache.put(key, arrays)
+            _cache.put(key, arrays)
     return [a for a in out if a is not None]
 
 
