@@ -7,6 +7,7 @@ user's kept count per grid from public occupancy; nothing here reads the ledger.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -43,19 +44,22 @@ def statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
 
 
 def local_time(dataset: Dataset, when: datetime) -> str:
-    return format_local(datetime_to_us(when), get_zone(dataset.timezone))
+    return _local_text(dataset.timezone, when)
 
 
-def grid_head(
-    dataset: Dataset, grid: Grid, caps: np.ndarray, slot_start: str | None = None
-) -> dict[str, Any]:
-    """A released grid's fields before its statistics (``slot_start``: its local time,
-    when the caller already has it)."""
+@functools.lru_cache(maxsize=1024)
+def _local_text(timezone: str, when: datetime) -> str:
+    """A slot start in the dataset's local time (a span's 10⁵ grids share a few slots)."""
+    return format_local(datetime_to_us(when), get_zone(timezone))
+
+
+def grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
+    """A released grid's fields before its statistics."""
     return {
         "grid_id": grid.public_id,
         "h3_cell": grid.h3_cell,
         "h3_resolution": h3.get_resolution(grid.h3_cell),
-        "slot_start": local_time(dataset, grid.slot_start) if slot_start is None else slot_start,
+        "slot_start": local_time(dataset, grid.slot_start),
         "n_users": int(caps.size),
         "n_users_suppressed": int(np.count_nonzero(caps == 0)),
     }
@@ -101,13 +105,9 @@ def draw_grids(
     except ValueError as exc:
         raise InvalidRequest(f"cannot release these grids: {exc}") from exc
     pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
-    local: dict[datetime, str] = {}  # a span has a few slots and 10^5 grids
     for i, caps, grid_started in zip(chosen, caps_of, started, strict=True):
         grid, grid_arrays = grids[i], arrays[i]
-        when = local.get(grid.slot_start)
-        if when is None:
-            when = local[grid.slot_start] = local_time(dataset, grid.slot_start)
-        entry = grid_head(dataset, grid, caps, when)
+        entry = grid_head(dataset, grid, caps)
         pending += [(entry, s, grid, p) for s, p in zip(body.statistics, grid_started, strict=True)]
         out.append(entry)
         users = grid_arrays.user_ids[caps > 0].tolist()
