@@ -38,12 +38,12 @@ from typing import Any
 
 import httpx
 from sqlalchemy import Engine, create_engine
-from sqlalchemy.engine import make_url
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.http_load import drive_httpx  # noqa: E402
+from benchmarks.ingest import schema_url  # noqa: E402
 from tests.conftest import ADMIN_KEY  # noqa: E402
 from tests.live_server import start_server  # noqa: E402
 
@@ -221,10 +221,10 @@ def main() -> int:
     admin = create_engine(args.url)
     with admin.begin() as conn:
         conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-    url = make_url(args.url).update_query_dict({"options": f"-csearch_path={schema}"})
+    url = schema_url(args.url, schema)
     workdir = Path(tempfile.mkdtemp(prefix="dpgate-bench-"))
     server = start_server(
-        url.render_as_string(hide_password=False),
+        url,
         workdir,
         workers=args.workers,
         log_level=args.log_level,

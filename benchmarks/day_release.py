@@ -37,7 +37,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
-from benchmarks.ingest import PG_URL, _cpu_seconds, fresh_database  # noqa: E402
+from benchmarks.ingest import PG_URL, cpu_seconds, fresh_database, schema_url  # noqa: E402
 from benchmarks.release import ADMIN, city_csv, post, server_profiled  # noqa: E402
 
 DAY = "2024-03-05"
@@ -52,7 +52,6 @@ def day_csv(records_per_hour: int) -> list[bytes]:
 def kept_database(schema: str, server: str) -> tuple[str, bool]:
     """The URL of Postgres schema ``schema`` (created if missing) and whether it was new."""
     from sqlalchemy import create_engine, text
-    from sqlalchemy.engine import make_url
     from sqlalchemy.pool import NullPool
 
     if not schema.replace("_", "").isalnum():
@@ -66,8 +65,7 @@ def kept_database(schema: str, server: str) -> tuple[str, bool]:
         if found is None:
             conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
     admin.dispose()
-    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False), found is None
+    return schema_url(server, schema), found is None
 
 
 def day_dataset(client: TestClient, records: int) -> int:
@@ -149,7 +147,7 @@ def postgres_cpu(url: str, since: dict[int, float] | None = None) -> Any:
     engine.dispose()
     now = {}
     for pid, port in rows:
-        if port in mine and (cpu := _cpu_seconds(pid)) == cpu:  # NaN: the backend is gone
+        if port in mine and (cpu := cpu_seconds(pid)) == cpu:  # NaN: the backend is gone
             now[pid] = cpu
     if since is None:
         return now

@@ -119,7 +119,6 @@ def fresh_database(
 ) -> tuple[str, Callable[[], None]]:
     """A new empty database (a Postgres schema) and how to drop it."""
     from sqlalchemy import create_engine
-    from sqlalchemy.engine import make_url
     from sqlalchemy.exc import OperationalError
     from sqlalchemy.pool import NullPool
 
@@ -135,14 +134,22 @@ def fresh_database(
             if attempt == 59:
                 raise
             time.sleep(2)
-    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
+    url = schema_url(server, schema)
 
     def drop() -> None:
         with admin.begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
         admin.dispose()
 
-    return url.render_as_string(hide_password=False), drop
+    return url, drop
+
+
+def schema_url(server: str, schema: str) -> str:
+    """The URL of Postgres schema ``schema`` on ``server`` (its search path)."""
+    from sqlalchemy.engine import make_url
+
+    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
+    return url.render_as_string(hide_password=False)
 
 
 def _options(fmt: str = "csv") -> Any:
@@ -180,7 +187,7 @@ def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple
         parser0 = _parser_cpu_seconds()
         with sessionmaker.begin() as session:
             backend = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
-            server0 = _cpu_seconds(backend)
+            server0 = cpu_seconds(backend)
             answer, _ = upload_records(
                 session,
                 dataset_id,
@@ -191,7 +198,7 @@ def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple
             )
         elapsed = time.perf_counter() - t0
         answer["client_cpu_s"] = time.process_time() - client0 + _parser_cpu_seconds() - parser0
-        answer["server_cpu_s"] = _cpu_seconds(backend) - server0  # committed: backend idle
+        answer["server_cpu_s"] = cpu_seconds(backend) - server0  # committed: backend idle
         engine.dispose()
         return elapsed, answer
     finally:
@@ -217,7 +224,7 @@ def _parser_cpu_seconds() -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_seconds(pid: int | None) -> float:
+def cpu_seconds(pid: int | None) -> float:
     """CPU seconds (user + system) of a local process so far, or NaN where unknown (the
     server is remote, or there is no ``/proc``). Unlike wall time, barely moved by other
     work on a shared machine."""

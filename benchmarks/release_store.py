@@ -19,7 +19,6 @@ Prints the medians of wall time, this process's CPU and the Postgres backend's C
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -32,13 +31,13 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import JSON, Column, Integer, LargeBinary, MetaData, Table, cast, func, text  # noqa: E402
 from sqlalchemy.dialects.postgresql import JSONB  # noqa: E402
-from sqlalchemy.engine import Connection, make_url  # noqa: E402
+from sqlalchemy.engine import Connection  # noqa: E402
 from sqlalchemy.exc import DBAPIError  # noqa: E402
 
 from app.db.engine import make_engine  # noqa: E402
 from app.gc_pause import gc_paused  # noqa: E402
 from app.releases.models import SlotRelease  # noqa: E402
-from benchmarks.ingest import PG_URL  # noqa: E402
+from benchmarks.ingest import PG_URL, cpu_seconds, schema_url  # noqa: E402
 
 SCRATCH = "release_store_bench"
 meta = MetaData()
@@ -47,11 +46,6 @@ OLD = Table("old_releases", meta, Column("id", Integer, primary_key=True),
 NEW = Table("new_releases", meta, Column("id", Integer, primary_key=True),
             Column("head", JSON), Column("n_grids", Integer), Column("grids", LargeBinary),
             Column("kept", LargeBinary))  # fmt: skip
-
-
-def schema_url(server: str, schema: str) -> str:
-    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False)
 
 
 def newest_release(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -74,9 +68,7 @@ def newest_release(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def backend_cpu(conn: Connection) -> float:
-    pid = conn.execute(text("SELECT pg_backend_pid()")).scalar_one()
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return cpu_seconds(conn.execute(text("SELECT pg_backend_pid()")).scalar_one())
 
 
 def timed(conn: Connection, step: Callable[[], object]) -> tuple[float, float, float]:
