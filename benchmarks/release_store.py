@@ -1,16 +1,17 @@
-"""Storing and reading one stored release, before and after migration 0011.
+"""Storing and reading one stored release, before and after migrations 0011 and 0012.
 
 Run ``python benchmarks/release_store.py --schema NAME`` on a schema kept by
 ``benchmarks/day_release.py --schema NAME`` (with a day release stored in it). Its
-newest release (either shape) is written and read in a scratch schema, ``--repeats``
+newest release is written and read in a scratch schema, ``--repeats``
 times each way:
 
 * before: ``answer`` and ``kept`` as ``json`` columns (the engine's JSON serialiser,
   text), read back through the driver's JSON loader; the listing casts the answer to
   ``jsonb`` (a day release's is over jsonb's limit: the listing fails);
-* after: ``SlotRelease.store`` (a JSON head, the grids and kept sets as orjson bytes in
-  ``bytea``, lz4 where the server has it), read back as a binary result with
-  ``SlotRelease.answer``, the collector paused; the listing casts the head.
+* after: ``SlotRelease.store`` (a JSON head, the grids as orjson bytes and the kept sets
+  as columns (migration 0012) in ``bytea``, lz4 where the server has it), read back as a
+  binary result with ``SlotRelease.answer``, the collector paused; the listing casts the
+  head.
 
 Prints the medians of wall time, this process's CPU and the Postgres backend's CPU
 (from ``/proc``, so the server must run on this machine): CPU figures hold on a busy one.
@@ -36,6 +37,7 @@ from sqlalchemy.exc import DBAPIError  # noqa: E402
 
 from app.db.engine import make_engine  # noqa: E402
 from app.gc_pause import gc_paused  # noqa: E402
+from app.releases.kept_sets import KeptSets  # noqa: E402
 from app.releases.models import SlotRelease  # noqa: E402
 from benchmarks.ingest import PG_URL, cpu_seconds, schema_url  # noqa: E402
 
@@ -48,23 +50,15 @@ NEW = Table("new_releases", meta, Column("id", Integer, primary_key=True),
             Column("kept", LargeBinary))  # fmt: skip
 
 
-def newest_release(url: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The answer and kept sets of the schema's newest release, in whichever shape."""
+def newest_release(url: str) -> tuple[dict[str, Any], KeptSets]:
+    """The answer and kept sets of the schema's newest release."""
     engine = make_engine(url)
     with engine.connect() as conn:
-        columns = set(conn.execute(text(
-            "SELECT column_name FROM information_schema.columns"
-            " WHERE table_name = 'slot_releases' AND table_schema = current_schema()"
-        )).scalars())  # fmt: skip
         newest = "FROM slot_releases ORDER BY created_at DESC LIMIT 1"
-        if "answer" in columns:
-            answer, kept = conn.execute(text(f"SELECT answer, kept {newest}")).one()
-        else:
-            row = conn.execute(text(f"SELECT head, grids, kept {newest}")).one()
-            record = SlotRelease(head=row.head, grids=row.grids, kept=row.kept)
-            answer, kept = record.answer(), record.kept_sets()
+        row = conn.execute(text(f"SELECT head, grids, kept {newest}")).one()
+        answer = SlotRelease(head=row.head, grids=row.grids).answer()
     engine.dispose()
-    return answer, kept
+    return answer, KeptSets.from_bytes(row.kept)
 
 
 def backend_cpu(conn: Connection) -> float:
@@ -79,9 +73,9 @@ def timed(conn: Connection, step: Callable[[], object]) -> tuple[float, float, f
     return wall, cpu, backend_cpu(conn) - server
 
 
-def steps(conn: Connection, answer: dict, kept: dict) -> dict[str, Callable[[], object]]:
+def steps(conn: Connection, answer: dict, kept: KeptSets) -> dict[str, Callable[[], object]]:
     def store_old() -> None:
-        conn.execute(OLD.insert().values(id=2, answer=answer, kept=kept))
+        conn.execute(OLD.insert().values(id=2, answer=answer, kept=kept.as_json()))
         conn.execute(OLD.delete().where(OLD.c.id == 2))
         conn.commit()
 
@@ -130,7 +124,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     answer, kept = newest_release(schema_url(args.url, args.schema))
-    print(f"release of {len(answer['grids']):,} grids, kept sets of {len(kept):,} grids")
+    print(f"release of {len(answer['grids']):,} grids, kept sets of {len(kept.grid_ids):,} grids")
     engine = make_engine(schema_url(args.url, SCRATCH))
     with engine.connect() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA IF NOT EXISTS {SCRATCH}")
@@ -144,7 +138,7 @@ def main() -> None:
         conn.commit()
         try:
             todo = steps(conn, answer, kept)
-            conn.execute(OLD.insert().values(id=1, answer=answer, kept=kept))
+            conn.execute(OLD.insert().values(id=1, answer=answer, kept=kept.as_json()))
             record = SlotRelease()
             record.store(answer, kept)
             conn.execute(NEW.insert().values(

@@ -1,13 +1,14 @@
-"""The API.md statistic answer of one release (``StatisticAnswer``, built field by field)."""
+"""The API.md statistic answer (``StatisticAnswer``, built field by field): of one release
+(a query) or of every row of a release batch (a slot release), by the same function."""
 
 from __future__ import annotations
 
+import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
-import orjson
 
 from app import core
 from app.answers.epsilon import EpsilonAmount
@@ -27,40 +28,152 @@ def answer_body(
 ) -> dict[str, Any]:
     """The API.md statistic answer for ``release`` (its own epsilon share is reported);
     ``privacy_unit`` is the dataset's (``app.datasets.windows.privacy_unit``)."""
-    return {
-        "query_id": uuid.uuid4().hex,
-        "grid_id": grid.public_id,
-        "statistic": statistic,
-        "mechanism": release.mechanism,
-        "requested_mechanism": requested,
-        "epsilon": float(release.epsilon) if release.epsilon < eps.used else float(eps.charged),
-        "estimate": float(release.estimate),
-        "sensitivity": float(release.sensitivity),
-        "noise_scale": float(release.noise_scale),
-        "worst_case_bias": _opt_float(release.worst_case_bias),
-        "worst_case_error": _opt_float(release.worst_case_error),
-        "ci95": None if release.ci95 is None else [float(v) for v in release.ci95],
-        "ci95_note": release.ci95_note,
-        "n_users": len(release.kept),
-        "n_users_charged": int(np.count_nonzero(release.kept)),
-        "privacy_unit": privacy_unit,
-        "cached": False,
-        "epoch": epoch,
-        "options": options,
-        "details": _jsonable(release.details),
-    }
+    (body,) = _bodies(
+        [grid.public_id],
+        [statistic],
+        [release.mechanism],
+        [release.epsilon],
+        [float(release.estimate)],
+        [float(release.sensitivity)],
+        [float(release.noise_scale)],
+        [release.worst_case_bias],
+        [release.worst_case_error],
+        [release.ci95],
+        [release.ci95_note],
+        [release.kept],
+        [core.batch.plain_details(dict(release.details))],
+        requested=requested,
+        eps=eps,
+        options=options,
+        epoch=epoch,
+        privacy_unit=privacy_unit,
+    )
+    return body
 
 
-def _opt_float(x: float | None) -> float | None:
-    return None if x is None else float(x)
+def answer_bodies(
+    rows: core.ReleaseBatch,
+    grid_ids: list[str],
+    requested: str,
+    eps: EpsilonAmount,
+    options: dict[str, Any],
+    epoch: int,
+    *,
+    privacy_unit: str,
+) -> list[dict[str, Any]]:
+    """The statistic answer of each row of ``rows`` (row ``i`` released on grid
+    ``grid_ids[i]``), as :func:`answer_body` gives it. The rows share one ``options``
+    dict: answers are read, never changed."""
+    p = rows.pending
+    return _bodies(
+        grid_ids,
+        p.statistic,
+        p.mechanism,
+        p.epsilon,
+        rows.estimate,
+        p.sensitivity,
+        p.scale,
+        p.bias,
+        rows.worst_case_error(),
+        rows.ci95,
+        rows.ci95_note,
+        p.kept,
+        p.details,
+        requested=requested,
+        eps=eps,
+        options=options,
+        epoch=epoch,
+        privacy_unit=privacy_unit,
+    )
 
 
-_PLAIN = frozenset({int, float, str, bool, type(None)})
+def _bodies(
+    grid_ids: Sequence[str],
+    statistics: Sequence[str],
+    mechanisms: Sequence[str],
+    epsilons: Sequence[float],
+    estimates: Sequence[float],
+    sensitivities: Sequence[float],
+    scales: Sequence[float],
+    biases: Sequence[float | None],
+    errors: Iterable[float | None],
+    intervals: Sequence[tuple[float, float] | None],
+    notes: Sequence[str | None],
+    kept: Sequence[np.ndarray],
+    details: Sequence[dict[str, Any]],
+    *,
+    requested: str,
+    eps: EpsilonAmount,
+    options: dict[str, Any],
+    epoch: int,
+    privacy_unit: str,
+) -> list[dict[str, Any]]:
+    """One answer per row of the columns. A release's ``epsilon`` is its own share when
+    below the whole (levy's interval step, a joint release's half), else the amount
+    charged; ``ci95`` is serialised as a JSON array."""
+    used, charged = eps.used, float(eps.charged)
+    n_users, n_charged = _users(kept)
+    return [
+        {
+            "query_id": qid,
+            "grid_id": gid,
+            "statistic": stat,
+            "mechanism": mech,
+            "requested_mechanism": requested,
+            "epsilon": float(e) if e < used else charged,
+            "estimate": est,
+            "sensitivity": sens,
+            "noise_scale": scale,
+            "worst_case_bias": None if bias is None else float(bias),
+            "worst_case_error": None if err is None else float(err),
+            "ci95": ci,
+            "ci95_note": note,
+            "n_users": n,
+            "n_users_charged": n_chg,
+            "privacy_unit": privacy_unit,
+            "cached": False,
+            "epoch": epoch,
+            "options": options,
+            "details": det,
+        }
+        for qid, gid, stat, mech, e, est, sens, scale, bias, err, ci, note, n, n_chg, det in zip(
+            query_ids(len(grid_ids)),
+            grid_ids,
+            statistics,
+            mechanisms,
+            epsilons,
+            estimates,
+            sensitivities,
+            scales,
+            biases,
+            errors,
+            intervals,
+            notes,
+            n_users,
+            n_charged,
+            details,
+            strict=True,
+        )
+    ]
 
 
-def _jsonable(details: Mapping[str, Any]) -> dict[str, Any]:
-    """``details`` as JSON values: numpy scalars and arrays become Python ones. Plain
-    scalars (most details) are taken as they are; anything else goes through orjson."""
-    if all(type(v) in _PLAIN for v in details.values()):
-        return dict(details)
-    return orjson.loads(orjson.dumps(dict(details), default=lambda o: getattr(o, "tolist", str)()))
+def _users(kept: Sequence[np.ndarray]) -> tuple[list[int], list[int]]:
+    """Per row, its users and those with a kept record (``Γ > 0``: charged)."""
+    sizes = np.array([k.size for k in kept], dtype=np.int64)
+    if sizes.sum() == 0:
+        return sizes.tolist(), [0] * len(kept)
+    row = np.repeat(np.arange(len(kept)), sizes)
+    charged = np.bincount(row[np.concatenate(kept) > 0], minlength=len(kept))
+    return sizes.tolist(), charged.tolist()
+
+
+def query_ids(n: int) -> list[str]:
+    """``n`` new answer ids: random version-4 UUIDs as 32 hex digits (``uuid4().hex``),
+    from the operating system's CSPRNG in one read (a few: ``uuid4`` itself, cheaper)."""
+    if n < 8:
+        return [uuid.uuid4().hex for _ in range(n)]
+    raw = np.frombuffer(os.urandom(16 * n), dtype=np.uint8).reshape(n, 16).copy()
+    raw[:, 6] = (raw[:, 6] & 0x0F) | 0x40  # version 4
+    raw[:, 8] = (raw[:, 8] & 0x3F) | 0x80  # RFC 4122 variant
+    text = raw.tobytes().hex()
+    return [text[i : i + 32] for i in range(0, 32 * n, 32)]

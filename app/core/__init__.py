@@ -4,6 +4,7 @@ Nothing in this package imports a web framework or a database driver.
 """
 
 from app.core.auto import auto_epsilon, expected_error
+from app.core.batch import PendingBatch, ReleaseBatch, finish_batch
 from app.core.engine import (
     PendingRelease,
     finish_releases,
@@ -44,9 +45,11 @@ __all__ = [
     "NoiseSource",
     "OpenDPNoise",
     "OptionSpec",
+    "PendingBatch",
     "PendingRelease",
     "Plan",
     "Release",
+    "ReleaseBatch",
     "VectorRelease",
     "auto_epsilon",
     "calibrate_scale",
@@ -54,6 +57,7 @@ __all__ = [
     "default_noise",
     "expected_ci95_width",
     "expected_error",
+    "finish_batch",
     "finish_releases",
     "mechanisms",
     "plan",

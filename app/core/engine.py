@@ -15,11 +15,12 @@ from functools import partial
 import numpy.typing as npt
 
 from app.core import registry
+from app.core.batch import PendingBatch, finish_batch
 from app.core.bounds import check_bound, check_epsilon
 from app.core.counts import CountsInfo, prepare_counts
-from app.core.draft import Draft, Estimate, PendingRelease
+from app.core.draft import Draft, PendingRelease
 from app.core.grid import GridData
-from app.core.noise import NoiseSource, calibrate_scale, default_noise, laplace_many
+from app.core.noise import NoiseSource, calibrate_scale, default_noise
 from app.core.option_spec import OptionValue
 from app.core.registry import validate_options
 from app.core.release import Plan, Release
@@ -62,31 +63,6 @@ def plan_from_draft(draft: Draft, extra: Mapping[str, object] | None = None) -> 
         kept=draft.kept,
         details={**draft.details, **(extra or {})},
         statistic=draft.statistic,
-    )
-
-
-def _finish(
-    draft: Draft,
-    est: Estimate,
-    scale: float,
-    value: float,
-    extra: Mapping[str, object] | None,
-    U: float,
-) -> Release:
-    """The :class:`Release` of ``est`` once its Laplace noise (scale ``scale``) is added."""
-    return Release(
-        statistic=draft.statistic,
-        mechanism=draft.mechanism,
-        epsilon=draft.epsilon,
-        estimate=value,
-        sensitivity=est.sensitivity,
-        noise_scale=scale,
-        worst_case_bias=draft.bias,
-        worst_case_error=None if draft.bias is None else draft.bias + scale,
-        kept=draft.kept,
-        value_bound=U,
-        details={**draft.details, **est.details, **(extra or {})},
-        bias_spread=est.spread,
     )
 
 
@@ -177,15 +153,9 @@ def start_releases(
 def finish_releases(
     pending: Sequence[PendingRelease], noise: NoiseSource | None = None
 ) -> list[Release]:
-    """Add each pending release's Laplace noise, all draws independent, those of one scale
-    in one OpenDP call (docs/math.md §9.4.7): each release has the law it would have
-    had drawn alone."""
-    source = default_noise() if noise is None else noise
-    values = laplace_many(source, [p.estimate.value for p in pending], [p.scale for p in pending])
-    return [
-        _finish(p.draft, p.estimate, p.scale, v, p.extra, p.U)
-        for p, v in zip(pending, values, strict=True)
-    ]
+    """Add each pending release's Laplace noise and finish it: :func:`finish_batch` of
+    their rows (docs/math.md §9.4.7), each release with the law it would have drawn alone."""
+    return finish_batch(PendingBatch.of(pending), noise).releases()
 
 
 def _joint(

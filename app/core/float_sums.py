@@ -22,7 +22,9 @@ import numpy as np
 __all__ = [
     "UNIT_ROUNDOFF",
     "exact_sum",
+    "float_sum_sensitivities",
     "float_sum_sensitivity",
+    "float_variance_sensitivities",
     "float_variance_sensitivity",
     "split_shares",
 ]
@@ -111,3 +113,44 @@ def float_variance_sensitivity(sensitivity: float, value_bound: float, per_user:
     grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
     slack = _up(_up((2.0 * per_user + 32.0) * UNIT_ROUNDOFF) * _up(value_bound * value_bound))
     return _up(grown + slack)
+
+
+def float_sum_sensitivities(
+    sensitivities: np.ndarray, value_bounds: np.ndarray, term_roundings: int = 2
+) -> np.ndarray:
+    """:func:`float_sum_sensitivity` of each pair, in arrays: the same float operations
+    (``np.nextafter`` for rounding up, ``np.spacing`` for ``math.ulp`` of a value >= 0),
+    so every entry is the scalar function's (tested)."""
+    sens = np.asarray(sensitivities, dtype=np.float64)
+    bound = np.asarray(value_bounds, dtype=np.float64)
+    if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
+        raise ValueError("invalid sensitivities or bounds")
+    if term_roundings < 0:
+        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
+    r = term_roundings + 2
+    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
+    grown = np.nextafter(sens * factor, math.inf)
+    out: np.ndarray = np.nextafter(
+        grown + 2.0 * np.spacing(2.0 * np.maximum(bound, sens)), math.inf
+    )
+    return out
+
+
+def float_variance_sensitivities(
+    sensitivities: np.ndarray, value_bounds: np.ndarray, per_user: np.ndarray
+) -> np.ndarray:
+    """:func:`float_variance_sensitivity` of each triple, in arrays (the same float
+    operations: every entry is the scalar function's, tested)."""
+    sens = np.asarray(sensitivities, dtype=np.float64)
+    bound = np.asarray(value_bounds, dtype=np.float64)
+    k = np.asarray(per_user)
+    if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
+        raise ValueError("invalid sensitivities or bounds")
+    if k.dtype.kind not in "iu" or np.any(k < 0):
+        raise ValueError("per_user must be integers >= 0")
+    up = math.inf
+    grown = np.nextafter(sens * _up(1.0 + 4.0 * UNIT_ROUNDOFF), up)
+    rate = np.nextafter((2.0 * k.astype(np.float64) + 32.0) * UNIT_ROUNDOFF, up)
+    slack = np.nextafter(rate * np.nextafter(bound * bound, up), up)
+    out: np.ndarray = np.nextafter(grown + slack, up)
+    return out

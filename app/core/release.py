@@ -1,7 +1,7 @@
 """Result types: a public :class:`Plan` and a noisy :class:`Release`.
 
-A :class:`Release` given its ``value_bound`` ``U`` is finished here, in one place
-for every mechanism (docs/math.md §9.4.6):
+A release given its ``value_bound`` ``U`` is finished here, in one place for every
+mechanism (:func:`finished_value`, docs/math.md §9.4.6):
 
 * the estimate is projected onto the statistic's range, ``[0, U]`` for a mean and
   ``[0, U²/4]`` for a population variance (free post-processing);
@@ -13,7 +13,7 @@ for every mechanism (docs/math.md §9.4.6):
   no coverage;
 * where it has none but bounds its bias given its private choices with probability
   ``1 - β`` (:class:`BiasSpread`: ``user_window``), the interval widens the noise's
-  ``1 - (0.05 - β)`` range by that spread (:func:`spread_interval`);
+  ``1 - (0.05 - β)`` range by that spread;
 * otherwise (levy, quantile, centred_clip's adaptive path, the centred variance:
   privately chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why;
 * an interval that covers the whole range is still published (it is honest, and dropping
@@ -35,9 +35,10 @@ __all__ = [
     "BiasSpread",
     "Plan",
     "Release",
+    "SpreadTuple",
     "VectorRelease",
     "ci95",
-    "spread_interval",
+    "finished_value",
     "statistic_range",
 ]
 
@@ -76,20 +77,6 @@ def statistic_range(statistic: str, U: float) -> tuple[float, float]:
     raise ValueError(f"unknown statistic {statistic!r}")
 
 
-def _project(x: float, lo: float, hi: float) -> float:
-    return min(max(float(x), lo), hi)
-
-
-def honest_interval(
-    raw: float, scale: float, bias: float | None, lo: float, hi: float
-) -> tuple[float, float] | None:
-    """``raw ± (b ln 20 + bias)`` projected onto ``[lo, hi]``; ``None`` without a bias bound."""
-    if bias is None:
-        return None
-    half = scale * LN20 + bias
-    return _project(raw - half, lo, hi), _project(raw + half, lo, hi)
-
-
 @dataclass(frozen=True)
 class BiasSpread:
     """``truth - noiseless estimate`` lies in ``[-below, above]`` with probability at least
@@ -104,14 +91,51 @@ class BiasSpread:
             raise ValueError(f"invalid bias spread {self}")
 
 
-def spread_interval(
-    raw: float, scale: float, spread: BiasSpread, lo: float, hi: float
-) -> tuple[float, float]:
-    """``[raw - q - below, raw + q + above]`` projected onto ``[lo, hi]``, with
-    ``q = b ln(1/(0.05 - beta))``: the Laplace noise exceeds ``q`` with probability
-    ``0.05 - beta`` and the spread fails with at most ``beta`` (a union bound: 0.95)."""
-    q = scale * math.log(1.0 / (0.05 - spread.beta))
-    return _project(raw - q - spread.below, lo, hi), _project(raw + q + spread.above, lo, hi)
+#: ``(below, above, beta)`` of a :class:`BiasSpread`, as a plain tuple (the batched path).
+SpreadTuple = tuple[float, float, float]
+
+
+@functools.lru_cache(maxsize=64)
+def _spread_log(beta: float) -> float:
+    return math.log(1.0 / (0.05 - beta))
+
+
+def finished_value(
+    statistic: str,
+    mechanism: str,
+    raw: float,
+    scale: float,
+    bias: float | None,
+    spread: SpreadTuple | None,
+    U: float,
+) -> tuple[float, tuple[float, float] | None, str | None]:
+    """``(estimate, ci95, ci95_note)`` of a raw noisy value by the rule of the module
+    docstring, the one place it is written (a :class:`Release` and a release batch both
+    call it; a day release calls it 2·10⁵ times, hence one plain function):
+
+    * with a bias bound ``B``: ``raw ± (b ln 20 + B)``;
+    * else with a :class:`BiasSpread`: ``[raw - q - below, raw + q + above]`` with
+      ``q = b ln(1/(0.05 - beta))`` (the Laplace noise exceeds ``q`` with probability
+      ``0.05 - beta`` and the spread fails with at most ``beta``: a union bound, 0.95);
+    * else no interval;
+
+    the estimate and both ends projected onto :func:`statistic_range`."""
+    hi = float(U) if statistic == "mean" else statistic_range(statistic, U)[1]
+    raw = float(raw)
+    estimate = 0.0 if raw < 0.0 else (hi if raw > hi else raw)
+    if bias is not None:
+        half = scale * LN20 + bias
+        a, b = raw - half, raw + half
+    elif spread is not None:
+        q = scale * _spread_log(spread[2])
+        a, b = raw - q - spread[0], raw + q + spread[1]
+    else:
+        return estimate, None, _note(NO_INTERVAL_NOTE, mechanism)
+    a = 0.0 if a < 0.0 else (hi if a > hi else a)
+    b = 0.0 if b < 0.0 else (hi if b > hi else b)
+    if a <= 0.0 and b >= hi:
+        return estimate, (a, b), _note(WHOLE_RANGE_NOTE, mechanism, 0.0, hi)
+    return estimate, (a, b), None
 
 
 def _freeze(details: Mapping[str, object]) -> Mapping[str, object]:
@@ -185,19 +209,18 @@ class Release:
         object.__setattr__(self, "details", _freeze(self.details))
         if self.value_bound is None:
             return
-        lo, hi = statistic_range(self.statistic, self.value_bound)
         raw = self.estimate
         if isinstance(raw, np.ndarray):  # bulk draws (the privacy audit): project each
+            lo, hi = statistic_range(self.statistic, self.value_bound)
             object.__setattr__(self, "estimate", np.clip(raw, lo, hi))
             object.__setattr__(self, "ci95", None)
             return
-        interval = honest_interval(raw, self.noise_scale, self.worst_case_bias, lo, hi)
-        if interval is None and self.bias_spread is not None:
-            interval = spread_interval(raw, self.noise_scale, self.bias_spread, lo, hi)
-        note = None if interval is not None else _note(NO_INTERVAL_NOTE, self.mechanism)
-        if interval is not None and interval[0] <= lo and interval[1] >= hi:
-            note = _note(WHOLE_RANGE_NOTE, self.mechanism, lo, hi)
-        object.__setattr__(self, "estimate", _project(raw, lo, hi))
+        s = self.bias_spread
+        estimate, interval, note = finished_value(
+            self.statistic, self.mechanism, raw, self.noise_scale, self.worst_case_bias,
+            None if s is None else (s.below, s.above, s.beta), self.value_bound,
+        )  # fmt: skip
+        object.__setattr__(self, "estimate", estimate)
         object.__setattr__(self, "ci95", interval)
         object.__setattr__(self, "ci95_note", note)
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from app.core import registry
 from app.core.auto import auto_path
+from app.core.batch import PendingBatch
 from app.core.bounds import check_bound, check_epsilon
 from app.core.draft import PendingRelease
 from app.core.engine import start_releases
@@ -45,39 +46,58 @@ def start_many(
     *,
     noise: NoiseSource | None = None,
     **options: OptionValue,
-) -> list[list[PendingRelease]]:
-    """:func:`start_releases` of each grid (``caps[i]`` for ``grids[i]``; a grid is a
-    :class:`GridData` or has ``counts``, ``values`` and a ``grid`` that is one). The grids
-    on which ``auto`` takes the window path are run together in arrays
+) -> PendingBatch:
+    """The rows of :func:`start_releases` of each grid, grid after grid and each grid's
+    ``statistics`` in order (``caps[i]`` for ``grids[i]``; a grid is a :class:`GridData`
+    or has ``counts``, ``values`` and a ``grid`` that is one). The grids on which ``auto``
+    takes the window path are run together in arrays
     (:func:`app.core.window_batch.start_window_releases`, docs/math.md §9.4.9): the same
-    pending releases, bit for bit given the same private choices. Raises
-    :class:`GridError` for a grid that cannot be released."""
+    rows, bit for bit given the same private choices. Raises :class:`GridError` for a
+    grid that cannot be released."""
     for statistic in statistics:
         if statistic not in registry.STATISTICS:
             raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
     U, eps = check_bound(U), check_epsilon(eps)
     source = default_noise() if noise is None else noise
     batched: list[int] = []
+    known: WindowGrids | None = None
     if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
-        batched = _window_grids(statistics, grids, caps, U, eps)
-    out: list[list[PendingRelease]] = [[] for _ in grids]
+        batched, known = _window_grids(statistics, grids, caps, U, eps)
+    window = PendingBatch.of([], U)
     if batched:
-        started = start_window_releases(
-            statistics, [grids[i] for i in batched], [caps[i] for i in batched], U, eps, source
+        window = start_window_releases(
+            statistics,
+            [grids[i] for i in batched],
+            [caps[i] for i in batched],
+            U,
+            eps,
+            source,
+            known,
         )
-        for i, pending in zip(batched, started, strict=True):
-            out[i] = pending
     chosen = set(batched)
+    alone: list[PendingRelease] = []
+    first_row: list[int] = []  # per grid, its first row in (window rows, then the others)
     for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
         if i in chosen:
             continue
         try:
-            out[i] = start_releases(
+            started = start_releases(
                 statistics, _grid_data(grid), U, eps, mechanism, caps=cap, noise=source, **options
             )
         except ValueError as exc:
             raise GridError(i, exc) from exc
-    return out
+        alone += started
+    S = len(statistics)
+    w = k = 0
+    for i in range(len(grids)):
+        if i in chosen:
+            first_row.append(w * S)
+            w += 1
+        else:
+            first_row.append(len(window) + k * S)
+            k += 1
+    order = [r + s for r in first_row for s in range(S)]
+    return PendingBatch.concat([window, PendingBatch.of(alone, U)], order)
 
 
 def _grid_data(grid: GridInput) -> GridData:
@@ -95,22 +115,33 @@ def _window_grids(
     caps: Sequence[np.ndarray],
     U: float,
     eps: float,
-) -> list[int]:
-    """The grids whose every statistic ``auto`` runs on its window path (checked counts);
-    none when a grid's values fail :meth:`GridData.validate` (each is then checked alone)."""
+) -> tuple[list[int], WindowGrids | None]:
+    """The grids whose every statistic ``auto`` runs on its window path (checked counts),
+    and their :class:`WindowGrids` when it is at hand; none when a grid's values fail
+    :meth:`GridData.validate` (each is then checked alone)."""
     if not fits(grids, U):
-        return []
-    fit = []
-    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
-        c = np.asarray(cap)
-        ok = c.shape == grid.counts.shape and c.dtype.kind in "iu" and c.size and c.min() >= 0
-        if ok and np.any(np.minimum(grid.counts, c) > 0):
-            fit.append(i)
+        return [], None
+    capped = [np.asarray(c) for c in caps]
+    shaped = [
+        i
+        for i, (grid, c) in enumerate(zip(grids, capped, strict=True))
+        if c.shape == grid.counts.shape and c.dtype.kind in "iu" and c.size
+    ]
+    if not shaped:
+        return [], None
+    # per grid: no negative cap, and some user with a record under its cap
+    cc = np.concatenate([capped[i] for i in shaped]).astype(np.int64)
+    counts = np.concatenate([grids[i].counts for i in shaped])
+    at = np.repeat(np.arange(len(shaped)), [capped[i].size for i in shaped])
+    negative = np.bincount(at[cc < 0], minlength=len(shaped)) > 0
+    active = np.bincount(at[np.minimum(counts, cc) > 0], minlength=len(shaped)) > 0
+    fit = [i for i, ok in zip(shaped, active & ~negative, strict=True) if ok]
     if not fit:
-        return []
-    wg = WindowGrids.of([grids[i] for i in fit], [np.asarray(caps[i]) for i in fit])
+        return [], None
+    wg = WindowGrids.of([grids[i] for i in fit], [capped[i] for i in fit])
     path = [
         all(auto_path(s, k, n, eps) == WINDOW_PATH[s] for s in statistics)
         for k, n in zip(wg.median.tolist(), wg.L.tolist(), strict=True)
     ]
-    return [i for i, ok in zip(fit, path, strict=True) if ok]
+    chosen = [i for i, ok in zip(fit, path, strict=True) if ok]
+    return chosen, (wg if len(chosen) == len(fit) else None)

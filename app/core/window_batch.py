@@ -25,9 +25,8 @@ from typing import Protocol
 
 import numpy as np
 
-from app.core.draft import Draft, Estimate, PendingRelease
-from app.core.float_sums import float_sum_sensitivity, float_variance_sensitivity
-from app.core.grid import GridData
+from app.core.batch import PendingBatch
+from app.core.float_sums import float_sum_sensitivities, float_variance_sensitivities
 from app.core.mean_window import (
     SPREAD_BETA,
     STEP_FRACTION,
@@ -36,7 +35,6 @@ from app.core.mean_window import (
 )
 from app.core.noise import NoiseSource, calibrate_choice_scale
 from app.core.noise_many import calibrate_scales, noisy_max_rows
-from app.core.release import BiasSpread
 from app.core.variance_window import VARIANCE_STEP_FRACTION, VARIANCE_WINDOW_FRACTIONS
 
 __all__ = ["GridInput", "WindowGrids", "fits", "start_window_releases"]
@@ -46,7 +44,7 @@ WINDOW_SHARE = 0.2  # the default of both mechanisms (app/core/options.py)
 
 class GridInput(Protocol):
     """A grid's records as the batched path reads them: per-user counts (users in order)
-    and the values, user after user, earliest first (:class:`GridData` is one)."""
+    and the values, user after user, earliest first (``GridData`` is one)."""
 
     @property
     def counts(self) -> np.ndarray: ...
@@ -163,7 +161,7 @@ def kept_records(grids: Sequence[GridInput], wg: WindowGrids) -> tuple[np.ndarra
 
 def fits(grids: Sequence[GridInput], U: float) -> bool:
     """Whether every grid has records, as many as its counts say, all finite in
-    ``[0, U]`` (what :meth:`GridData.validate` asks of each)."""
+    ``[0, U]`` (what ``GridData.validate`` asks of each)."""
     n = [g.values.size for g in grids]
     if min(n, default=0) == 0 or any(
         int(g.counts.sum()) != k for g, k in zip(grids, n, strict=True)
@@ -171,10 +169,6 @@ def fits(grids: Sequence[GridInput], U: float) -> bool:
         return False
     values = np.concatenate([g.values for g in grids])
     return bool(np.all(np.isfinite(values)) and values.min() >= 0.0 and values.max() <= U)
-
-
-def _no_estimator(grid: GridData, noise: NoiseSource) -> Estimate:  # pragma: no cover
-    raise RuntimeError("a batched window draft has no per-grid estimator")
 
 
 def _clipped_bounds(pen: np.ndarray, j: np.ndarray, eps_w: float, L: np.ndarray) -> np.ndarray:
@@ -199,7 +193,7 @@ class _Pending:
 
     scores: np.ndarray  # (G, C) integer scores
     eps_choice: float  # the level noisy max runs at (2 ε_w, monotone scores)
-    finish: Callable[[np.ndarray], list[PendingRelease]]
+    finish: Callable[[np.ndarray], PendingBatch]
 
 
 def _mean(
@@ -213,7 +207,7 @@ def _mean(
     ).astype(np.int64)
     scores = -_window_counts(v, bounds, wg) - pen
 
-    def finish(j: np.ndarray) -> list[PendingRelease]:
+    def finish(j: np.ndarray) -> PendingBatch:
         b = bounds[j]
         value = grid_fsums(wg.w * np.minimum(v, b[wg.grid]), wg.start)
         a = _clipped_bounds(pen, j, e_w, wg.L)
@@ -225,10 +219,7 @@ def _mean(
         below = row_sums(wg, np.maximum(0.0, (wg.w - p) * bu), groups)
         above = U * wg.dropped.astype(np.float64) / nf + row_sums(wg, g, groups)
         above = above + top_sums(wg, extra, a, groups)
-        sens = [
-            float_sum_sensitivity(bj * wm, bj)
-            for bj, wm in zip(b.tolist(), wg.w_max.tolist(), strict=True)
-        ]
+        sens = float_sum_sensitivities(b * wg.w_max, b)
         return _pending(wg, "mean", "user_window", eps, e_w, e_n, value, sens, b, below, above, U)
 
     return _Pending(scores, 2.0 * e_w, finish)
@@ -252,7 +243,7 @@ def _variance(
     top = np.maximum.reduceat(x, first)
     scores = -_window_counts(top, bounds, wg) - pen
 
-    def finish(j: np.ndarray) -> list[PendingRelease]:
+    def finish(j: np.ndarray) -> PendingBatch:
         b = bounds[j]
         xc = np.minimum(x, np.repeat(b[wg.grid], wg.m))
         mf = wg.m.astype(np.float64)
@@ -268,11 +259,7 @@ def _variance(
         rest = 1.0 - row_sums(wg, common, groups) + top_sums(wg, common, a, groups)
         t_b = np.minimum(1.0, np.maximum(0.0, rest))
         spread = _mixture_sens(U, t_U) + _mixture_sens(b, t_b)
-        chosen = sens[np.arange(j.size), j].tolist()
-        float_sens = [
-            float_variance_sensitivity(s, bj, mm)
-            for s, bj, mm in zip(chosen, b.tolist(), wg.m_max.tolist(), strict=True)
-        ]
+        float_sens = float_variance_sensitivities(sens[np.arange(j.size), j], b, wg.m_max)
         return _pending(
             wg, "variance", "window", eps, e_w, e_n, value, float_sens, b, spread, spread, U
         )
@@ -295,37 +282,44 @@ def _pending(
     e_w: float,
     e_n: float,
     value: np.ndarray,
-    sens: list[float],
+    sens: np.ndarray,
     b: np.ndarray,
     below: np.ndarray,
     above: np.ndarray,
     U: float,
-) -> list[PendingRelease]:
-    scales = calibrate_scales(np.asarray(sens), e_n).tolist()
-    out = []
-    for i, (k, val, s, bi, lo, hi, scale) in enumerate(
-        zip(
-            wg.median.tolist(),
-            value.tolist(),
-            sens,
-            b.tolist(),
-            below.tolist(),
-            above.tolist(),
-            scales,
-            strict=True,
-        )
-    ):
-        details: dict[str, object] = {
+) -> PendingBatch:
+    """One statistic of every grid as rows: what ``start_releases`` gives grid by grid
+    (the same estimate, sensitivity, scale, spread and details)."""
+    if not (np.all(below >= 0) and np.all(above >= 0)):  # BiasSpread's own check
+        raise ValueError("invalid bias spread")
+    n = sens.size
+    scales = calibrate_scales(sens, e_n).tolist()
+    details: list[dict[str, object]] = [
+        {
             "k": k,
             "window_share": WINDOW_SHARE,
             "eps_window": e_w,
             "eps_noise": e_n,
             "selected_by": "auto",
+            "window_hi": bi,
         }
-        draft = Draft(statistic, mechanism, eps, e_n, None, None, wg.eff[i], details, _no_estimator)
-        est = Estimate(val, s, {"window_hi": bi}, BiasSpread(lo, hi, SPREAD_BETA))
-        out.append(PendingRelease(draft, est, scale, U))
-    return out
+        for k, bi in zip(wg.median.tolist(), b.tolist(), strict=True)
+    ]
+    return PendingBatch(
+        statistic=[statistic] * n,
+        mechanism=[mechanism] * n,
+        epsilon=[eps] * n,
+        value=value.tolist(),
+        sensitivity=sens.tolist(),
+        scale=scales,
+        bias=[None] * n,
+        spread=[
+            (lo, hi, SPREAD_BETA) for lo, hi in zip(below.tolist(), above.tolist(), strict=True)
+        ],
+        kept=list(wg.eff),
+        details=details,
+        U=U,
+    )
 
 
 def start_window_releases(
@@ -335,10 +329,12 @@ def start_window_releases(
     U: float,
     eps: float,
     noise: NoiseSource,
-) -> list[list[PendingRelease]]:
-    """Per grid, ``start_releases(statistics, grid, U, eps, "auto", caps=...)`` for grids on
-    ``auto``'s window path (the caller checks): the same drafts, estimates and scales."""
-    wg = WindowGrids.of(grids, caps)
+    known: WindowGrids | None = None,
+) -> PendingBatch:
+    """The rows of ``start_releases(statistics, grid, U, eps, "auto", caps=...)`` for each
+    grid on ``auto``'s window path (the caller checks), grid after grid: the same estimates,
+    scales and details. ``known``: their :class:`WindowGrids`, if already made."""
+    wg = WindowGrids.of(grids, caps) if known is None else known
     groups = wg.by_size()
     x, first = kept_records(grids, wg)
     parts: list[_Pending] = []
@@ -351,4 +347,5 @@ def start_window_releases(
             parts.append(_variance(wg, x, first, U, eps, groups))
     chosen = noisy_max_rows(noise, [(p.scores, p.eps_choice) for p in parts])
     done = [p.finish(j) for p, j in zip(parts, chosen, strict=True)]
-    return [list(per_grid) for per_grid in zip(*done, strict=True)]
+    G, S = wg.L.size, len(done)
+    return PendingBatch.concat(done, [s * G + g for g in range(G) for s in range(S)])

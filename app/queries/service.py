@@ -269,15 +269,13 @@ def _plan_caps(session: Session, plan_id: str, grid: GridContext, arrays: GridAr
     stored = ReleaseRepository(session).by_public_id(plan_id, grids=False)
     if stored is None or stored.dataset_id != grid.dataset_id:
         raise NotFound(f"no release {plan_id!r} of this dataset")
-    kept = stored.kept_sets().get(grid.public_id)
+    kept = stored.kept_caps(grid.public_id, arrays.user_ids)
     if kept is None:
         raise InvalidRequest(f"release {plan_id} did not release grid {grid.public_id}")
-    if kept["version"] != arrays.version:
+    version, caps = kept
+    if version != arrays.version:
         raise Conflict(f"grid {grid.public_id} changed since release {plan_id}; plan again")
-    users = kept["users"]
-    return np.fromiter(
-        (users.get(str(int(u)), 0) for u in arrays.user_ids), np.int64, len(arrays.user_ids)
-    )
+    return caps
 
 
 def _release(

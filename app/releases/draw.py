@@ -1,8 +1,9 @@
 """The draw step of a release: every grid's statistics on its kept records.
 
-Private choices run per grid; the Laplace noise of all grids is drawn batched by
-scale (docs/math.md §9.4.7). The plan (``app.releases.planning``) has fixed each
-user's kept count per grid from public occupancy; nothing here reads the ledger.
+Private choices run per grid (auto's window path in arrays); the Laplace noise of all
+grids is drawn batched by scale (docs/math.md §9.4.7); the answers are built from the
+batch's columns. The plan (``app.releases.planning``) has fixed each user's kept count
+per grid from public occupancy; nothing here reads the ledger.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import h3
 import numpy as np
 
 from app import core
-from app.answers.body import answer_body
+from app.answers.body import answer_bodies
 from app.answers.epsilon import EpsilonAmount
 from app.datasets.grid_store import GridArrays
 from app.datasets.models import Dataset, Grid
 from app.datasets.windows import privacy_unit
 from app.errors import InvalidRequest
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
+from app.releases.kept_sets import KeptSets
 from app.releases.planning import Occupancy, SlotPlan
 from app.releases.schemas import ReleaseIn
 
@@ -53,16 +55,24 @@ def _local_text(timezone: str, when: datetime) -> str:
     return format_local(datetime_to_us(when), get_zone(timezone))
 
 
-def grid_head(dataset: Dataset, grid: Grid, caps: np.ndarray) -> dict[str, Any]:
+def grid_head(dataset: Dataset, grid: Grid, n_users: int, n_suppressed: int) -> dict[str, Any]:
     """A released grid's fields before its statistics."""
     return {
         "grid_id": grid.public_id,
         "h3_cell": grid.h3_cell,
         "h3_resolution": h3.get_resolution(grid.h3_cell),
         "slot_start": local_time(dataset, grid.slot_start),
-        "n_users": int(caps.size),
-        "n_users_suppressed": int(np.count_nonzero(caps == 0)),
+        "n_users": n_users,
+        "n_users_suppressed": n_suppressed,
     }
+
+
+def kept_per_grid(occ: Occupancy, plan: SlotPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Per grid of ``occ``: its users, and those the plan keeps (Γ > 0)."""
+    n_grids = occ.bounds.size - 1
+    users = np.diff(occ.bounds)
+    kept = np.bincount(occ.grid[plan.kept > 0], minlength=n_grids)
+    return users, kept
 
 
 def draw_grids(
@@ -74,27 +84,20 @@ def draw_grids(
     plan: SlotPlan,
     release_id: str,
     epoch: int,
-) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Each released grid's answer entry, and who was kept where (admins only)."""
-    out, kept = [], {}
+) -> tuple[list[dict[str, Any]], KeptSets]:
+    """Each released grid's answer entry, and who was kept where (admins only). A grid
+    where the plan keeps nobody (every user exhausted, ``exclude``) is withheld and
+    charges nobody."""
     eps = statistic_eps(plan, len(body.statistics))
     mech_opts = mechanism_options(body)
-    options = {"release": release_id, **mech_opts}
-    U = dataset.value_bound
-    unit = privacy_unit(dataset)
-    chosen: list[int] = []
-    caps_of: list[np.ndarray] = []
-    for i in range(len(grids)):
-        caps = plan.caps(occ, i)
-        if caps.any():  # else every user exhausted (exclude): withheld, nobody charged
-            chosen.append(i)
-            caps_of.append(caps)
+    n_users, n_kept = kept_per_grid(occ, plan)
+    chosen = np.flatnonzero(n_kept > 0).tolist()
     try:
         started = core.start_many(
             body.statistics,
             [arrays[i] for i in chosen],
-            caps_of,
-            U,
+            [plan.caps(occ, i) for i in chosen],
+            dataset.value_bound,
             eps.used,
             body.mechanism,
             **mech_opts,
@@ -104,20 +107,36 @@ def draw_grids(
         raise InvalidRequest(f"cannot release grid {bad}: {exc}") from exc
     except ValueError as exc:
         raise InvalidRequest(f"cannot release these grids: {exc}") from exc
-    pending: list[tuple[dict[str, Any], str, Grid, core.PendingRelease]] = []
-    for i, caps, grid_started in zip(chosen, caps_of, started, strict=True):
-        grid, grid_arrays = grids[i], arrays[i]
-        entry = grid_head(dataset, grid, caps)
-        pending += [(entry, s, grid, p) for s, p in zip(body.statistics, grid_started, strict=True)]
+    rows = core.finish_batch(started)
+    S = len(body.statistics)
+    grid_ids = [grids[i].public_id for i in chosen]
+    answers = answer_bodies(
+        rows,
+        [g for g in grid_ids for _ in range(S)],
+        body.mechanism,
+        eps,
+        {"release": release_id, **mech_opts},
+        epoch,
+        privacy_unit=privacy_unit(dataset),
+    )
+    out = []
+    for j, (i, users, kept) in enumerate(
+        zip(chosen, n_users[chosen].tolist(), n_kept[chosen].tolist(), strict=True)
+    ):
+        entry = grid_head(dataset, grids[i], users, users - kept)
+        for s, stat in enumerate(body.statistics):
+            entry[stat] = answers[j * S + s]
         out.append(entry)
-        users = grid_arrays.user_ids[caps > 0].tolist()
-        kept[grid.public_id] = {  # user ids as int keys: stored as strings (OPT_NON_STR_KEYS)
-            "version": grid_arrays.version,
-            "users": dict(zip(users, caps[caps > 0].tolist(), strict=True)),
-        }
-    releases = core.finish_releases([p[3] for p in pending])
-    for (entry, stat, grid, _), release in zip(pending, releases, strict=True):
-        entry[stat] = answer_body(
-            grid, stat, body.mechanism, eps, options, release, epoch, privacy_unit=unit
-        )
-    return out, kept
+    versions = [arrays[i].version for i in chosen]
+    return out, _kept_sets(grid_ids, versions, occ, plan, n_kept)
+
+
+def _kept_sets(
+    grid_ids: list[str], versions: list[int], occ: Occupancy, plan: SlotPlan, n_kept: np.ndarray
+) -> KeptSets:
+    """The released grids' kept users and Γ: the pairs with Γ > 0, grid by grid (the
+    released grids are those with such a pair, in the occupancy's order)."""
+    keep = plan.kept > 0
+    bounds = np.zeros(len(grid_ids) + 1, dtype=np.int64)
+    np.cumsum(n_kept[n_kept > 0], out=bounds[1:])
+    return KeptSets(grid_ids, versions, bounds, occ.user[keep], plan.kept[keep])

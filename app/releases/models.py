@@ -4,6 +4,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import orjson
 from sqlalchemy import (
     JSON,
@@ -17,9 +18,10 @@ from sqlalchemy import (
 from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
+from app.releases.kept_sets import KeptSets, kept_caps
 
-# How the grids and kept sets are written: as ``app.db.engine.json_dumps`` writes JSON
-# columns (keys become strings, NaN becomes null), but as bytes.
+# How the grids are written: as ``app.db.engine.json_dumps`` writes JSON columns (keys
+# become strings, NaN becomes null), but as bytes.
 ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 
 
@@ -29,9 +31,9 @@ class SlotRelease(Base):
     The answer is stored in two parts: ``head``, the answer with ``"grids": null`` in
     place of its grids (small: the listing reads it), and ``grids``, the grids' JSON
     as bytes (orjson, lz4-compressed where the server has lz4); ``n_grids`` counts them.
-    ``kept`` (JSON bytes, read only by ``plan=``) maps each grid's public id to
-    ``{"version": v, "users": {user_id: Γ}}`` so later single-grid queries can reuse
-    the plan (``plan=<release id>``). :meth:`store` and :meth:`answer` are the one
+    ``kept`` (bytes in :mod:`app.releases.kept_sets`' format, read only by ``plan=``)
+    gives each released grid's version and its kept users' Γ, so later single-grid
+    queries can reuse the plan (``plan=<release id>``). :meth:`store` and :meth:`answer` are the one
     place that converts between this shape and the answer.
     """
 
@@ -57,16 +59,20 @@ class SlotRelease(Base):
     key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
-    def store(self, answer: dict[str, Any], kept: dict[str, Any]) -> None:
-        """Keep ``answer`` (its ``grids`` apart) and ``kept``."""
+    def store(self, answer: dict[str, Any], kept: KeptSets) -> bytes:
+        """Keep ``answer`` (its ``grids`` apart) and ``kept``; the grids' JSON bytes are
+        returned too (a new release's response reuses them)."""
         self.head = {**answer, "grids": None}  # grids keeps its place among the keys
         self.n_grids = len(answer["grids"])
         self.grids = orjson.dumps(answer["grids"], option=ORJSON_OPTIONS)
-        self.kept = orjson.dumps(kept, option=ORJSON_OPTIONS)
+        self.kept = kept.to_bytes()
+        return self.grids
 
     def answer(self) -> dict[str, Any]:
         """The answer as it was stored: the head with its grids back in place."""
         return {**self.head, "grids": orjson.loads(self.grids)}
 
-    def kept_sets(self) -> dict[str, Any]:
-        return orjson.loads(self.kept)
+    def kept_caps(self, grid_id: str, user_ids: np.ndarray) -> tuple[int, np.ndarray] | None:
+        """``(version, Γ of each user)`` of a released grid, ``None`` for another
+        (:func:`app.releases.kept_sets.kept_caps`)."""
+        return kept_caps(self.kept, grid_id, user_ids)

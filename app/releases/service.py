@@ -128,17 +128,19 @@ def _plan_fields(inp: ReleaseInput, body: ReleaseIn, plan: SlotPlan) -> dict[str
 
 def release_slot(
     session: Session, key: KeyIdentity, dataset_id: int | str, body: ReleaseIn
-) -> dict[str, Any]:
+) -> tuple[dict[str, Any], bytes | None]:
+    """The release's answer, and for a new one its grids' JSON as stored (the response
+    reuses it); a stored twin is served instead, charging nothing."""
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
     epoch = dataset.epoch
     inp = release_input(session, dataset, body)
     fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return _served(stored, dataset)
+        return _served(stored, dataset), None
     budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return _served(stored, dataset)
+        return _served(stored, dataset), None
 
     plan = _plan_within_budget(inp, body, budget)
     if plan.K:
@@ -165,10 +167,10 @@ def release_slot(
         "cached": False,
         "epoch": epoch,
     }
-    record.store(answer, kept)
+    grids_json = record.store(answer, kept)
     repo.add(record)
     charge_release(session, budget, plan, key, record.id)
-    return answer
+    return answer, grids_json
 
 
 # ------------------------------------------------------------------- preview
@@ -187,7 +189,8 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     U = dataset.value_bound
     for i, (grid, arrays) in enumerate(zip(inp.grids, inp.arrays, strict=True)):
         caps = plan.caps(inp.occ, i)
-        if not caps.any():
+        n_kept = int(np.count_nonzero(caps))
+        if not n_kept:
             continue
         opts = mechanism_options(body)
         errors = {
@@ -202,7 +205,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         }
         grids.append(
             {
-                **grid_head(dataset, grid, caps),
+                **grid_head(dataset, grid, caps.size, caps.size - n_kept),
                 "expected_error": errors[body.statistics[0]],
                 "expected_errors": errors,
                 "expected_ci95_width": widths[body.statistics[0]],

@@ -1,15 +1,17 @@
-"""How a release is stored (migration 0011): a small JSON head, the grids and the kept
-sets as JSON bytes; read back, it is the release that was answered."""
+"""How a release is stored (migrations 0011, 0012): a small JSON head, the grids as JSON
+bytes, the kept sets as columns; read back, it is the release that was answered."""
 
 from __future__ import annotations
 
 import json
 import math
 
+import numpy as np
 import orjson
 from fastapi.testclient import TestClient
 from sqlalchemy import text
 
+from app.releases.kept_sets import KeptSets
 from app.releases.models import SlotRelease
 from tests.helpers import create_dataset, upload_csv
 from tests.integration.test_release_listing import HOURS, _csv
@@ -40,8 +42,8 @@ def test_a_stored_release_reads_back_as_it_was_answered(client: TestClient, app)
     assert head["grids"] is None and row.n_grids == 6
     assert list(head) == list(answer)  # the grids keep their place among the keys
     assert orjson.loads(row.grids) == answer["grids"]
-    kept = orjson.loads(row.kept)
-    assert set(kept) == {g["grid_id"] for g in answer["grids"]}
+    kept = KeptSets.from_bytes(row.kept)
+    assert list(kept.grid_ids) == [g["grid_id"] for g in answer["grids"]]
     listed = client.get(f"/datasets/{ds}/releases").json()["releases"]
     assert [(r["n_grids"], r["slots"]) for r in listed] == [(6, 3)]
 
@@ -50,10 +52,22 @@ def test_store_writes_json_bytes_as_json_columns_were_written() -> None:
     """Keys become strings, a NaN becomes null (as ``app.db.engine.json_dumps``)."""
     answer = {"release_id": "r", "grids": [{"mean": math.nan, "n": 1}], "epsilon": 0.1}
     record = SlotRelease()
-    record.store(answer, {"g": {"version": 1, "users": {7: 2}}})
+    kept = KeptSets(
+        ["g", "h"], [1, 4], np.array([0, 1, 3]), np.array([7, 9, 8]), np.array([2, 1, 5])
+    )
+    assert record.store(answer, kept) == record.grids
     assert isinstance(record.grids, bytes) and isinstance(record.kept, bytes)
     assert record.head == {"release_id": "r", "grids": None, "epsilon": 0.1}
     assert record.n_grids == 1
     assert record.answer() == {"release_id": "r", "grids": [{"mean": None, "n": 1}], "epsilon": 0.1}
     assert list(record.answer()) == ["release_id", "grids", "epsilon"]
-    assert record.kept_sets() == {"g": {"version": 1, "users": {"7": 2}}}
+    # kept sets: per grid its version and each asked user's Γ (0 where not kept)
+    assert KeptSets.from_bytes(record.kept).as_json() == {
+        "g": {"version": 1, "users": {7: 2}},
+        "h": {"version": 4, "users": {9: 1, 8: 5}},
+    }
+    got = record.kept_caps("h", np.array([1, 8, 9, 10]))
+    assert got is not None and got[0] == 4 and got[1].tolist() == [0, 5, 1, 0]
+    got = record.kept_caps("g", np.array([7]))
+    assert got is not None and got[0] == 1 and got[1].tolist() == [2]
+    assert record.kept_caps("x", np.array([7])) is None

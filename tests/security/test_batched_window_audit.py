@@ -4,7 +4,7 @@ The neighbours of ``test_window_audit`` (the heavy user's values all moved from 
 each released ``N`` times in **one** call of the production path a slot release takes:
 ``core.start_many`` on ``N`` copies of the grid (auto's window path in arrays, every
 private choice one OpenDP noisy-max invocation of ``noisy_max_rows``) then
-``core.finish_releases`` (OpenDP's batched Laplace). The whole output is encoded as in
+``core.finish_batch`` (OpenDP's batched Laplace). The whole output is encoded as in
 ``test_window_audit`` ("the estimate if the window is the most likely one, else a
 sentinel") and the loss bounded from below with Clopper–Pearson intervals: it must stay
 below eps. A deliberately broken copy of the batched path (its Laplace scales × 0.4)
@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core import finish_releases, start_many
+from app.core import finish_batch, start_many
 from app.core import window_batch as batch_mod
 from tests.security import audit_lib as audit
 from tests.security.test_window_audit import COUNTS, EPS, SENTINEL, U, _cell, _grid
@@ -29,7 +29,7 @@ def _samples(stat: str, heavy: float, cell: tuple) -> np.ndarray:
     grid = _grid(heavy, stat)
     caps = np.asarray(COUNTS, dtype=np.int64)
     pending = start_many((stat,), [grid] * N, [caps] * N, U, EPS, "auto", objective="accuracy")
-    releases = finish_releases([p for per_grid in pending for p in per_grid])
+    releases = finish_batch(pending).releases()
     assert {r.mechanism for r in releases} == {"user_window" if stat == "mean" else "window"}
     hit = np.array([(float(r.details["window_hi"]),) == cell for r in releases])
     return np.where(hit, [r.estimate for r in releases], SENTINEL)

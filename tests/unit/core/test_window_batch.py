@@ -8,7 +8,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core import GridData, finish_releases, start_many, start_releases
+from app.core import GridData, finish_batch, finish_releases, start_many, start_releases
+from app.core.float_sums import (
+    float_sum_sensitivities,
+    float_sum_sensitivity,
+    float_variance_sensitivities,
+    float_variance_sensitivity,
+)
 from app.core.noise import calibrate_scale
 from app.core.noise_many import calibrate_scales
 from app.core.slot_engine import GridError
@@ -55,7 +61,7 @@ def test_batched_windows_are_the_per_grid_releases_bit_for_bit(
     a = finish_releases(one, src)
     src = SeededNoise(np.random.default_rng(seed + 1000))
     many = start_many(statistics, grids, caps, U, eps, "auto", noise=src, objective="accuracy")
-    b = finish_releases([p for pending in many for p in pending], src)
+    b = finish_batch(many, src).releases()
     assert {r.mechanism for r in a} <= {"user_window", "window"}
     assert [_fields(r) for r in a] == [_fields(r) for r in b]
 
@@ -69,8 +75,7 @@ def test_grids_off_the_window_path_run_grid_by_grid() -> None:
         ("mean", "variance"), [big, small], [np.full(3000, 6), caps], U, 2.0, noise=src,
         objective="accuracy",
     )  # fmt: skip
-    assert [p.draft.mechanism for p in many[0]] == ["centred_clip", "centred"]
-    assert [p.draft.mechanism for p in many[1]] == ["user_window", "window"]
+    assert many.mechanism == ["centred_clip", "centred", "user_window", "window"]
 
 
 def test_a_grid_that_cannot_be_released_is_named() -> None:
@@ -98,3 +103,25 @@ def test_calibrate_scales_is_calibrate_scale() -> None:
         assert got.tolist() == want
     with pytest.raises(ValueError, match="overflows"):
         calibrate_scales([1.0, 1e300], 1e-10)
+
+
+def test_float_sensitivities_in_arrays_are_the_scalar_ones() -> None:
+    rng = np.random.default_rng(8)
+    sens = np.concatenate(
+        [rng.random(3000) * 10.0 ** rng.integers(-12, 6, size=3000), [0.0, 1.0, 5e-324, 1e300]]
+    )
+    bounds = np.concatenate([rng.random(3000) * 10.0 ** rng.integers(-3, 4, 3000), [0, 30, 1, 0]])
+    per_user = rng.integers(0, 500, size=sens.size)
+    for r in (0, 2, 7):
+        got = float_sum_sensitivities(sens, bounds, r)
+        want = [float_sum_sensitivity(s, b, r) for s, b in zip(sens, bounds, strict=True)]
+        assert got.tolist() == want
+    got = float_variance_sensitivities(sens, bounds, per_user)
+    triples = zip(sens, bounds, per_user, strict=True)
+    want = [float_variance_sensitivity(s, b, int(k)) for s, b, k in triples]
+    assert got.tolist() == want
+    for bad in (np.array([-1.0]), np.array([np.nan]), np.array([np.inf])):
+        with pytest.raises(ValueError, match="invalid"):
+            float_sum_sensitivities(bad, np.array([1.0]))
+        with pytest.raises(ValueError, match="invalid"):
+            float_variance_sensitivities(bad, np.array([1.0]), np.array([1]))
