@@ -39,7 +39,13 @@ import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
 
-from app.core.noisy_max_invoke import invoke_noisy_max, invoke_noisy_max_rows, lean_invoke_works
+from app.core.noisy_max_invoke import (
+    invoke_noisy_max,
+    invoke_noisy_max_rows,
+    invoke_vector,
+    lean_invoke_works,
+)
+from app.core.threads import in_parallel
 
 __all__ = [
     "LAPLACE_GRID",
@@ -289,23 +295,36 @@ class OpenDPNoise:
     def laplace_many(self, values: Sequence[float], scales: Sequence[float]) -> list[float]:
         """``values[i] + Lap(scales[i])``, all independent: the draws that share a scale
         come from one call of OpenDP's ``make_laplace`` on float vectors (iid noise per
-        coordinate, the scalar measurement's law: docs/math.md §9.4.7)."""
+        coordinate, the scalar measurement's law: docs/math.md §9.4.7), the calls shared
+        between this thread and a second one (:func:`app.core.threads.in_parallel`)."""
         if len(values) != len(scales):
             raise ValueError("laplace_many needs one scale per value")
-        out = [float(v) for v in values]
-        groups: dict[float, list[int]] = {}
-        for i, s in enumerate(scales):
-            scale = _check_scale(s)
-            if scale != 0.0:
-                groups.setdefault(scale, []).append(i)
-        for scale, idx in groups.items():
-            if len(idx) == 1:  # the scalar measurement is cheaper for one draw
-                out[idx[0]] = float(_MEASUREMENTS.get(scale)(out[idx[0]]))
-                continue
-            noisy = _VECTORS.get((scale, len(idx)))([out[i] for i in idx])
-            for i, x in zip(idx, noisy, strict=True):
-                out[i] = float(x)
-        return out
+        out = np.array(values, dtype=np.float64)
+        s = np.array(scales, dtype=np.float64)
+        for scale in s[~(np.isfinite(s) & (s >= 0))][:1].tolist():
+            _check_scale(scale)  # raises
+        noisy = np.flatnonzero(s > 0)
+        order = noisy[np.argsort(s[noisy], kind="stable")]
+        cuts = np.flatnonzero(s[order][1:] != s[order][:-1]) + 1
+        first, second = _balanced_halves(np.split(order, cuts) if order.size else [])
+
+        def draw(groups: list[np.ndarray]) -> None:
+            for idx in groups:
+                out[idx] = self._vector(float(s[idx[0]]), out[idx])
+
+        in_parallel(lambda: draw(first), lambda: draw(second))
+        drawn: list[float] = out.tolist()
+        return drawn
+
+    @staticmethod
+    def _vector(scale: float, values: np.ndarray) -> np.ndarray:
+        """``values + Lap(scale)`` iid: OpenDP's vector measurement at ``scale``."""
+        if values.size == 1:  # the scalar measurement is cheaper for one draw
+            return np.array([_MEASUREMENTS.get(scale)(float(values[0]))])
+        meas = _VECTORS.get((scale, values.size))
+        if _LEAN:  # the same library calls, the array's own buffer (docs/math.md §9.4.8)
+            return invoke_vector(meas, values)
+        return np.array(meas(values.tolist()), dtype=np.float64)
 
     def noisy_max(self, scores: npt.ArrayLike, epsilon: float, *, sensitivity: int = 1) -> int:
         """Index of the largest integer score by OpenDP's ``make_noisy_max`` (exponential
@@ -329,9 +348,27 @@ class OpenDPNoise:
         scale = calibrate_choice_scale(1, epsilon)
         meas = _CHOICES.get((scale, 1, float(epsilon)))
         rows = np.ascontiguousarray(rows, dtype=np.int64)
-        if _LEAN:  # the same library calls, types fixed once (docs/math.md §9.4.8)
-            return np.array(invoke_noisy_max_rows(meas, rows), dtype=np.int64)
-        return np.array([int(meas(row)) for row in rows.tolist()], dtype=np.int64)
+        if not _LEAN:
+            return np.array([int(meas(row)) for row in rows.tolist()], dtype=np.int64)
+        # the same library calls, types fixed once (docs/math.md §9.4.8); each row its
+        # own invocation, the rows shared between this thread and a second one
+        h = rows.shape[0] // 2
+        a, b = in_parallel(
+            lambda: invoke_noisy_max_rows(meas, rows[:h]),
+            lambda: invoke_noisy_max_rows(meas, rows[h:]),
+        )
+        return np.array(a + b, dtype=np.int64)
+
+
+def _balanced_halves(groups: list[np.ndarray]) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The groups in two lists of about equal total size (largest first, to the lighter)."""
+    halves: tuple[list[np.ndarray], list[np.ndarray]] = ([], [])
+    sizes = [0, 0]
+    for g in sorted(groups, key=len, reverse=True):
+        k = 0 if sizes[0] <= sizes[1] else 1
+        halves[k].append(g)
+        sizes[k] += g.size
+    return halves
 
 
 def _check_scale(scale: float) -> float:

@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import opendp.prelude as dp
 
-__all__ = ["invoke_noisy_max", "invoke_noisy_max_rows", "lean_invoke_works"]
+__all__ = ["invoke_noisy_max", "invoke_noisy_max_rows", "invoke_vector", "lean_invoke_works"]
 
 try:  # OpenDP's ctypes bindings (not public API: checked below, with a fallback)
     from opendp._convert import _wrap_in_slice
@@ -62,7 +62,9 @@ except (ImportError, AttributeError):  # pragma: no cover - another OpenDP layou
     _BINDINGS = False
 
 _VEC_I64 = b"Vec<i64>"
+_VEC_F64 = b"Vec<f64>"
 _USIZE = ctypes.POINTER(ctypes.c_size_t)
+_F64 = ctypes.POINTER(ctypes.c_double)
 
 
 def invoke_noisy_max(meas: dp.Measurement, scores: list[int]) -> int:
@@ -118,6 +120,32 @@ def invoke_noisy_max_rows(meas: dp.Measurement, rows: Any) -> list[int]:
     return out
 
 
+def invoke_vector(meas: dp.Measurement, values: np.ndarray) -> np.ndarray:
+    """``meas(values)`` for a measurement on ``Vec<f64>`` with a ``Vec<f64>`` answer (the
+    Laplace vector measurement): the same library calls as the public call
+    (``slice_as_object``, ``measurement_invoke``, ``object_as_slice``) on the array's own
+    buffer instead of a Python list converted element by element; the answer copied out."""
+    data = np.ascontiguousarray(values, dtype=np.float64)
+    if data.size == 0:
+        return data.copy()
+    arg_slice = FfiSlice(data.ctypes.data, data.size)
+    arg = _ok(_RAW_SLICE_AS_OBJECT(ctypes.addressof(arg_slice), _VEC_F64))
+    try:
+        answer = _ok(_RAW_INVOKE(ctypes.cast(meas, ctypes.c_void_p).value, arg))
+    finally:
+        _ok(_RAW_OBJECT_FREE(arg))
+    try:
+        view = _ok(_RAW_OBJECT_AS_SLICE(answer))
+        out = FfiSlice.from_address(view)
+        if out.len != data.size:
+            raise RuntimeError("OpenDP's answer has another length")
+        got = np.ctypeslib.as_array(ctypes.cast(out.ptr, _F64), shape=(out.len,)).copy()
+        _ok(_RAW_SLICE_FREE(view))
+    finally:
+        _ok(_RAW_OBJECT_FREE(answer))
+    return got
+
+
 def _usize_at(address: int) -> Any:
     return ctypes.c_size_t.from_address(address)
 
@@ -145,6 +173,12 @@ def lean_invoke_works() -> bool:
         if not all(invoke_noisy_max(meas, list(c)) == meas(list(c)) for c in cases):
             return False
         rows = np.array([[3, 3, 8, -1, 0], [-4, -2, -7, -9, -2 - (1 << 40)], [9, 1, 2, 3, 4]])
-        return invoke_noisy_max_rows(meas, rows) == [meas(r) for r in rows.tolist()]
+        if invoke_noisy_max_rows(meas, rows) != [meas(r) for r in rows.tolist()]:
+            return False
+        # Laplace on float vectors at scale 0: the input rounded to its grid, both ways
+        values = np.array([0.1, 30.0, 7.25, 2.0**-60, 1e300, 0.0, 3.0])
+        domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=values.size)
+        lap = dp.m.make_laplace(domain, dp.l1_distance(T=float), 0.0, k=-100)
+        return bool(invoke_vector(lap, values).tolist() == lap(values.tolist()))
     except Exception:  # pragma: no cover - any surprise: use the public call
         return False

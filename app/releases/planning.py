@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -21,6 +20,7 @@ import numpy as np
 from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.clip_user import clip_user_kept
+from app.core.threads import in_parallel
 from app.errors import InvalidRequest
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a search.
@@ -189,17 +189,14 @@ def plan_for_cost(
     return best
 
 
-_SECOND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpgate-plan")
-
-
 def _plan_all(
     make: Callable[[EpsilonAmount], SlotPlan], amounts: list[EpsilonAmount]
 ) -> list[SlotPlan]:
-    """``make`` of each amount, the second one in a worker thread (at most two)."""
+    """``make`` of each amount, the second one on the second thread (at most two)."""
     if len(amounts) == 1:
         return [make(amounts[0])]
-    later = _SECOND.submit(make, amounts[1])
-    return [make(amounts[0]), later.result()]
+    first, second = in_parallel(lambda: make(amounts[0]), lambda: make(amounts[1]))
+    return [first, second]
 
 
 def largest_affordable(
