@@ -162,10 +162,13 @@ def kept_records(grids: Sequence[GridInput], wg: WindowGrids) -> tuple[np.ndarra
 def fits(grids: Sequence[GridInput], U: float) -> bool:
     """Whether every grid has records, as many as its counts say, all finite in
     ``[0, U]`` (what ``GridData.validate`` asks of each)."""
-    n = [g.values.size for g in grids]
-    if min(n, default=0) == 0 or any(
-        int(g.counts.sum()) != k for g, k in zip(grids, n, strict=True)
-    ):
+    n = np.array([g.values.size for g in grids], dtype=np.int64)
+    if n.size == 0 or n.min() == 0:
+        return False
+    users = np.array([g.counts.size for g in grids], dtype=np.int64)
+    counts = np.concatenate([g.counts for g in grids]).astype(np.int64)
+    per_grid = np.bincount(np.repeat(np.arange(n.size), users), weights=counts, minlength=n.size)
+    if not np.array_equal(per_grid, n):  # float sums of integers below 2^53: exact
         return False
     values = np.concatenate([g.values for g in grids])
     return bool(np.all(np.isfinite(values)) and values.min() >= 0.0 and values.max() <= U)
