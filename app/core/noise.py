@@ -29,16 +29,15 @@ from __future__ import annotations
 
 import functools
 import math
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Sequence
 from fractions import Fraction
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
 
+from app.core.measurement_cache import MeasurementCache
 from app.core.noisy_max_invoke import (
     invoke_noisy_max,
     invoke_noisy_max_rows,
@@ -63,8 +62,6 @@ __all__ = [
 
 dp.enable_features("contrib")
 
-K = TypeVar("K", bound=Hashable)
-
 
 @runtime_checkable
 class NoiseSource(Protocol):
@@ -81,33 +78,6 @@ class NoiseSource(Protocol):
         ...
 
 
-class _MeasurementCache(Generic[K]):
-    """A small thread-safe LRU of OpenDP measurements built by ``factory(key)``."""
-
-    def __init__(self, factory: Callable[[K], dp.Measurement], maxsize: int = 512) -> None:
-        self._items: OrderedDict[K, dp.Measurement] = OrderedDict()
-        self._lock = threading.Lock()
-        self._factory = factory
-        self._maxsize = maxsize
-
-    def get(self, key: K) -> dp.Measurement:
-        with self._lock:
-            meas = self._items.get(key)
-            if meas is not None:
-                self._items.move_to_end(key)
-                return meas
-        meas = self._factory(key)
-        with self._lock:
-            self._items[key] = meas
-            if len(self._items) > self._maxsize:
-                self._items.popitem(last=False)
-        return meas
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
 #: The Laplace noise grid ``2^LAPLACE_K`` (docs/math.md §9.1): OpenDP's default, the
 #: smallest float step 2^-1074, makes every draw an arithmetic on 1,100-bit integers
 #: (~22 µs); at 2^-100 a draw costs ~5 µs. Every double of magnitude >= 2^-48 is a
@@ -116,6 +86,9 @@ LAPLACE_K = -100
 LAPLACE_GRID = 2.0**LAPLACE_K  # the grid step, a float
 #: The exact rounding slack OpenDP's map adds to ``d_in`` per coordinate at that grid.
 ROUNDING_SLACK = Fraction(2) ** LAPLACE_K - Fraction(2) ** -1074
+
+#: Fewer draws than this (a query's) are made on the caller's thread alone.
+MIN_SPLIT = 256
 
 # Immutable and shared: building them anew costs more than the measurement itself.
 _DOMAIN = dp.atom_domain(T=float, nan=False)
@@ -152,9 +125,9 @@ def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
     return meas
 
 
-_MEASUREMENTS: _MeasurementCache[float] = _MeasurementCache(_make_laplace)
-_VECTORS: _MeasurementCache[tuple[float, int]] = _MeasurementCache(_make_laplace_vector)
-_CHOICES: _MeasurementCache[tuple[float, int, float]] = _MeasurementCache(_make_noisy_max)
+_MEASUREMENTS: MeasurementCache[float] = MeasurementCache(_make_laplace)
+_VECTORS: MeasurementCache[tuple[float, int]] = MeasurementCache(_make_laplace_vector)
+_CHOICES: MeasurementCache[tuple[float, int, float]] = MeasurementCache(_make_noisy_max)
 
 
 def _smallest_float_at_least(exact: Fraction, what: str) -> float:
@@ -312,7 +285,10 @@ class OpenDPNoise:
             for idx in groups:
                 out[idx] = self._vector(float(s[idx[0]]), out[idx])
 
-        in_parallel(lambda: draw(first), lambda: draw(second))
+        if noisy.size < MIN_SPLIT:  # a query's draw: not worth a thread
+            draw(first + second)
+        else:
+            in_parallel(lambda: draw(first), lambda: draw(second))
         drawn: list[float] = out.tolist()
         return drawn
 
@@ -352,6 +328,8 @@ class OpenDPNoise:
             return np.array([int(meas(row)) for row in rows.tolist()], dtype=np.int64)
         # the same library calls, types fixed once (docs/math.md §9.4.8); each row its
         # own invocation, the rows shared between this thread and a second one
+        if rows.shape[0] < MIN_SPLIT:
+            return np.array(invoke_noisy_max_rows(meas, rows), dtype=np.int64)
         h = rows.shape[0] // 2
         a, b = in_parallel(
             lambda: invoke_noisy_max_rows(meas, rows[:h]),

@@ -37,7 +37,7 @@ TINY = math.ldexp(1.0, noise_mod.LAPLACE_K)  # the release path's noise grid (§
 class _Counting:
     """Wraps a measurement cache's ``get`` and counts the calls per key."""
 
-    def __init__(self, cache: noise_mod._MeasurementCache) -> None:
+    def __init__(self, cache: noise_mod.MeasurementCache) -> None:
         self.cache, self.inner, self.calls = cache, cache.get, []
 
     def __call__(self, key: object) -> object:

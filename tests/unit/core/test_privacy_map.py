@@ -198,7 +198,7 @@ def test_release_path_draws_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
 
     monkeypatch.setattr(dp.m, "make_laplace", spy)
     monkeypatch.setattr(
-        noise_module, "_MEASUREMENTS", noise_module._MeasurementCache(noise_module._make_laplace)
+        noise_module, "_MEASUREMENTS", noise_module.MeasurementCache(noise_module._make_laplace)
     )
     assert isinstance(default_noise(), OpenDPNoise)
     grid = GridData.from_user_values([[10.0, 20.0, 30.0], [40.0], [50.0, 60.0]])
@@ -221,7 +221,7 @@ def test_private_choices_draw_from_opendp_noisy_max(monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(dp.m, "make_noisy_max", spy)
     monkeypatch.setattr(
-        noise_module, "_CHOICES", noise_module._MeasurementCache(noise_module._make_noisy_max)
+        noise_module, "_CHOICES", noise_module.MeasurementCache(noise_module._make_noisy_max)
     )
     src = OpenDPNoise()
     assert src.noisy_max([0, -5, 3], 0.7) in (0, 1, 2)

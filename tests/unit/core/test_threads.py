@@ -48,3 +48,26 @@ def test_a_call_from_the_second_thread_runs_in_turn() -> None:
         return in_parallel(lambda: 1, lambda: 2)
 
     assert in_parallel(lambda: 0, nested) == (0, (1, 2))
+
+
+def test_a_busy_second_thread_is_not_waited_for() -> None:
+    """While another caller's long half runs on the second thread, a small call does both
+    halves itself at once instead of queueing behind it."""
+    busy = threading.Event()
+    release = threading.Event()
+
+    def long_half() -> None:
+        busy.set()
+        release.wait(5.0)
+
+    other = threading.Thread(target=lambda: in_parallel(lambda: None, long_half))
+    other.start()
+    try:
+        assert busy.wait(5.0)
+        here = threading.get_ident()
+        started = time.perf_counter()
+        a, b = in_parallel(lambda: threading.get_ident(), lambda: threading.get_ident())
+        assert a == b == here and time.perf_counter() - started < 0.5
+    finally:
+        release.set()
+        other.join()
