@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import cast
 
 import numpy as np
@@ -68,6 +68,12 @@ class ReleaseInput:
     occ: Occupancy
     coverage: Coverage
     skipped: int  # grids of the span whose records are not released
+    joined: GridColumns | None = None  # ``columns`` as read (every grid of a large span)
+
+    @cached_property
+    def columns(self) -> GridColumns:
+        """The released grids' arrays one after the other (``pairs`` is ``occ.bounds``)."""
+        return self.joined if self.joined is not None else GridColumns.of(self.arrays)
 
 
 def plans_for_intervals(body: ReleaseIn) -> bool:
@@ -127,6 +133,7 @@ def _input(
     covered: list[bool],
     fine: GridColumns,
     occ: Occupancy | None = None,
+    joined: GridColumns | None = None,
 ) -> ReleaseInput:
     if occ is None:
         occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
@@ -138,6 +145,7 @@ def _input(
         occ,
         coverage(fine, covered),
         len(span.grids) - sum(covered),
+        joined,
     )
 
 
@@ -155,7 +163,8 @@ def release_input(session: Session, dataset: Dataset, body: ReleaseIn) -> Releas
         kept = [i for i, c in enumerate(covered) if c]
         grids, arrays = [span.grids[i] for i in kept], [fine.arrays[i] for i in kept]
         occ = _fixed_occupancy(fine.columns, covered)
-        return _input(dataset, span, grids, arrays, covered, fine.columns, occ)
+        joined = fine.joined if len(kept) == len(covered) else None
+        return _input(dataset, span, grids, arrays, covered, fine.columns, occ, joined)
     return _adaptive_input(session, dataset, body, span, fine)
 
 

@@ -223,3 +223,9 @@ def test_release_input_is_the_per_grid_computation(
     assert all(x.dtype == np.int64 for x in (inp.occ.user, inp.occ.count, inp.occ.grid))
     assert (inp.coverage.records, inp.coverage.users) == _old_coverage(fine_arrays, covered)
     assert inp.skipped == len(fine) - sum(covered)
+    assert (inp.joined is not None) == (body.partition == "fixed" and all(covered))
+    assert inp.columns.pairs.tolist() == inp.occ.bounds.tolist()
+    assert inp.columns.user_ids.tolist() == inp.occ.user.tolist()
+    values = [a.values for _, a in want]
+    assert np.array_equal(inp.columns.values, np.concatenate([np.empty(0), *values]))
+    assert inp.columns.records.tolist() == np.cumsum([0, *(v.size for v in values)]).tolist()
