@@ -44,6 +44,8 @@ __all__ = [
 ]
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+#: Keys looked up per hold of the cache's lock by a read of many grids.
+_LOOKUP_CHUNK = 4096
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -122,19 +124,25 @@ class _LRU:
     def get_many(
         self, items: Sequence[GridVersion], key: Callable[[GridVersion], tuple[str, int, int]]
     ) -> list[GridArrays | None]:
-        """:meth:`get` of each item's key, under one lock (no key made when empty)."""
-        with self._lock:
-            if not self._items:
+        """:meth:`get` of each item's key, the lock taken per chunk of keys (so that
+        single-grid queries are not held up), no key made while the cache is empty."""
+        if not self._items:  # a put racing this only turns a hit into a read
+            with self._lock:
                 self.misses += len(items)
-                return [None] * len(items)
-            keys = [key(item) for item in items]
-            found = [self._items.get(k) for k in keys]
-            hits = [k for k, hit in zip(keys, found, strict=True) if hit is not None]
-            for k in hits:
-                self._items.move_to_end(k)
-            self.hits += len(hits)
-            self.misses += len(keys) - len(hits)
-            return found
+            return [None] * len(items)
+        found: list[GridArrays | None] = []
+        for start in range(0, len(items), _LOOKUP_CHUNK):
+            keys = [key(item) for item in items[start : start + _LOOKUP_CHUNK]]
+            with self._lock:
+                for k in keys:
+                    hit = self._items.get(k)
+                    if hit is None:
+                        self.misses += 1
+                    else:
+                        self._items.move_to_end(k)
+                        self.hits += 1
+                    found.append(hit)
+        return found
 
     def put(self, key: tuple[str, int, int], item: GridArrays) -> None:
         with self._lock:
