@@ -75,13 +75,13 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
     ).order_by(newest.c.created_at.desc(), newest.c.id.desc())
 
 
+#: GridRow's fields; slot_start as naive UTC wall time (a timestamptz per row cost
+#: psycopg a zone conversion: twice this read's client CPU).
 _SPAN_GRIDS = sql.SQL(
-    "SELECT {} FROM {} WHERE dataset_id = %s AND slot_minutes = 0 AND slot_start >= %s"
-    " AND slot_start < %s AND n_records > 0 ORDER BY slot_start, h3_cell"
-).format(
-    sql.SQL(", ").join(map(sql.Identifier, GridRow._fields)),
-    sql.Identifier(Grid.__tablename__),
-)
+    "SELECT id, public_id, h3_cell, slot_start AT TIME ZONE 'UTC', n_users, version FROM {}"
+    " WHERE dataset_id = %s AND slot_minutes = 0 AND slot_start >= %s AND slot_start < %s"
+    " AND n_records > 0 ORDER BY slot_start, h3_cell"
+).format(sql.Identifier(Grid.__tablename__))
 
 
 class ReleaseRepository:
@@ -93,7 +93,7 @@ class ReleaseRepository:
         cell): rows, not ORM instances (a day's 10⁵ took seconds to load and read), each
         ``slot_start`` in UTC as ``UTCDateTime`` reads it."""
         rows = binary_rows(self.session, _SPAN_GRIDS, (dataset_id, start, end))
-        utc = {t: t.astimezone(UTC) for t in {r[3] for r in rows}}  # a span has few slots
+        utc = {t: t.replace(tzinfo=UTC) for t in {r[3] for r in rows}}  # a span has few slots
         return [GridRow(r[0], r[1], r[2], utc[r[3]], r[4], r[5]) for r in rows]
 
     def find(self, dataset_id: int, epoch: int, fingerprint: str) -> SlotRelease | None:
