@@ -1,4 +1,4 @@
-"""Batched snapshot loading (app/datasets/grid_store.load_grid_snapshots): one query for
+"""Batched snapshot loading (app/datasets/grid_batch.load_grid_snapshots): one query for
 every cache miss, the same arrays as one load per grid, stale versions refused."""
 
 from __future__ import annotations
