@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cached_property
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -26,17 +27,25 @@ from app.errors import Conflict
 __all__ = [
     "GridArrays",
     "GridChanged",
+    "GridRow",
+    "SlotGrid",
+    "cache_grid_snapshots",
+    "cacheable",
     "cached_grid_snapshot",
+    "cached_grid_snapshots",
+    "check_version",
     "clear_grid_cache",
     "configure_grid_cache",
     "grid_cache_info",
     "load_grid_snapshot",
-    "load_grid_snapshots",
+    "native_array",
     "read_grid_snapshot",
     "summarise_grids",
 ]
 
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
+#: Keys looked up per hold of the cache's lock by a read of many grids.
+_LOOKUP_CHUNK = 4096
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
@@ -76,13 +85,13 @@ class GridArrays:
         return cls(
             grid_id=grid_id,
             version=version,
-            user_ids=_native(user_ids, "<i8"),
-            counts=_native(counts, "<i8"),
-            values=_native(values, "<f8"),
+            user_ids=native_array(user_ids, "<i8"),
+            counts=native_array(counts, "<i8"),
+            values=native_array(values, "<f8"),
         )
 
 
-def _native(buffer: bytes, stored: str) -> np.ndarray:
+def native_array(buffer: bytes, stored: str) -> np.ndarray:
     """A read-only native-order array over a stored little-endian buffer: a view of the
     bytes where the machine is little-endian (no copy), else a converted copy."""
     if not isinstance(buffer, bytes):
@@ -111,6 +120,29 @@ class _LRU:
             self._items.move_to_end(key)
             self.hits += 1
             return item
+
+    def get_many(
+        self, items: Sequence[GridVersion], key: Callable[[GridVersion], tuple[str, int, int]]
+    ) -> list[GridArrays | None]:
+        """:meth:`get` of each item's key, the lock taken per chunk of keys (so that
+        single-grid queries are not held up), no key made while the cache is empty."""
+        if not self._items:  # a put racing this only turns a hit into a read
+            with self._lock:
+                self.misses += len(items)
+            return [None] * len(items)
+        found: list[GridArrays | None] = []
+        for start in range(0, len(items), _LOOKUP_CHUNK):
+            keys = [key(item) for item in items[start : start + _LOOKUP_CHUNK]]
+            with self._lock:
+                for k in keys:
+                    hit = self._items.get(k)
+                    if hit is None:
+                        self.misses += 1
+                    else:
+                        self._items.move_to_end(k)
+                        self.hits += 1
+                    found.append(hit)
+        return found
 
     def put(self, key: tuple[str, int, int], item: GridArrays) -> None:
         with self._lock:
@@ -169,6 +201,29 @@ class GridVersion(Protocol):
     def version(self) -> int: ...
 
 
+class SlotGrid(GridVersion, Protocol):
+    """A grid as a release reads it: a :class:`GridRow`, or an ORM ``Grid`` (the coarser
+    grids, made and refreshed through the ORM)."""
+
+    @property
+    def h3_cell(self) -> str: ...
+    @property
+    def slot_start(self) -> datetime: ...
+    @property
+    def n_users(self) -> int: ...
+
+
+class GridRow(NamedTuple):
+    """A grid's fields as read, without an ORM instance (a span's 10⁵ grids, read only)."""
+
+    id: int
+    public_id: str
+    h3_cell: str
+    slot_start: datetime  # UTC
+    n_users: int
+    version: int
+
+
 class GridChanged(Conflict):
     """The grid's stored snapshot is not the version the caller saw: an upload
     committed in between. The caller looks the grid up again (409 if it cannot)."""
@@ -184,40 +239,31 @@ def cached_grid_snapshot(grid: GridVersion) -> GridArrays | None:
     return _cache.get(_key(grid))
 
 
+def cached_grid_snapshots(grids: Sequence[GridVersion]) -> list[GridArrays | None]:
+    """:func:`cached_grid_snapshot` of each grid (one lock, nothing done when empty)."""
+    return _cache.get_many(grids, _key)
+
+
+def cacheable(nbytes: int) -> bool:
+    """Whether a read of this many bytes (:attr:`GridArrays.nbytes` summed) is cached:
+    more than the cache holds (a day's grids) would only evict each other and every hot
+    grid of single-grid queries."""
+    return nbytes <= _cache.max_bytes
+
+
+def cache_grid_snapshots(grids: Sequence[GridVersion], arrays: Sequence[GridArrays]) -> None:
+    """Cache each grid's arrays (read at its version)."""
+    for grid, item in zip(grids, arrays, strict=True):
+        _cache.put(_key(grid), item)
+
+
 def load_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
     """The engine input of ``grid`` at its current version, from the cache or its snapshot."""
     hit = cached_grid_snapshot(grid)
     return hit if hit is not None else read_grid_snapshot(session, grid)
 
 
-def load_grid_snapshots(session: Session, grids: Sequence[GridVersion]) -> list[GridArrays]:
-    """:func:`load_grid_snapshot` of each grid: cache hits as they are, every miss read
-    in one query (not one round trip per grid: a day release reads 10⁵ grids, most of
-    them past the cache's budget)."""
-    out: list[GridArrays | None] = [cached_grid_snapshot(g) for g in grids]
-    missing = [i for i, hit in enumerate(out) if hit is None]
-    rows = GridRepository(session).snapshot_rows([grids[i].id for i in missing]) if missing else []
-    by_id = {r[0]: r for r in rows}
-    read: list[tuple[tuple[str, int, int], GridArrays]] = []
-    for i in missing:
-        grid = grids[i]
-        row = by_id.get(grid.id)
-        if row is None:
-            arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
-        else:
-            _check_version(grid, row[1])
-            arrays = GridArrays.from_bytes(grid.id, row[1], row[2], row[3], row[4])
-        out[i] = arrays
-        read.append((_key(grid), arrays))
-    # More than the cache holds (a day's grids) would only evict each other and every hot
-    # grid of single-grid queries: such a read is not cached.
-    if sum(a.nbytes for _, a in read) <= _cache.max_bytes:
-        for key, arrays in read:
-            _cache.put(key, arrays)
-    return [a for a in out if a is not None]
-
-
-def _check_version(grid: GridVersion, version: int) -> None:
+def check_version(grid: GridVersion, version: int) -> None:
     if version != grid.version:
         raise GridChanged(
             f"grid {grid.public_id} changed while it was read (version {grid.version} "
@@ -233,7 +279,7 @@ def read_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
     if snap is None:
         arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")
     else:
-        _check_version(grid, snap.version)
+        check_version(grid, snap.version)
         arrays = GridArrays.from_bytes(
             grid.id, snap.version, snap.user_ids, snap.counts, snap.values
         )

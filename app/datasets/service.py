@@ -18,12 +18,12 @@ from sqlalchemy.orm import Session
 
 from app import budget
 from app.datasets.coarse import coarse_grids, grid_level
+from app.datasets.grid_batch import load_grid_snapshots
 from app.datasets.grid_store import (
     GridArrays,
     clear_grid_cache,
     configure_grid_cache,
     load_grid_snapshot,
-    load_grid_snapshots,
 )
 from app.datasets.models import Dataset, Grid
 from app.datasets.repository import DatasetRepository, GridRepository

@@ -20,8 +20,9 @@ from sqlalchemy.orm import Session
 
 from app.core.partition import PartitionTree
 from app.datasets.coarse import grid_level
-from app.datasets.grid_store import GridArrays, load_grid_snapshots
-from app.datasets.models import Dataset, Grid
+from app.datasets.grid_batch import GridColumns, load_grid_snapshots
+from app.datasets.grid_store import GridArrays, SlotGrid
+from app.datasets.models import Dataset
 from app.ingest.timeslots import datetime_to_us
 from app.releases.slot import SpanGrids, grids_at
 
@@ -40,22 +41,38 @@ class Coverage:
         return {"records": self.records, "users": self.users}
 
 
-def coverage(arrays: Sequence[GridArrays], covered: Sequence[bool]) -> Coverage:
-    """The coverage when the fine grids with ``covered`` set are released (whole)."""
-    if not arrays:
-        return Coverage(0.0, 0.0)
-    sizes = np.fromiter((a.counts.size for a in arrays), dtype=np.int64, count=len(arrays))
-    inside = np.repeat(np.asarray(covered, dtype=bool), sizes)  # per (grid, user) pair
-    counts = np.concatenate([a.counts for a in arrays])
-    users = np.concatenate([a.user_ids for a in arrays])
-    records, kept = int(counts.sum()), int(counts[inside].sum())
-    n_users, users_in = np.unique(users).size, np.unique(users[inside]).size
+def coverage(cols: GridColumns, covered: Sequence[bool] | np.ndarray) -> Coverage:
+    """The coverage when the fine grids (``cols``) with ``covered`` set are released (whole)."""
+    inside = np.asarray(covered, dtype=bool)
+    if inside.size != cols.pairs.size - 1:
+        raise ValueError("coverage: one covered flag per grid")
+    records = int(cols.counts.sum())
+    if inside.all():  # every grid (a fixed partition with min_users 1): no pair to sort out
+        return Coverage(1.0 if records else 0.0, 1.0 if cols.user_ids.size else 0.0)
+    pair_inside = np.repeat(inside, cols.sizes)
+    kept = int(cols.counts[pair_inside].sum())
+    n_users, users_in = _distinct(cols.user_ids, pair_inside)
     return Coverage(kept / records if records else 0.0, users_in / n_users if n_users else 0.0)
+
+
+def _distinct(users: np.ndarray, inside: np.ndarray) -> tuple[int, int]:
+    """How many distinct ``users``, and among ``users[inside]``: marked in a table over
+    their range when it is small (ids are dense serials), else sorted (``np.unique``)."""
+    if users.size == 0:
+        return 0, 0
+    low, high = int(users.min()), int(users.max())
+    if high - low > 4 * users.size + (1 << 16):
+        return np.unique(users).size, np.unique(users[inside]).size
+    seen = np.zeros(high - low + 1, dtype=bool)
+    seen[users - low] = True
+    seen_in = np.zeros_like(seen)
+    seen_in[users[inside] - low] = True
+    return int(np.count_nonzero(seen)), int(np.count_nonzero(seen_in))
 
 
 @dataclass(frozen=True)
 class AdaptiveGrids:
-    grids: list[Grid]
+    grids: list[SlotGrid]
     arrays: list[GridArrays]
 
 
@@ -63,7 +80,7 @@ def _parent(cell: int, res: int) -> int:
     return int(h3_int.cell_to_parent(cell, res))
 
 
-def _slot_us(grid: Grid) -> int:
+def _slot_us(grid: SlotGrid) -> int:
     return datetime_to_us(grid.slot_start)
 
 
@@ -75,20 +92,22 @@ class SpanTrees:
     slots: list[tuple[int, list[int], list[int], PartitionTree]]  # slot, grids, cells, tree
 
     @classmethod
-    def of(
-        cls, span: SpanGrids, arrays: Sequence[GridArrays], *, finest: int, coarsest: int
-    ) -> SpanTrees:
+    def of(cls, span: SpanGrids, cols: GridColumns, *, finest: int, coarsest: int) -> SpanTrees:
         by_slot: dict[int, list[int]] = defaultdict(list)
         for i, g in enumerate(span.grids):
             by_slot[_slot_us(g)].append(i)
         slots = []
+        sizes = cols.sizes
         for slot, members in by_slot.items():
+            first, end = members[0], members[-1] + 1  # a slot's grids are consecutive
+            if end - first != len(members):
+                raise RuntimeError("a span's grids are not in (slot, cell) order")
             cells = [h3.str_to_int(span.grids[i].h3_cell) for i in members]
-            sizes = [arrays[i].user_ids.size for i in members]
+            pairs = slice(cols.pairs[first], cols.pairs[end])
             tree = PartitionTree.of(
-                np.repeat(np.array(cells, dtype=np.int64), sizes),
-                np.concatenate([arrays[i].user_ids for i in members]),
-                np.concatenate([arrays[i].counts for i in members]),
+                np.repeat(np.array(cells, dtype=np.int64), sizes[first:end]),
+                cols.user_ids[pairs],
+                cols.counts[pairs],
                 finest=finest,
                 coarsest=coarsest,
                 parent_of=_parent,
@@ -121,7 +140,7 @@ def adaptive_grids(
 ) -> AdaptiveGrids:
     """The released cells as grids (the fine ones as they are, coarser ones made on
     demand at their level), in (slot, resolution, cell) order, with their arrays."""
-    chosen: list[tuple[Grid, GridArrays]] = []
+    chosen: list[tuple[SlotGrid, GridArrays]] = []
     for res in sorted(set(released.values())):
         if res == span.h3_resolution:
             pairs = zip(span.grids, arrays, strict=True)

@@ -11,9 +11,10 @@ repeats (at most ``ADAPTIVE_ROUNDS`` times). Every step reads public information
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
+from typing import cast
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -22,7 +23,8 @@ from app import budget
 from app.answers.epsilon import EpsilonAmount, parse_epsilon
 from app.answers.options import parse_options
 from app.datasets.coarse import grid_level
-from app.datasets.grid_store import GridArrays, load_grid_snapshots
+from app.datasets.grid_batch import GridBatch, GridColumns, load_grid_batch
+from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset, Grid
 from app.datasets.service import parse_slot_start
 from app.errors import InvalidRequest
@@ -59,11 +61,19 @@ class ReleaseInput:
 
     dataset: Dataset
     span: SpanGrids  # every grid of the slots at the finest level asked
-    grids: list[Grid]  # the released ones (coarser ones too, when adaptive)
+    # The released ones (coarser ones too, when adaptive): GridRow or Grid (SlotGrid)
+    # at run time; typed Grid while draw.py, which reads only SlotGrid's fields, says so.
+    grids: list[Grid]
     arrays: list[GridArrays]
     occ: Occupancy
     coverage: Coverage
     skipped: int  # grids of the span whose records are not released
+    joined: GridColumns | None = None  # ``columns`` as read (every grid of a large span)
+
+    @cached_property
+    def columns(self) -> GridColumns:
+        """The released grids' arrays one after the other (``pairs`` is ``occ.bounds``)."""
+        return self.joined if self.joined is not None else GridColumns.of(self.arrays)
 
 
 def plans_for_intervals(body: ReleaseIn) -> bool:
@@ -118,20 +128,24 @@ def _grids_per_user(users: np.ndarray) -> int:
 def _input(
     dataset: Dataset,
     span: SpanGrids,
-    grids: list[Grid],
+    grids: list[SlotGrid],
     arrays: list[GridArrays],
     covered: list[bool],
-    fine_arrays: list[GridArrays],
+    fine: GridColumns,
+    occ: Occupancy | None = None,
+    joined: GridColumns | None = None,
 ) -> ReleaseInput:
-    occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
+    if occ is None:
+        occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
     return ReleaseInput(
         dataset,
         span,
-        grids,
+        cast(list[Grid], grids),
         arrays,
         occ,
-        coverage(fine_arrays, covered),
+        coverage(fine, covered),
         len(span.grids) - sum(covered),
+        joined,
     )
 
 
@@ -141,15 +155,26 @@ def release_input(session: Session, dataset: Dataset, body: ReleaseIn) -> Releas
     level = grid_level(dataset, body.h3_resolution, body.slot_minutes)
     start = parse_slot_start(dataset, body.slot_start)
     span = span_grids(session, dataset, level, start, body.slots)
-    fine_arrays = load_grid_snapshots(session, span.grids)
+    fine = load_grid_batch(session, span.grids)
     if body.partition == "fixed":
         if body.coarsest_resolution is not None:
             raise InvalidRequest('coarsest_resolution applies to "partition": "adaptive" only')
         covered = [g.n_users >= body.min_users for g in span.grids]
         kept = [i for i, c in enumerate(covered) if c]
-        grids, arrays = [span.grids[i] for i in kept], [fine_arrays[i] for i in kept]
-        return _input(dataset, span, grids, arrays, covered, fine_arrays)
-    return _adaptive_input(session, dataset, body, span, fine_arrays)
+        grids, arrays = [span.grids[i] for i in kept], [fine.arrays[i] for i in kept]
+        occ = _fixed_occupancy(fine.columns, covered)
+        joined = fine.joined if len(kept) == len(covered) else None
+        return _input(dataset, span, grids, arrays, covered, fine.columns, occ, joined)
+    return _adaptive_input(session, dataset, body, span, fine)
+
+
+def _fixed_occupancy(cols: GridColumns, covered: Sequence[bool]) -> Occupancy:
+    """The occupancy of the ``covered`` grids, from the span's columns."""
+    inside = np.asarray(covered, dtype=bool)
+    if inside.all():
+        return Occupancy.of_columns(cols.user_ids, cols.counts, cols.sizes)
+    pairs = np.repeat(inside, cols.sizes)
+    return Occupancy.of_columns(cols.user_ids[pairs], cols.counts[pairs], cols.sizes[inside])
 
 
 def _adaptive_input(
@@ -157,7 +182,7 @@ def _adaptive_input(
     dataset: Dataset,
     body: ReleaseIn,
     span: SpanGrids,
-    fine_arrays: list[GridArrays],
+    fine: GridBatch,
 ) -> ReleaseInput:
     finest = span.h3_resolution
     coarsest = body.coarsest_resolution
@@ -168,15 +193,14 @@ def _adaptive_input(
             f"coarsest_resolution {coarsest} is finer than the release's h3_resolution "
             f"{finest}: give one between 0 and {finest}"
         )
-    trees = SpanTrees.of(span, fine_arrays, finest=finest, coarsest=coarsest)
+    trees = SpanTrees.of(span, fine.columns, finest=finest, coarsest=coarsest)
     if plans_for_intervals(body) and body.max_user_cost is not None:
-        return _adaptive_for_intervals(session, dataset, body, span, fine_arrays, trees)
+        return _adaptive_for_intervals(session, dataset, body, span, fine, trees)
     n_stats = len(body.statistics)
     if body.epsilon is not None:
         eps = float(parse_epsilon(body.epsilon, dataset.max_epsilon_per_query).used) / n_stats
     else:
-        fine_users = np.concatenate([a.user_ids for a in fine_arrays])
-        eps = float(body.max_user_cost or 0) / _grids_per_user(fine_users) / n_stats
+        eps = float(body.max_user_cost or 0) / _grids_per_user(fine.columns.user_ids) / n_stats
     seen: set[tuple[tuple[int, str], ...]] = set()
     inp: ReleaseInput | None = None
     for _ in range(ADAPTIVE_ROUNDS):
@@ -185,8 +209,8 @@ def _adaptive_input(
         if key in seen:
             break
         seen.add(key)
-        chosen = adaptive_grids(session, dataset, span, fine_arrays, released, body.min_users)
-        inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
+        chosen = adaptive_grids(session, dataset, span, fine.arrays, released, body.min_users)
+        inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, fine.columns)
         if body.epsilon is not None or not inp.grids:
             break
         eps = float(choose_plan(inp, body, None).eps.used) / n_stats
@@ -199,7 +223,7 @@ def _adaptive_for_intervals(
     dataset: Dataset,
     body: ReleaseIn,
     span: SpanGrids,
-    fine_arrays: list[GridArrays],
+    fine: GridBatch,
     trees: SpanTrees,
 ) -> ReleaseInput:
     """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
@@ -208,12 +232,11 @@ def _adaptive_for_intervals(
     cap = budget.limit(body.max_user_cost or 0)
     n_stats = len(body.statistics)
     U = dataset.value_bound
-    fine_users = np.concatenate([a.user_ids for a in fine_arrays])
     best: tuple[tuple[int, float], AdaptiveGrids, list[bool]] | None = None
-    for k in candidate_ks(_grids_per_user(fine_users))[:ADAPTIVE_KS]:
+    for k in candidate_ks(_grids_per_user(fine.columns.user_ids))[:ADAPTIVE_KS]:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
         released, covered = trees.choose(min_users=body.min_users, U=U, eps=float(eps) / n_stats)
-        chosen = adaptive_grids(session, dataset, span, fine_arrays, released, body.min_users)
+        chosen = adaptive_grids(session, dataset, span, fine.arrays, released, body.min_users)
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)
         got = plan_at_k(occ, live, U, k, cap, dataset.max_epsilon_per_query, n_stats)
@@ -224,4 +247,4 @@ def _adaptive_for_intervals(
     if best is None:
         raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
     _, chosen, covered = best
-    return _input(dataset, span, chosen.grids, chosen.arrays, covered, fine_arrays)
+    return _input(dataset, span, chosen.grids, chosen.arrays, covered, fine.columns)

@@ -48,16 +48,29 @@ class Occupancy:
 
     @classmethod
     def of(cls, user_ids: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> Occupancy:
-        sizes = np.array([u.size for u in user_ids], dtype=np.int64)
+        sizes = np.fromiter((u.size for u in user_ids), dtype=np.int64, count=len(user_ids))
+        empty = [np.empty(0, dtype=np.int64)]
+        return cls._owned(
+            np.concatenate([*empty, *user_ids], dtype=np.int64),
+            np.concatenate([*empty, *counts], dtype=np.int64),
+            sizes,
+        )
+
+    @classmethod
+    def of_columns(cls, user: np.ndarray, count: np.ndarray, sizes: np.ndarray) -> Occupancy:
+        """Grids' pairs one after the other, ``sizes[i]`` of grid ``i`` (as in
+        :class:`app.datasets.grid_batch.GridColumns`); the occupancy owns int64 copies."""
+        if int(sizes.sum()) != user.size or user.size != count.size:
+            raise ValueError("an occupancy's grids and pairs differ")
+        user, count = np.array(user, dtype=np.int64), np.array(count, dtype=np.int64)
+        return cls._owned(user, count, sizes)
+
+    @classmethod
+    def _owned(cls, user: np.ndarray, count: np.ndarray, sizes: np.ndarray) -> Occupancy:
         bounds = np.zeros(sizes.size + 1, dtype=np.int64)
         np.cumsum(sizes, out=bounds[1:])
-        empty = np.empty(0, dtype=np.int64)
-        return cls(
-            grid=np.repeat(np.arange(sizes.size, dtype=np.int64), sizes),
-            user=np.concatenate(list(user_ids)).astype(np.int64) if sizes.size else empty,
-            count=np.concatenate(list(counts)).astype(np.int64) if sizes.size else empty,
-            bounds=bounds,
-        )
+        grid = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
+        return cls(grid=grid, user=user, count=count, bounds=bounds)
 
 
 @dataclass(frozen=True)

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from psycopg import sql
 from sqlalchemy import cast, select
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import Session
 from sqlalchemy.orm.attributes import set_committed_value
 
+from app.datasets.grid_store import GridRow
 from app.datasets.models import Grid
 from app.db.unit import binary_rows
 from app.releases.models import SlotRelease
@@ -73,20 +75,26 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
     ).order_by(newest.c.created_at.desc(), newest.c.id.desc())
 
 
+#: GridRow's fields; slot_start as naive UTC wall time (a timestamptz per row cost
+#: psycopg a zone conversion: twice this read's client CPU).
+_SPAN_GRIDS = sql.SQL(
+    "SELECT id, public_id, h3_cell, slot_start AT TIME ZONE 'UTC', n_users, version FROM {}"
+    " WHERE dataset_id = %s AND slot_minutes = 0 AND slot_start >= %s AND slot_start < %s"
+    " AND n_records > 0 ORDER BY slot_start, h3_cell"
+).format(sql.Identifier(Grid.__tablename__))
+
+
 class ReleaseRepository:
     def __init__(self, session: Session) -> None:
         self.session = session
 
-    def grids_in_span(self, dataset_id: int, start: datetime, end: datetime) -> list[Grid]:
-        """The dataset's own grids with records starting in ``[start, end)``."""
-        return list(
-            self.session.scalars(
-                select(Grid)
-                .where(Grid.dataset_id == dataset_id, Grid.slot_minutes == 0)
-                .where(Grid.slot_start >= start, Grid.slot_start < end, Grid.n_records > 0)
-                .order_by(Grid.slot_start, Grid.h3_cell)
-            )
-        )
+    def grids_in_span(self, dataset_id: int, start: datetime, end: datetime) -> list[GridRow]:
+        """The dataset's own grids with records starting in ``[start, end)``, by (slot,
+        cell): rows, not ORM instances (a day's 10⁵ took seconds to load and read), each
+        ``slot_start`` in UTC as ``UTCDateTime`` reads it."""
+        rows = binary_rows(self.session, _SPAN_GRIDS, (dataset_id, start, end))
+        utc = {t: t.replace(tzinfo=UTC) for t in {r[3] for r in rows}}  # a span has few slots
+        return [GridRow(r[0], r[1], r[2], utc[r[3]], r[4], r[5]) for r in rows]
 
     def find(self, dataset_id: int, epoch: int, fingerprint: str) -> SlotRelease | None:
         """The stored release (with its grids) of this fingerprint, if any."""

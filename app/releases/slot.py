@@ -6,13 +6,15 @@ A release covers ``slots`` consecutive slots: every grid whose slot starts in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from sqlalchemy.orm import Session
 
 from app.datasets.coarse import GridLevel, coarse_grids
-from app.datasets.models import Dataset, Grid
+from app.datasets.grid_store import SlotGrid
+from app.datasets.models import Dataset
 from app.errors import InvalidRequest, NotFound
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.releases.repository import ReleaseRepository
@@ -29,13 +31,14 @@ class SpanGrids:
     level: GridLevel | None  # None: the dataset's own grids
     h3_resolution: int  # of the grids (the level's, or the dataset's own)
     slot_minutes: int
-    grids: list[Grid] = field(default_factory=list)
+    grids: Sequence[SlotGrid] = field(default_factory=list)
 
 
 def grids_at(
     session: Session, dataset: Dataset, level: GridLevel | None, start: datetime, end: datetime
-) -> list[Grid]:
-    """Every grid with records at ``level`` starting in ``[start, end)``, by (slot, cell)."""
+) -> Sequence[SlotGrid]:
+    """Every grid with records at ``level`` starting in ``[start, end)``, by (slot, cell):
+    the dataset's own as rows, coarser ones as the ORM instances that made them."""
     if level is None:
         return ReleaseRepository(session).grids_in_span(dataset.id, start, end)
     return coarse_grids(session, dataset, level, start, end)

@@ -13,6 +13,7 @@ user id, exactly as before.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
 from decimal import Decimal
@@ -22,7 +23,8 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import budget
-from app.datasets.models import Dataset, Grid
+from app.datasets.grid_store import SlotGrid
+from app.datasets.models import Dataset
 from app.datasets.windows import privacy_unit, window_of
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
@@ -53,10 +55,12 @@ class ReleaseBudget:
 
 
 def _subjects(
-    dataset: Dataset, grids: list[Grid], occ: Occupancy
+    dataset: Dataset, grids: Sequence[SlotGrid], occ: Occupancy
 ) -> tuple[tuple[date, ...], np.ndarray, dict[date, np.ndarray]]:
     """The windows of ``grids`` (ascending), each pair's subject, each window's users."""
-    grid_windows = [window_of(dataset, g.slot_start) for g in grids]
+    starts = [g.slot_start for g in grids]
+    window_at = {s: window_of(dataset, s) for s in set(starts)}  # a span has few slots
+    grid_windows = [window_at[s] for s in starts]
     windows = tuple(sorted(set(grid_windows)))
     index = {w: i for i, w in enumerate(windows)}
     of_grid = np.array([index[w] for w in grid_windows], dtype=np.int64)
@@ -71,7 +75,7 @@ def _by_subject(windows: tuple[date, ...], spent: dict[date, dict[int, Decimal]]
 
 
 def lock_release_budget(
-    session: Session, dataset: Dataset, epoch: int, grids: list[Grid], occ: Occupancy
+    session: Session, dataset: Dataset, epoch: int, grids: Sequence[SlotGrid], occ: Occupancy
 ) -> ReleaseBudget:
     """Lock every account the release may charge (windows ascending, users ascending
     within each: the ledger's lock order) for this transaction."""
@@ -82,7 +86,7 @@ def lock_release_budget(
 
 
 def read_release_budget(
-    session: Session, dataset: Dataset, epoch: int, grids: list[Grid], occ: Occupancy
+    session: Session, dataset: Dataset, epoch: int, grids: Sequence[SlotGrid], occ: Occupancy
 ) -> ReleaseBudget:
     """The same accounts as :func:`lock_release_budget` reads them now, without locks
     (a preview)."""

@@ -1,4 +1,4 @@
-"""Batched snapshot loading (app/datasets/grid_store.load_grid_snapshots): one query for
+"""Batched snapshot loading (app/datasets/grid_batch.load_grid_snapshots): one query for
 every cache miss, the same arrays as one load per grid, stale versions refused."""
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from app.datasets.grid_batch import load_grid_snapshots
 from app.datasets.grid_store import (
     DEFAULT_CACHE_BYTES,
     GridChanged,
     clear_grid_cache,
     configure_grid_cache,
     grid_cache_info,
-    load_grid_snapshots,
     read_grid_snapshot,
 )
 from app.datasets.models import Grid

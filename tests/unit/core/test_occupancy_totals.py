@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from app.core.occupancy import stable_order, validate_occupancy
+from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays
 from app.releases.adaptive import coverage
 
@@ -48,19 +49,22 @@ def _arrays(users: list[int], counts: list[int]) -> GridArrays:
     )
 
 
-def test_coverage_is_the_brute_force_share() -> None:
+@pytest.mark.parametrize("spread", [1, 10**9])  # dense ids (a table), sparse (sorted)
+@pytest.mark.parametrize("share", [0.5, 1.0])  # some grids covered, or all of them
+def test_coverage_is_the_brute_force_share(spread: int, share: float) -> None:
     rng = np.random.default_rng(5)
     for _ in range(30):
         arrays = []
         for _ in range(int(rng.integers(0, 12))):
             users = sorted(set(rng.integers(0, 40, int(rng.integers(0, 8))).tolist()))
+            users = [7 + u * spread for u in users]
             arrays.append(_arrays(users, rng.integers(1, 9, len(users)).tolist()))
-        covered = rng.random(len(arrays)) < 0.5
+        covered = rng.random(len(arrays)) < share
         records = sum(int(a.counts.sum()) for a in arrays)
         kept = sum(int(a.counts.sum()) for a, c in zip(arrays, covered, strict=True) if c)
         every = {u for a in arrays for u in a.user_ids.tolist()}
         inside = {u for a, c in zip(arrays, covered, strict=True) if c for u in a.user_ids.tolist()}
-        got = coverage(arrays, covered.tolist())
+        got = coverage(GridColumns.of(arrays), covered.tolist())
         assert got.records == (kept / records if records else 0.0)
         assert got.users == (len(inside) / len(every) if every else 0.0)
 

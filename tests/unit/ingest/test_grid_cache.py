@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import numpy as np
 
 from app.datasets import grid_store
@@ -52,3 +54,21 @@ def test_engine_grid_is_built_once_per_cached_version() -> None:
     assert a.grid is a.grid  # prefix sums and groupings survive between queries
     assert a.grid.counts.tolist() == a.counts.tolist()
     assert a.grid.values.tolist() == a.values.tolist()
+
+
+def test_get_many_is_get_of_each_key(monkeypatch) -> None:
+    """Hits and misses counted as :meth:`get` would, hits made the most recent; keys
+    looked up a chunk at a time; nothing looked up while the cache is empty."""
+    monkeypatch.setattr(grid_store, "_LOOKUP_CHUNK", 2)
+    when = datetime(2024, 3, 5, tzinfo=UTC)
+    grids = [grid_store.GridRow(g, "p", "c", when, 1, 1) for g in range(10)]
+    asked = grids[:5]
+    lru = _LRU(max_bytes=10**6)
+    assert lru.get_many(asked, grid_store._key) == [None] * 5
+    assert (lru.hits, lru.misses) == (0, 5)
+    for g in (1, 3, 9):
+        lru.put(grid_store._key(grids[g]), arrays(g, 2))
+    got = lru.get_many(asked, grid_store._key)
+    assert [a.grid_id if a is not None else None for a in got] == [None, 1, None, 3, None]
+    assert (lru.hits, lru.misses) == (2, 8)
+    assert [k[1] for k in lru._items] == [9, 1, 3]  # the hits are now the most recent
