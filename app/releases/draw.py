@@ -19,8 +19,8 @@ import numpy as np
 from app import core
 from app.answers.body import answer_bodies
 from app.answers.epsilon import EpsilonAmount
-from app.datasets.grid_store import GridArrays
-from app.datasets.models import Dataset, Grid
+from app.datasets.grid_store import GridArrays, SlotGrid
+from app.datasets.models import Dataset
 from app.datasets.windows import privacy_unit
 from app.errors import InvalidRequest
 from app.ingest.timeslots import datetime_to_us, format_local, get_zone
@@ -55,7 +55,7 @@ def _local_text(timezone: str, when: datetime) -> str:
     return format_local(datetime_to_us(when), get_zone(timezone))
 
 
-def grid_head(dataset: Dataset, grid: Grid, n_users: int, n_suppressed: int) -> dict[str, Any]:
+def grid_head(dataset: Dataset, grid: SlotGrid, n_users: int, n_suppressed: int) -> dict[str, Any]:
     """A released grid's fields before its statistics."""
     return {
         "grid_id": grid.public_id,
@@ -77,7 +77,7 @@ def kept_per_grid(occ: Occupancy, plan: SlotPlan) -> tuple[np.ndarray, np.ndarra
 
 def draw_grids(
     dataset: Dataset,
-    grids: Sequence[Grid],
+    grids: Sequence[SlotGrid],
     arrays: Sequence[GridArrays],
     occ: Occupancy,
     body: ReleaseIn,

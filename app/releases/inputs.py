@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import cast
 
 import numpy as np
 from sqlalchemy.orm import Session
@@ -25,7 +24,7 @@ from app.answers.options import parse_options
 from app.datasets.coarse import grid_level
 from app.datasets.grid_batch import GridBatch, GridColumns, load_grid_batch
 from app.datasets.grid_store import GridArrays, SlotGrid
-from app.datasets.models import Dataset, Grid
+from app.datasets.models import Dataset
 from app.datasets.service import parse_slot_start
 from app.errors import InvalidRequest
 from app.releases.adaptive import (
@@ -61,9 +60,7 @@ class ReleaseInput:
 
     dataset: Dataset
     span: SpanGrids  # every grid of the slots at the finest level asked
-    # The released ones (coarser ones too, when adaptive): GridRow or Grid (SlotGrid)
-    # at run time; typed Grid while draw.py, which reads only SlotGrid's fields, says so.
-    grids: list[Grid]
+    grids: list[SlotGrid]  # the released ones (coarser ones too, when adaptive)
     arrays: list[GridArrays]
     occ: Occupancy
     coverage: Coverage
@@ -140,7 +137,7 @@ def _input(
     return ReleaseInput(
         dataset,
         span,
-        cast(list[Grid], grids),
+        grids,
         arrays,
         occ,
         coverage(fine, covered),
