@@ -139,9 +139,14 @@ def _window_grids(
     if not fit:
         return [], None
     wg = WindowGrids.of([grids[i] for i in fit], [capped[i] for i in fit])
-    path = [
-        all(auto_path(s, k, n, eps) == WINDOW_PATH[s] for s in statistics)
-        for k, n in zip(wg.median.tolist(), wg.L.tolist(), strict=True)
-    ]
-    chosen = [i for i, ok in zip(fit, path, strict=True) if ok]
+    # auto's path is a function of (median count, active users): once per distinct pair
+    pairs, which = np.unique(np.stack([wg.median, wg.L]), axis=1, return_inverse=True)
+    on_path = np.array(
+        [
+            all(auto_path(s, k, n, eps) == WINDOW_PATH[s] for s in statistics)
+            for k, n in pairs.T.tolist()
+        ],
+        dtype=bool,
+    )
+    chosen = [i for i, ok in zip(fit, on_path[which.reshape(-1)].tolist(), strict=True) if ok]
     return chosen, (wg if len(chosen) == len(fit) else None)
