@@ -18,9 +18,10 @@ from app.core.bounds import check_bound, check_epsilon
 from app.core.draft import PendingRelease
 from app.core.engine import start_releases
 from app.core.grid import GridData
+from app.core.joined import GridInput, JoinedGrids
 from app.core.noise import NoiseSource, default_noise
 from app.core.option_spec import OptionValue
-from app.core.window_batch import GridInput, WindowGrids, fits, start_window_releases
+from app.core.window_batch import WindowGrids, fits, start_window_releases
 
 __all__ = ["GridError", "start_many"]
 
@@ -45,6 +46,7 @@ def start_many(
     mechanism: str = "auto",
     *,
     noise: NoiseSource | None = None,
+    joined: JoinedGrids | None = None,
     **options: OptionValue,
 ) -> PendingBatch:
     """The rows of :func:`start_releases` of each grid, grid after grid and each grid's
@@ -52,7 +54,8 @@ def start_many(
     or has ``counts``, ``values`` and a ``grid`` that is one). The grids on which ``auto``
     takes the window path are run together in arrays
     (:func:`app.core.window_batch.start_window_releases`, docs/math.md §9.4.9): the same
-    rows, bit for bit given the same private choices. Raises :class:`GridError` for a
+    rows, bit for bit given the same private choices. ``joined``: the grids and caps as
+    :class:`JoinedGrids`, when the caller has them so. Raises :class:`GridError` for a
     grid that cannot be released."""
     for statistic in statistics:
         if statistic not in registry.STATISTICS:
@@ -62,18 +65,16 @@ def start_many(
     batched: list[int] = []
     known: WindowGrids | None = None
     if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
-        batched, known = _window_grids(statistics, grids, caps, U, eps)
+        if joined is None:
+            joined = JoinedGrids.of(grids, caps)
+        elif joined.n_grids != len(grids):
+            raise ValueError("the joined grids are not these grids")
+        batched, known = _window_grids(statistics, joined, U, eps)
     window = PendingBatch.of([], U)
-    if batched:
-        window = start_window_releases(
-            statistics,
-            [grids[i] for i in batched],
-            [caps[i] for i in batched],
-            U,
-            eps,
-            source,
-            known,
-        )
+    if batched and joined is not None:
+        if known is None:
+            joined = joined.take(batched)
+        window = start_window_releases(statistics, joined, U, eps, source, known)
     chosen = set(batched)
     alone: list[PendingRelease] = []
     first_row: list[int] = []  # per grid, its first row in (window rows, then the others)
@@ -110,35 +111,23 @@ def _grid_data(grid: GridInput) -> GridData:
 
 
 def _window_grids(
-    statistics: Sequence[str],
-    grids: Sequence[GridInput],
-    caps: Sequence[np.ndarray],
-    U: float,
-    eps: float,
+    statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float
 ) -> tuple[list[int], WindowGrids | None]:
     """The grids whose every statistic ``auto`` runs on its window path (checked counts),
-    and their :class:`WindowGrids` when it is at hand; none when a grid's values fail
-    :meth:`GridData.validate` (each is then checked alone)."""
-    if not fits(grids, U):
+    and their :class:`WindowGrids` when every grid is (else ``None``); none when a grid's
+    values fail :meth:`GridData.validate` (each is then checked alone)."""
+    if not fits(joined, U):
         return [], None
-    capped = [np.asarray(c) for c in caps]
-    shaped = [
-        i
-        for i, (grid, c) in enumerate(zip(grids, capped, strict=True))
-        if c.shape == grid.counts.shape and c.dtype.kind in "iu" and c.size
-    ]
-    if not shaped:
-        return [], None
-    # per grid: no negative cap, and some user with a record under its cap
-    cc = np.concatenate([capped[i] for i in shaped]).astype(np.int64)
-    counts = np.concatenate([grids[i].counts for i in shaped])
-    at = np.repeat(np.arange(len(shaped)), [capped[i].size for i in shaped])
-    negative = np.bincount(at[cc < 0], minlength=len(shaped)) > 0
-    active = np.bincount(at[np.minimum(counts, cc) > 0], minlength=len(shaped)) > 0
-    fit = [i for i, ok in zip(shaped, active & ~negative, strict=True) if ok]
+    # per grid: no negative cap (nor unreadable caps: -1), some user with a record kept
+    at = joined.user_grid()
+    eff = np.minimum(joined.counts, joined.caps)
+    negative = np.bincount(at[joined.caps < 0], minlength=joined.n_grids) > 0
+    active = np.bincount(at[eff > 0], minlength=joined.n_grids) > 0
+    fit = np.flatnonzero(active & ~negative).tolist()
     if not fit:
         return [], None
-    wg = WindowGrids.of([grids[i] for i in fit], [capped[i] for i in fit])
+    fitting = joined if len(fit) == joined.n_grids else joined.take(fit)
+    wg = WindowGrids.of(fitting)
     # auto's path is a function of (median count, active users): once per distinct pair
     pairs, which = np.unique(np.stack([wg.median, wg.L]), axis=1, return_inverse=True)
     on_path = np.array(
@@ -149,4 +138,4 @@ def _window_grids(
         dtype=bool,
     )
     chosen = [i for i, ok in zip(fit, on_path[which.reshape(-1)].tolist(), strict=True) if ok]
-    return chosen, (wg if len(chosen) == len(fit) else None)
+    return chosen, (wg if len(chosen) == joined.n_grids else None)

@@ -21,12 +21,12 @@ import itertools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import numpy as np
 
 from app.core.batch import PendingBatch
 from app.core.float_sums import float_sum_sensitivities, float_variance_sensitivities
+from app.core.joined import JoinedGrids, offsets
 from app.core.mean_window import (
     SPREAD_BETA,
     STEP_FRACTION,
@@ -37,20 +37,9 @@ from app.core.noise import NoiseSource, calibrate_choice_scale
 from app.core.noise_many import calibrate_scales, noisy_max_rows
 from app.core.variance_window import VARIANCE_STEP_FRACTION, VARIANCE_WINDOW_FRACTIONS
 
-__all__ = ["GridInput", "WindowGrids", "fits", "start_window_releases"]
+__all__ = ["WindowGrids", "fits", "start_window_releases"]
 
 WINDOW_SHARE = 0.2  # the default of both mechanisms (app/core/options.py)
-
-
-class GridInput(Protocol):
-    """A grid's records as the batched path reads them: per-user counts (users in order)
-    and the values, user after user, earliest first (``GridData`` is one)."""
-
-    @property
-    def counts(self) -> np.ndarray: ...
-
-    @property
-    def values(self) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -70,20 +59,17 @@ class WindowGrids:
     w_max: np.ndarray
 
     @classmethod
-    def of(cls, grids: Sequence[GridInput], caps: Sequence[np.ndarray]) -> WindowGrids:
-        counts = [g.counts for g in grids]
-        eff = [np.minimum(c, k) for c, k in zip(counts, caps, strict=True)]
-        all_eff = np.concatenate(eff)
-        sizes = np.array([e.size for e in eff], dtype=np.int64)
-        user_grid = np.repeat(np.arange(len(eff), dtype=np.int64), sizes)
+    def of(cls, joined: JoinedGrids) -> WindowGrids:
+        all_eff = np.minimum(joined.counts, joined.caps)
+        eff = np.split(all_eff, joined.pairs[1:-1]) if joined.n_grids else []
         active = all_eff > 0
-        grid, m = user_grid[active], all_eff[active]
-        L = np.bincount(grid, minlength=len(eff)).astype(np.int64)
+        grid, m = joined.user_grid()[active], all_eff[active]
+        L = np.bincount(grid, minlength=joined.n_grids).astype(np.int64)
         if np.any(L == 0):
             raise ValueError("no record remains after the caps")
         start = np.zeros(L.size + 1, dtype=np.int64)
         np.cumsum(L, out=start[1:])
-        n = np.array([g.values.size for g in grids], dtype=np.int64)
+        n = np.diff(joined.records)
         desc = np.lexsort((-m, grid))  # within each grid, eff descending
         median = m[desc[start[:-1] + (L + 1) // 2 - 1]]
         gam = np.minimum(m, median[grid]).astype(np.float64)
@@ -146,31 +132,26 @@ def grid_fsums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
     return np.array([math.fsum(values[a:b]) for a, b in itertools.pairwise(bounds)])
 
 
-def kept_records(grids: Sequence[GridInput], wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:
-    """Every active user's earliest ``eff`` records (users in order) and where each starts."""
-    values = np.concatenate([g.values for g in grids])
-    counts = np.concatenate([g.counts for g in grids])
-    offsets = np.zeros(counts.size, dtype=np.int64)
-    np.cumsum(counts[:-1], out=offsets[1:])
-    user_start = offsets[np.concatenate(wg.eff) > 0]
+def kept_records(joined: JoinedGrids, wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:
+    """Every active user's earliest ``eff`` records (users in order) and where each starts
+    (the grids' records lie user after user, grid after grid: :func:`fits`)."""
+    user_start = offsets(joined.counts)[:-1][np.minimum(joined.counts, joined.caps) > 0]
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
     idx = np.repeat(user_start - first, wg.m) + np.arange(int(wg.m.sum()))
-    return values[idx], first
+    return joined.values[idx], first
 
 
-def fits(grids: Sequence[GridInput], U: float) -> bool:
+def fits(joined: JoinedGrids, U: float) -> bool:
     """Whether every grid has records, as many as its counts say, all finite in
     ``[0, U]`` (what ``GridData.validate`` asks of each)."""
-    n = np.array([g.values.size for g in grids], dtype=np.int64)
+    n = np.diff(joined.records)
     if n.size == 0 or n.min() == 0:
         return False
-    users = np.array([g.counts.size for g in grids], dtype=np.int64)
-    counts = np.concatenate([g.counts for g in grids]).astype(np.int64)
-    per_grid = np.bincount(np.repeat(np.arange(n.size), users), weights=counts, minlength=n.size)
+    per_grid = np.bincount(joined.user_grid(), weights=joined.counts, minlength=n.size)
     if not np.array_equal(per_grid, n):  # float sums of integers below 2^53: exact
         return False
-    values = np.concatenate([g.values for g in grids])
+    values = joined.values
     return bool(np.all(np.isfinite(values)) and values.min() >= 0.0 and values.max() <= U)
 
 
@@ -327,19 +308,18 @@ def _pending(
 
 def start_window_releases(
     statistics: Sequence[str],
-    grids: Sequence[GridInput],
-    caps: Sequence[np.ndarray],
+    joined: JoinedGrids,
     U: float,
     eps: float,
     noise: NoiseSource,
     known: WindowGrids | None = None,
 ) -> PendingBatch:
     """The rows of ``start_releases(statistics, grid, U, eps, "auto", caps=...)`` for each
-    grid on ``auto``'s window path (the caller checks), grid after grid: the same estimates,
-    scales and details. ``known``: their :class:`WindowGrids`, if already made."""
-    wg = WindowGrids.of(grids, caps) if known is None else known
+    grid of ``joined``, all on ``auto``'s window path (the caller checks), grid after grid:
+    the same estimates, scales and details. ``known``: their :class:`WindowGrids`, if made."""
+    wg = WindowGrids.of(joined) if known is None else known
     groups = wg.by_size()
-    x, first = kept_records(grids, wg)
+    x, first = kept_records(joined, wg)
     parts: list[_Pending] = []
     for statistic in statistics:
         if statistic == "mean":

@@ -19,6 +19,8 @@ import numpy as np
 from app import core
 from app.answers.body import answer_bodies
 from app.answers.epsilon import EpsilonAmount
+from app.core.joined import JoinedGrids
+from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
 from app.datasets.windows import privacy_unit
@@ -84,14 +86,18 @@ def draw_grids(
     plan: SlotPlan,
     release_id: str,
     epoch: int,
+    columns: GridColumns,
 ) -> tuple[list[dict[str, Any]], KeptSets]:
     """Each released grid's answer entry, and who was kept where (admins only). A grid
     where the plan keeps nobody (every user exhausted, ``exclude``) is withheld and
-    charges nobody."""
+    charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``)."""
     eps = statistic_eps(plan, len(body.statistics))
     mech_opts = mechanism_options(body)
     n_users, n_kept = kept_per_grid(occ, plan)
     chosen = np.flatnonzero(n_kept > 0).tolist()
+    if not np.array_equal(columns.pairs, occ.bounds):
+        raise ValueError("the columns are not the occupancy's grids")
+    joined = JoinedGrids(columns.counts, plan.kept, columns.values, columns.pairs, columns.records)
     try:
         started = core.start_many(
             body.statistics,
@@ -100,6 +106,7 @@ def draw_grids(
             dataset.value_bound,
             eps.used,
             body.mechanism,
+            joined=joined if len(chosen) == joined.n_grids else joined.take(chosen),
             **mech_opts,
         )
     except core.GridError as exc:

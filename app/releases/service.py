@@ -155,7 +155,15 @@ def release_slot(
         key_id=key.id,
     )
     grids, kept = draw_grids(
-        inp.dataset, inp.grids, inp.arrays, inp.occ, body, plan, record.public_id, epoch
+        inp.dataset,
+        inp.grids,
+        inp.arrays,
+        inp.occ,
+        body,
+        plan,
+        record.public_id,
+        epoch,
+        inp.columns,
     )
     charged_users = plan.user_costs(inp.occ)[0]
     answer = {
