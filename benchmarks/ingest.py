@@ -48,7 +48,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 #: ``DPGATE_BENCH_CODE``: measure the ``app`` package of another checkout with this same
 #: harness (an A/B against the code before: ``git worktree add /tmp/base main``).
-sys.path.insert(0, os.environ.get("DPGATE_BENCH_CODE", str(ROOT)))
+CODE = os.environ.get("DPGATE_BENCH_CODE", str(ROOT))
+sys.path.insert(0, CODE)
+# The parsing processes' fork server starts as ``python -c`` in the current directory,
+# which comes first on its path (Python 3.11's forkserver ignores ours): from the root of
+# another checkout, it would parse with that checkout's ``app``.
+os.chdir(CODE)
 
 PG_URL = os.environ.get(
     "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
