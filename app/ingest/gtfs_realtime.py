@@ -16,7 +16,8 @@ its exact value (what the shortest decimal of it reads back as in a CSV).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
 import h3.api.basic_int as h3i
 import numpy as np
@@ -25,6 +26,7 @@ from google.transit import gtfs_realtime_pb2
 
 from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_records import MAX_REPORTED_ERRORS, ParseOptions
+from app.ingest.gtfs_fast import HAS_SPEED, HAS_TS, ODD, scan_entities
 from app.ingest.timeslots import MAX_US, MIN_US
 
 __all__ = ["FeedFormatError", "FeedReader", "entity_label"]
@@ -53,7 +55,7 @@ class FeedReader:
     :class:`FeedFormatError` when it is not a ``FeedMessage``.
     """
 
-    def __init__(self, body: bytes, options: ParseOptions) -> None:
+    def __init__(self, body: bytes, options: ParseOptions, *, fast: bool = True) -> None:
         message = gtfs_realtime_pb2.FeedMessage()
         try:
             message.ParseFromString(body)
@@ -67,6 +69,8 @@ class FeedReader:
             message.header.timestamp if message.header.HasField("timestamp") else None
         )
         self._entities = message.entity
+        self._body = body
+        self._at = 0 if fast else -1  # where the fast path continues (-1: not used)
         self._user_codes: dict[str, int] = {}
         self._grids = GridCoder(options.timezone, options.timeslot_minutes)
 
@@ -78,17 +82,55 @@ class FeedReader:
             yield self._read_batch(start, min(start + batch_rows, len(self._entities)))
 
     def _read_batch(self, start: int, stop: int) -> Batch:
+        fields = None
+        if self._at >= 0:
+            fields = scan_entities(np.frombuffer(self._body, np.uint8), self._at, stop - start)
+            self._at = fields.end if fields.count == stop - start else -1
+        if fields is None or self._at < 0:  # the rest is read from the message
+            return self._checked(stop - start, self._read_entities(range(start, stop)))
+        # the usual entity (a vehicle id, a speed and a time) from the fields' columns
+        ids = []
+        for a, n in zip(fields.id_first.tolist(), fields.id_len.tolist(), strict=True):
+            try:
+                ids.append(self._body[a : a + n].decode().strip())
+            except UnicodeDecodeError:
+                ids.append("")  # read from the message, as the bindings decode it
+        has_id = np.array([bool(i) for i in ids] + [False])[fields.id_index]
+        usual = has_id & ((fields.flags & (HAS_SPEED | HAS_TS | ODD)) == HAS_SPEED | HAS_TS)
+        at = np.flatnonzero(usual)
+        late = fields.ts[at] >= _LATEST_S
+        errors = [
+            (n, f"timestamp {t} outside 1900-01-02..2299-12-30")
+            for n, t in zip(
+                (at[late] + start + 1).tolist(), fields.ts[at[late]].tolist(), strict=True
+            )
+        ]
+        at = at[~late]
+        rows = _Rows(
+            errors, at + start + 1, [ids[i] for i in fields.id_index[at].tolist()],
+            fields.ts[at].astype(np.int64), fields.lat[at], fields.lon[at], fields.speed[at],
+        )  # fmt: skip
+        other = np.flatnonzero(~usual)
+        if other.size:  # the others from the message, merged in entity order
+            rows = rows.merge(self._read_entities((other + start).tolist()))
+        return self._checked(stop - start, rows)
+
+    def _read_entities(self, indices: Iterable[int]) -> _Rows:
+        """Read the entities at ``indices`` (ascending) from the parsed message."""
         header_ts = self.header_ts
         errors: list[tuple[int, str]] = []
+        numbers: list[int] = []
         vehicles: list[str] = []
         seconds: list[int] = []
         lats: list[float] = []
         lons: list[float] = []
         speeds: list[float] = []
+        entities = self._entities
         # An absent sub-message reads as an empty one, so the usual entity is read with
         # no HasField call (a non-zero speed is a present one); the reason of a failed
         # check is then found by _unusable.
-        for number, entity in enumerate(self._entities[start:stop], start + 1):
+        for i in indices:
+            number, entity = i + 1, entities[i]
             v = entity.vehicle
             vid = v.vehicle.id.strip()
             p = v.position
@@ -106,36 +148,26 @@ class FeedReader:
             if ts >= _LATEST_S:
                 errors.append((number, f"timestamp {ts} outside 1900-01-02..2299-12-30"))
                 continue
+            numbers.append(number)
             vehicles.append(vid)
             seconds.append(ts)
             lats.append(p.latitude)
             lons.append(p.longitude)
             speeds.append(speed)
-        # the entity numbers of the rows read, for rejections by the range checks
-        skipped = np.array([n for n, _ in errors], dtype=np.int64) - (start + 1)
-        numbers = np.delete(np.arange(start + 1, stop + 1), skipped)
-        # reasons are labelled (entity, vehicle) once sorted, for the reported ones only
-        return self._checked(stop - start, errors, numbers, vehicles, seconds, lats, lons, speeds)
+        floats = (np.array(x, dtype=np.float64) for x in (lats, lons, speeds))
+        return _Rows(
+            errors, np.array(numbers, dtype=np.int64), vehicles,
+            np.array(seconds, dtype=np.int64), *floats,
+        )  # fmt: skip
 
-    def _checked(
-        self,
-        rows: int,
-        errors: list[tuple[int, str]],
-        numbers: np.ndarray,
-        vehicles: list[str],
-        seconds: list[int],
-        lats: list[float],
-        lons: list[float],
-        speeds: list[float],
-    ) -> Batch:
+    def _checked(self, rows: int, read: _Rows) -> Batch:
         """The range checks of :class:`app.ingest.csv_records.RecordReader`, on arrays and
         in its order: latitude, longitude, a finite value, ``drop_zero``, the value range."""
+        errors, numbers, vehicles = read.errors, read.numbers, read.vehicles
+        lat, lon, value = read.lat, read.lon, read.speed
         opts = self.options
         U = float(opts.value_bound)
-        ts = np.array(seconds, dtype=np.int64) * US
-        lat = np.array(lats, dtype=np.float64)
-        lon = np.array(lons, dtype=np.float64)
-        value = np.array(speeds, dtype=np.float64)
+        ts = read.seconds * US
         bad_lat = ~(np.abs(lat) <= 90.0)  # NaN included
         bad_lon = ~bad_lat & ~(np.abs(lon) <= 180.0)
         bad_value = ~bad_lat & ~bad_lon & ~np.isfinite(value)
@@ -149,13 +181,13 @@ class FeedReader:
             value = np.clip(value, 0.0, U)
         for i in np.flatnonzero(~ok | rejected_oor).tolist():
             if bad_lat[i]:
-                reason = f"latitude {lats[i]!r} outside [-90, 90]"
+                reason = f"latitude {lat[i].item()!r} outside [-90, 90]"
             elif bad_lon[i]:
-                reason = f"longitude {lons[i]!r} outside [-180, 180]"
+                reason = f"longitude {lon[i].item()!r} outside [-180, 180]"
             elif bad_value[i]:
-                reason = f"non-finite speed {speeds[i]!r}"
+                reason = f"non-finite speed {read.speed[i].item()!r}"
             else:
-                reason = f"speed {speeds[i]!r} outside [0, {U!r}]"
+                reason = f"speed {read.speed[i].item()!r} outside [0, {U!r}]"
             errors.append((int(numbers[i]), reason))
         rejected = len(errors)
         errors = [
@@ -187,6 +219,35 @@ class FeedReader:
             dropped_zero=int(zero.sum()),
             errors=errors,
         )
+
+
+@dataclass
+class _Rows:
+    """Entities read (``numbers``, 1-based, ascending, and their fields as columns) and
+    the rejections so far."""
+
+    errors: list[tuple[int, str]]
+    numbers: np.ndarray
+    vehicles: list[str]
+    seconds: np.ndarray
+    lat: np.ndarray
+    lon: np.ndarray
+    speed: np.ndarray
+
+    def merge(self, other: _Rows) -> _Rows:
+        """Both sets of rows, in entity order."""
+        order = np.argsort(np.concatenate([self.numbers, other.numbers]), kind="stable")
+        vehicles = self.vehicles + other.vehicles
+        columns = (
+            np.concatenate([a, b])[order]
+            for a, b in ((self.numbers, other.numbers), (self.seconds, other.seconds),
+                         (self.lat, other.lat), (self.lon, other.lon), (self.speed, other.speed))
+        )  # fmt: skip
+        numbers, seconds, lat, lon, speed = columns
+        return _Rows(
+            self.errors + other.errors, numbers, [vehicles[i] for i in order.tolist()],
+            seconds, lat, lon, speed,
+        )  # fmt: skip
 
 
 def _unusable(entity: gtfs_realtime_pb2.FeedEntity, vid: str, ts: int | None) -> str | None:
