@@ -9,18 +9,17 @@ length or column count, broken quoting) raise :class:`CsvFormatError`.
 from __future__ import annotations
 
 import csv
-import itertools
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
-import h3.api.basic_int as h3i
 import numpy as np
 
 from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_fast import fast_delimiter, scan_plain
 from app.ingest.csv_text import MAX_LINE_CHARS, CsvFormatError, iter_lines, text_blocks
+from app.ingest.h3_cells import cells
 from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us
 
 __all__ = [
@@ -188,9 +187,8 @@ class RecordReader:
         naive = ~np.concatenate(acc.aware)
         if naive.any():
             ts[naive] = localize_us(ts[naive], opts.timezone)
-        res = itertools.repeat(opts.h3_resolution)
-        lat, lon = np.concatenate(acc.lat).tolist(), np.concatenate(acc.lon).tolist()
-        grid_codes, new_grids = self._grids.codes(list(map(h3i.latlng_to_cell, lat, lon, res)), ts)
+        cell = cells(np.concatenate(acc.lat), np.concatenate(acc.lon), opts.h3_resolution)
+        grid_codes, new_grids = self._grids.codes(cell, ts)
         return Batch(
             user_codes=np.concatenate(acc.users),
             grid_codes=grid_codes,

@@ -15,11 +15,9 @@ its exact value (what the shortest decimal of it reads back as in a CSV).
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-import h3.api.basic_int as h3i
 import numpy as np
 from google.protobuf.message import DecodeError
 from google.transit import gtfs_realtime_pb2
@@ -27,6 +25,7 @@ from google.transit import gtfs_realtime_pb2
 from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_records import MAX_REPORTED_ERRORS, ParseOptions
 from app.ingest.gtfs_fast import HAS_SPEED, HAS_TS, ODD, scan_entities
+from app.ingest.h3_cells import cells
 from app.ingest.timeslots import MAX_US, MIN_US
 
 __all__ = ["FeedFormatError", "FeedReader", "entity_label"]
@@ -196,8 +195,7 @@ class FeedReader:
         ]
         keep = np.flatnonzero(ok & ~zero & ~rejected_oor)
         n = len(keep)
-        res = itertools.repeat(opts.h3_resolution, n)
-        cells = list(map(h3i.latlng_to_cell, lat[keep].tolist(), lon[keep].tolist(), res))
+        cell = cells(lat[keep], lon[keep], opts.h3_resolution)
         kept = [vehicles[i] for i in keep.tolist()]
         user_codes = self._user_codes
         new_users = [vid for vid in dict.fromkeys(kept) if vid not in user_codes]
@@ -205,7 +203,7 @@ class FeedReader:
             user_codes[vid] = len(user_codes)
         users = np.fromiter(map(user_codes.__getitem__, kept), dtype=np.int64, count=n)
         ts_kept = ts[keep]
-        grid_codes, new_grids = self._grids.codes(cells, ts_kept)
+        grid_codes, new_grids = self._grids.codes(cell, ts_kept)
         return Batch(
             user_codes=users,
             grid_codes=grid_codes,

@@ -8,8 +8,10 @@ import numpy as np
 
 from app.ingest.csv_fast import scan_plain
 from app.ingest.gtfs_fast import scan_entities
+from app.ingest.h3_cells import cells
 
 scan_plain(
     np.frombuffer(b"u,0,0,0,0\n", np.uint8), 0, 1, 1, 44, (0, 1, 2, 3, 4), 5, 1.0, False, False
 )
 scan_entities(np.frombuffer(b"\x12\x00", np.uint8), 0, 1)
+cells(np.zeros(1), np.zeros(1), 0)
