@@ -24,7 +24,7 @@ from google.transit import gtfs_realtime_pb2
 
 from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_records import MAX_REPORTED_ERRORS, ParseOptions
-from app.ingest.gtfs_fast import HAS_SPEED, HAS_TS, ODD, scan_entities
+from app.ingest.gtfs_fast import HAS_SPEED, HAS_TS, ODD, EntityFields, scan_entities
 from app.ingest.h3_cells import cells
 from app.ingest.timeslots import MAX_US, MIN_US
 
@@ -50,43 +50,70 @@ class FeedReader:
     """Read one serialized ``FeedMessage``: :meth:`batches` yields :class:`Batch` objects
     of at most ``batch_rows`` entities; ``errors`` are ``(entity number, reason)``.
 
-    ``FeedReader(body, options)`` parses the body at once and raises
-    :class:`FeedFormatError` when it is not a ``FeedMessage``.
+    The bindings parse the body (:attr:`message`) when an entity has to be read from the
+    message, and at the end of :meth:`batches` to check it is a ``FeedMessage``: until
+    then the entities are read from the bytes (:mod:`app.ingest.gtfs_fast`), so parsing
+    overlaps the writing of the batches. With ``fast=False`` the body is parsed at once,
+    and every entity read from the message. :class:`FeedFormatError` is raised when the
+    body is not a ``FeedMessage``: by the constructor, or by :meth:`batches` (after the
+    batches before, all of them in the upload's one transaction).
     """
 
     def __init__(self, body: bytes, options: ParseOptions, *, fast: bool = True) -> None:
-        message = gtfs_realtime_pb2.FeedMessage()
-        try:
-            message.ParseFromString(body)
-        except DecodeError as exc:
-            raise FeedFormatError(
-                f"the body is not a GTFS-Realtime FeedMessage ({exc}); send the feed's bytes "
-                "as they are, with Content-Type: application/x-protobuf"
-            ) from None
         self.options = options
-        self.header_ts: int | None = (
-            message.header.timestamp if message.header.HasField("timestamp") else None
-        )
-        self._entities = message.entity
         self._body = body
+        self._message: gtfs_realtime_pb2.FeedMessage | None = None
         self._at = 0 if fast else -1  # where the fast path continues (-1: not used)
         self._user_codes: dict[str, int] = {}
         self._grids = GridCoder(options.timezone, options.timeslot_minutes)
+        if not fast:
+            self.message  # noqa: B018 - parsed now
+
+    @property
+    def message(self) -> gtfs_realtime_pb2.FeedMessage:
+        """The body parsed by the bindings (:class:`FeedFormatError` if it is not a feed)."""
+        if self._message is None:
+            message = gtfs_realtime_pb2.FeedMessage()
+            try:
+                message.ParseFromString(self._body)
+            except DecodeError as exc:
+                raise FeedFormatError(
+                    f"the body is not a GTFS-Realtime FeedMessage ({exc}); send the feed's "
+                    "bytes as they are, with Content-Type: application/x-protobuf"
+                ) from None
+            self._message = message
+        return self._message
+
+    @property
+    def header_ts(self) -> int | None:
+        header = self.message.header
+        return header.timestamp if header.HasField("timestamp") else None
 
     def __len__(self) -> int:
-        return len(self._entities)
+        return len(self.message.entity)
 
     def batches(self, batch_rows: int) -> Iterator[Batch]:
-        for start in range(0, len(self._entities), batch_rows):
-            yield self._read_batch(start, min(start + batch_rows, len(self._entities)))
+        start = 0
+        while self._at >= 0:  # entities read from the bytes while the scan can
+            fields = scan_entities(np.frombuffer(self._body, np.uint8), self._at, batch_rows)
+            if fields.end < 0:
+                self._at = -1  # this batch and the rest from the message
+            elif fields.count:
+                self._at = fields.end if fields.count == batch_rows else -2  # -2: all read
+                yield self._read_fields(fields, start)
+                start += fields.count
+            else:
+                self._at = -2
+        entities = len(self.message.entity)  # and the body is a feed, as the bindings read it
+        if self._at == -2 and entities != start:
+            raise RuntimeError(f"read {start} entities of a feed of {entities}")
+        for first in range(start if self._at == -1 else entities, entities, batch_rows):
+            stop = min(first + batch_rows, entities)
+            yield self._checked(stop - first, self._read_entities(range(first, stop)))
 
-    def _read_batch(self, start: int, stop: int) -> Batch:
-        fields = None
-        if self._at >= 0:
-            fields = scan_entities(np.frombuffer(self._body, np.uint8), self._at, stop - start)
-            self._at = fields.end if fields.count == stop - start else -1
-        if fields is None or self._at < 0:  # the rest is read from the message
-            return self._checked(stop - start, self._read_entities(range(start, stop)))
+    def _read_fields(self, fields: EntityFields, start: int) -> Batch:
+        """The batch of the entities scanned from ``start`` (0-based)."""
+        stop = start + fields.count
         # the usual entity (a vehicle id, a speed and a time) from the fields' columns
         ids = []
         for a, n in zip(fields.id_first.tolist(), fields.id_len.tolist(), strict=True):
@@ -124,7 +151,7 @@ class FeedReader:
         lats: list[float] = []
         lons: list[float] = []
         speeds: list[float] = []
-        entities = self._entities
+        entities = self.message.entity
         # An absent sub-message reads as an empty one, so the usual entity is read with
         # no HasField call (a non-zero speed is a present one); the reason of a failed
         # check is then found by _unusable.
@@ -190,7 +217,7 @@ class FeedReader:
             errors.append((int(numbers[i]), reason))
         rejected = len(errors)
         errors = [
-            (n, f"{entity_label(n, _vehicle_id(self._entities[n - 1]))}: {r}")
+            (n, f"{entity_label(n, _vehicle_id(self.message.entity[n - 1]))}: {r}")
             for n, r in sorted(errors)[:MAX_REPORTED_ERRORS]
         ]
         keep = np.flatnonzero(ok & ~zero & ~rejected_oor)

@@ -9,6 +9,7 @@ and extensions, ids that are not UTF-8, absent parts, and values out of range.
 
 from __future__ import annotations
 
+import itertools
 import random
 import struct
 from dataclasses import replace
@@ -124,14 +125,19 @@ def test_fast_and_message_paths_read_the_same_batches(seed: int) -> None:
         assert fast and fast[0][0] != "refused"
 
 
-def test_plain_feeds_are_read_in_one_scan() -> None:
-    rng = random.Random(3)
+def _plain_feed(n: int, seed: int) -> bytes:
+    """Usual entities only: a vehicle id, a time, a position and a speed each."""
+    rng = random.Random(seed)
     entities = []
-    for i in range(3000):
+    for i in range(n):
         position = _f32(1, rng.uniform(29, 31)) + _f32(2, rng.uniform(-98, -97))
         vehicle = _len(8, _len(1, f"v{i % 50}".encode())) + _key(5, 0) + _varint(1480168800 + i)
         entities.append(_len(4, vehicle + _len(2, position + _f32(5, rng.uniform(0, 30)))))
-    body = _len(1, _len(1, b"2.0")) + b"".join(_len(2, e) for e in entities)
+    return _len(1, _len(1, b"2.0")) + b"".join(_len(2, e) for e in entities)
+
+
+def test_plain_feeds_are_read_in_one_scan() -> None:
+    body = _plain_feed(3000, 3)
     fields = scan_entities(np.frombuffer(body, np.uint8), 0, 5000)
     assert (fields.end, fields.count, len(fields.id_first)) == (len(body), 3000, 50)
     assert (fields.flags == 3).all()
@@ -145,3 +151,14 @@ def test_a_group_stops_the_scan_and_the_rest_is_read_from_the_message() -> None:
     fields = scan_entities(np.frombuffer(body, np.uint8), 0, 100)
     assert fields.end == -1
     assert _read(body, OPTIONS, 10, fast=True) == _read(body, OPTIONS, 10, fast=False)
+
+
+def test_a_body_the_bindings_refuse_is_refused_after_its_batches() -> None:
+    body = _plain_feed(30, 5) + _len(1, _key(3, 0) + b"\xff")  # a header: truncated varint
+    reader = FeedReader(body, OPTIONS)
+    batches = reader.batches(10)
+    assert [b.rows for b in itertools.islice(batches, 3)] == [10, 10, 10]
+    with pytest.raises(FeedFormatError, match="not a GTFS-Realtime FeedMessage"):
+        next(batches)
+    with pytest.raises(FeedFormatError):
+        FeedReader(body, OPTIONS, fast=False)
