@@ -1,16 +1,16 @@
 """The feed reader's fast path: the vehicle positions of a ``FeedMessage`` read from its
 bytes by one compiled loop (numba), instead of a Python object per field.
 
-:class:`app.ingest.gtfs_realtime.FeedReader` still parses the body with the bindings
-first (what is a valid feed, and its header, are theirs to say); :func:`scan_entities`
-then walks the same bytes (the protobuf wire format,
-https://protobuf.dev/programming-guides/encoding/) and takes, per entity, what the reader
-uses: ``vehicle.vehicle.id``, ``vehicle.timestamp``, ``vehicle.position``'s latitude,
-longitude and speed, and whether each is present. Other fields are skipped by their wire
-type. An entity whose fields are not each given once with their declared wire type (which
-the bindings would merge, or keep as unknown) is flagged :data:`ODD`, and the reader reads
-it from the parsed message instead; a wire type that cannot be skipped (a group, or
-anything invalid) stops the scan, and the reader reads the rest of the feed that way.
+:func:`scan_entities` walks the body (the protobuf wire format,
+https://protobuf.dev/programming-guides/encoding/) and takes, per entity, what
+:class:`app.ingest.gtfs_realtime.FeedReader` uses: ``vehicle.vehicle.id``,
+``vehicle.timestamp``, ``vehicle.position``'s latitude, longitude and speed, and whether
+each is present. Other fields are skipped by their wire type. An entity whose fields are
+not each given once with their declared wire type (which the bindings would merge, or
+keep as unknown) is flagged :data:`ODD`, and the reader reads it from the message the
+bindings parse; a wire type that cannot be skipped (a group, or anything invalid) stops
+the scan, and the reader reads the rest of the feed that way. Whether the body is a
+``FeedMessage`` at all is the bindings' to say: the reader has them parse it too.
 """
 
 from __future__ import annotations
