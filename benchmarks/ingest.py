@@ -50,10 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: harness (an A/B against the code before: ``git worktree add /tmp/base main``).
 CODE = os.environ.get("DPGATE_BENCH_CODE", str(ROOT))
 sys.path.insert(0, CODE)
-# The parsing processes' fork server starts as ``python -c`` in the current directory,
-# which comes first on its path (Python 3.11's forkserver ignores ours): from the root of
-# another checkout, it would parse with that checkout's ``app``.
-os.chdir(CODE)
+os.chdir(CODE)  # the parsing fork server imports app from its start directory (3.11)
 
 PG_URL = os.environ.get(
     "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
