@@ -27,14 +27,14 @@ maps the few distinct ids to the upload's codes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numba import njit
 
 from app.ingest.timeslots import MAX_US, MIN_US
 
-__all__ = ["PlainRun", "fast_delimiter", "scan_plain"]
+__all__ = ["KeptRows", "PlainRun", "fast_delimiter", "scan_plain"]
 
 _DAY_US = 86_400_000_000
 _LOW_US = MIN_US + _DAY_US  # the reader's bounds (a day of slack for wall times)
@@ -74,6 +74,53 @@ class PlainRun:
     lat: np.ndarray
     lon: np.ndarray
     values: np.ndarray
+
+
+@dataclass
+class KeptRows:
+    """A batch being read: its tallies, and its kept rows as arrays, in order: the runs of
+    :func:`scan_plain`, and between them the rows read the usual way (gathered in
+    ``slow``: user code, µs, has offset, latitude, longitude, value; then flushed)."""
+
+    rows: int = 0
+    kept: int = 0
+    rejected: int = 0
+    clamped: int = 0
+    dropped: int = 0
+    errors: list[tuple[int, str]] = field(default_factory=list)
+    new_users: list[str] = field(default_factory=list)
+    users: list[np.ndarray] = field(default_factory=list)
+    ts: list[np.ndarray] = field(default_factory=list)
+    aware: list[np.ndarray] = field(default_factory=list)
+    lat: list[np.ndarray] = field(default_factory=list)
+    lon: list[np.ndarray] = field(default_factory=list)
+    values: list[np.ndarray] = field(default_factory=list)
+    slow: tuple[list, ...] = field(default_factory=lambda: ([], [], [], [], [], []))
+
+    def flush(self) -> None:
+        """Move the rows gathered in ``slow`` to the arrays."""
+        users, ts, aware, lat, lon, values = self.slow
+        self.users.append(np.array(users, dtype=np.int64))
+        self.ts.append(np.array(ts, dtype=np.int64))
+        self.aware.append(np.array(aware, dtype=np.bool_))
+        self.lat.append(np.array(lat, dtype=np.float64))
+        self.lon.append(np.array(lon, dtype=np.float64))
+        self.values.append(np.array(values, dtype=np.float64))
+        self.slow = ([], [], [], [], [], [])
+
+    def add_run(self, run: PlainRun, user_codes: np.ndarray) -> None:
+        """Add a run's rows (after those gathered so far), their users as ``user_codes``."""
+        self.flush()
+        self.users.append(user_codes)
+        self.ts.append(run.ts_us)
+        self.aware.append(run.aware)
+        self.lat.append(run.lat)
+        self.lon.append(run.lon)
+        self.values.append(run.values)
+        self.kept += len(run.ts_us)
+        self.rows += run.lines
+        self.dropped += run.dropped
+        self.clamped += run.clamped
 
 
 def scan_plain(

@@ -9,7 +9,9 @@ length or column count, broken quoting) raise :class:`CsvFormatError`.
 from __future__ import annotations
 
 import csv
+import itertools
 import math
+import operator
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
@@ -17,7 +19,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 
 from app.ingest.batches import Batch, GridCoder
-from app.ingest.csv_fast import fast_delimiter, scan_plain
+from app.ingest.csv_fast import KeptRows, fast_delimiter, scan_plain
 from app.ingest.csv_text import MAX_LINE_CHARS, CsvFormatError, iter_lines, text_blocks
 from app.ingest.h3_cells import cells
 from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us
@@ -118,7 +120,7 @@ class RecordReader:
         self._text = ""  # the current block of whole lines, read up to _at
         self._at = 0
         self._data: np.ndarray | None = None  # its bytes, when ASCII (for the fast path)
-        self._line_no = 0  # lines read so far
+        self._plain_lines = 0  # lines read by the fast path (csv counts the others)
         self._reader = csv.reader(self._lines(), delimiter=options.delimiter, strict=False)
         try:
             header = next(self._reader, None)
@@ -139,15 +141,28 @@ class RecordReader:
         self._run_rows = RUN_ROWS
 
     def _lines(self) -> Iterator[str]:
-        """The lines left, for ``csv`` (which reads a row's lines, never more)."""
+        """The lines left, for ``csv`` (which reads a row's lines, never more). A block the
+        fast path cannot read is handed over whole (its offset moves at its end)."""
         while True:
             if self._at >= len(self._text) and not self._next_block():
                 return
+            if self._data is None:
+                lines = self._text[self._at :].split("\n")
+                last = lines.pop()  # "" after a final newline, else the file's last line
+                yield from map(operator.add, lines, itertools.repeat("\n"))
+                if last:
+                    yield last
+                self._at = len(self._text)
+                continue
             end = self._text.find("\n", self._at) + 1 or len(self._text)
             line = self._text[self._at : end]
             self._at = end
-            self._line_no += 1
             yield line
+
+    @property
+    def _line_no(self) -> int:
+        """Lines read so far."""
+        return self._reader.line_num + self._plain_lines
 
     def _next_block(self) -> bool:
         text = next(self._blocks, None)
@@ -171,7 +186,7 @@ class RecordReader:
                 yield batch
 
     def _read_batch(self, batch_rows: int) -> Batch:
-        acc = _Rows()
+        acc = KeptRows()
         while acc.kept < batch_rows:
             if self._at >= len(self._text) and not self._next_block():
                 self._done = True
@@ -203,7 +218,7 @@ class RecordReader:
             errors=acc.errors,
         )
 
-    def _read_plain(self, acc: _Rows, batch_rows: int) -> None:
+    def _read_plain(self, acc: KeptRows, batch_rows: int) -> None:
         """Read the run of plain lines at the current offset (:mod:`app.ingest.csv_fast`),
         at most ``_run_rows`` lines: more after a full run, fewer after a stop (the room
         for a run is allocated at each call)."""
@@ -233,21 +248,11 @@ class RecordReader:
                 code = user_codes[user] = len(user_codes)
                 acc.new_users.append(user)
             codes.append(code)
-        acc.flush()
-        acc.users.append(np.array(codes, dtype=np.int64)[run.user_index])
-        acc.ts.append(run.ts_us)
-        acc.aware.append(run.aware)
-        acc.lat.append(run.lat)
-        acc.lon.append(run.lon)
-        acc.values.append(run.values)
-        acc.kept += len(run.ts_us)
-        acc.rows += run.lines
-        acc.dropped += run.dropped
-        acc.clamped += run.clamped
+        acc.add_run(run, np.array(codes, dtype=np.int64)[run.user_index])
         self._at = run.end
-        self._line_no += run.lines
+        self._plain_lines += run.lines
 
-    def _read_rows(self, acc: _Rows, batch_rows: int) -> bool:
+    def _read_rows(self, acc: KeptRows, batch_rows: int) -> bool:
         """Read rows the usual way until the batch is full or, where the fast path may
         read the text, ``_slow_rows`` rows were read. False at the end of the file."""
         opts = self.options
@@ -262,7 +267,9 @@ class RecordReader:
         user_codes = self._user_codes
         new_users, errors = acc.new_users, acc.errors
         users, ts, aware, lats, lons, values = acc.slow
-        last = self._line_no
+        plain_lines = self._plain_lines
+        last = reader.line_num + plain_lines
+        rows, kept, budget = acc.rows, acc.kept, self._slow_rows  # written back at the end
 
         def reject(line: int, reason: str) -> None:
             acc.rejected += 1
@@ -270,23 +277,23 @@ class RecordReader:
                 errors.append((line, reason))
 
         try:
-            while self._slow_rows > 0 or self._data is None:
+            while budget > 0 or self._data is None:
                 row = next(reader, None)
                 if row is None:
                     return False
-                self._slow_rows -= 1
+                budget -= 1
                 line = last + 1
-                last = self._line_no
+                last = reader.line_num + plain_lines
                 if not row:
                     continue  # a blank line is not a record
-                acc.rows += 1
+                rows += 1
                 if len(row) != ncols:
                     if len(row) > MAX_COLUMNS:
                         raise CsvFormatError(
                             f"line {line} has {len(row)} fields (at most {MAX_COLUMNS})"
                         )
                     if len(row) == 1 and not row[0].strip():
-                        acc.rows -= 1
+                        rows -= 1
                         continue  # whitespace-only line
                     reject(line, f"expected {ncols} fields, got {len(row)}")
                     continue
@@ -352,44 +359,11 @@ class RecordReader:
                 lats.append(lat)
                 lons.append(lon)
                 values.append(value)
-                acc.kept += 1
-                if acc.kept >= batch_rows:
+                kept += 1
+                if kept >= batch_rows:
                     return True
         except csv.Error as exc:
             raise CsvFormatError(f"malformed CSV at line {last + 1}: {exc}") from None
+        finally:
+            acc.rows, acc.kept, self._slow_rows = rows, kept, budget
         return True
-
-
-@dataclass
-class _Rows:
-    """A batch being read: its tallies, and its kept rows as arrays (runs read by the fast
-    path, and the rows read the usual way, gathered in ``slow`` and flushed in order)."""
-
-    rows: int = 0
-    kept: int = 0
-    rejected: int = 0
-    clamped: int = 0
-    dropped: int = 0
-    errors: list[tuple[int, str]] = field(default_factory=list)
-    new_users: list[str] = field(default_factory=list)
-    users: list[np.ndarray] = field(default_factory=list)
-    ts: list[np.ndarray] = field(default_factory=list)
-    aware: list[np.ndarray] = field(default_factory=list)
-    lat: list[np.ndarray] = field(default_factory=list)
-    lon: list[np.ndarray] = field(default_factory=list)
-    values: list[np.ndarray] = field(default_factory=list)
-    slow: tuple[list, list, list, list, list, list] = field(default_factory=lambda: _no_rows())
-
-    def flush(self) -> None:
-        users, ts, aware, lat, lon, values = self.slow
-        self.users.append(np.array(users, dtype=np.int64))
-        self.ts.append(np.array(ts, dtype=np.int64))
-        self.aware.append(np.array(aware, dtype=np.bool_))
-        self.lat.append(np.array(lat, dtype=np.float64))
-        self.lon.append(np.array(lon, dtype=np.float64))
-        self.values.append(np.array(values, dtype=np.float64))
-        self.slow = _no_rows()
-
-
-def _no_rows() -> tuple[list, list, list, list, list, list]:
-    return ([], [], [], [], [], [])
