@@ -48,7 +48,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 #: ``DPGATE_BENCH_CODE``: measure the ``app`` package of another checkout with this same
 #: harness (an A/B against the code before: ``git worktree add /tmp/base main``).
-sys.path.insert(0, os.environ.get("DPGATE_BENCH_CODE", str(ROOT)))
+CODE = os.environ.get("DPGATE_BENCH_CODE", str(ROOT))
+sys.path.insert(0, CODE)
+os.chdir(CODE)  # the parsing fork server imports app from its start directory (3.11)
 
 PG_URL = os.environ.get(
     "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"

@@ -51,7 +51,9 @@ class GridCoder:
         self.minutes = timeslot_minutes
         self._codes: dict[tuple[int, int], int] = {}
 
-    def codes(self, cells: Sequence[int], ts_us: np.ndarray) -> tuple[np.ndarray, list]:
+    def codes(
+        self, cells: Sequence[int] | np.ndarray, ts_us: np.ndarray
+    ) -> tuple[np.ndarray, list]:
         """``(grid code per row, the keys first seen here)`` for rows at UTC ``ts_us``."""
         if not len(cells):
             return np.empty(0, dtype=np.int64), []

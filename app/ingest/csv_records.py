@@ -8,7 +8,6 @@ length or column count, broken quoting) raise :class:`CsvFormatError`.
 
 from __future__ import annotations
 
-import codecs
 import csv
 import itertools
 import math
@@ -17,10 +16,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from zoneinfo import ZoneInfo
 
-import h3.api.basic_int as h3i
 import numpy as np
 
 from app.ingest.batches import Batch, GridCoder
+from app.ingest.csv_fast import KeptRows, fast_delimiter, scan_plain
+from app.ingest.csv_text import MAX_LINE_CHARS, CsvFormatError, iter_lines, text_blocks
+from app.ingest.h3_cells import cells
 from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us
 
 __all__ = [
@@ -33,18 +34,19 @@ __all__ = [
     "ParseOptions",
     "RecordReader",
     "iter_lines",
+    "text_blocks",
 ]
 
-#: A physical line longer than this (characters) refuses the file.
-MAX_LINE_CHARS = 1 << 20
 #: A header or row with more fields than this refuses the file.
 MAX_COLUMNS = 1000
+#: Lines a fast-path run may read: at first, and after doubling on each full run.
+RUN_ROWS = 1024
+MAX_RUN_ROWS = 1 << 16
+#: A run shorter than this before an unusual line doubles the lines read the usual way
+#: before the next try (mostly unusual text is then read almost only the usual way).
+SHORT_RUN = 16
 #: How many rejection reasons an upload reports (all are counted).
 MAX_REPORTED_ERRORS = 100
-
-
-class CsvFormatError(ValueError):
-    """The file as a whole cannot be read as the expected CSV."""
 
 
 @dataclass(frozen=True)
@@ -73,46 +75,6 @@ class ParseOptions:
     drop_zero: bool = False
     reject_out_of_range: bool = False
     delimiter: str = ","
-
-
-def iter_lines(chunks: Iterable[bytes], max_line_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
-    """Decode UTF-8 byte chunks (a leading BOM is dropped) into ``\\n``-terminated lines.
-
-    Holds at most one chunk and one partial line in memory; a line longer than
-    ``max_line_chars`` or bytes that are not UTF-8 raise :class:`CsvFormatError`.
-    Lines are handed out by C-level iterators, one per chunk.
-    """
-    return itertools.chain.from_iterable(_chunk_lines(chunks, max_line_chars))
-
-
-def _chunk_lines(chunks: Iterable[bytes], max_line_chars: int) -> Iterator[Iterator[str]]:
-    decoder = codecs.getincrementaldecoder("utf-8-sig")("strict")
-    pending = ""
-    offset = 0
-    lineno = 0
-    for chunk in itertools.chain(chunks, [None]):
-        final = chunk is None
-        try:
-            text = decoder.decode(b"" if chunk is None else chunk, final=final)
-        except UnicodeDecodeError as exc:
-            raise CsvFormatError(
-                f"the file is not valid UTF-8 (near byte {offset + exc.start}, after line {lineno})"
-            ) from None
-        offset += 0 if chunk is None else len(chunk)
-        if not text:
-            continue
-        lines = (pending + text).split("\n") if pending else text.split("\n")
-        pending = lines.pop()
-        if len(pending) > max_line_chars:
-            raise CsvFormatError(f"line {lineno + len(lines) + 1} is longer than {max_line_chars}")
-        if lines:
-            if max(map(len, lines)) > max_line_chars:
-                n = next(i for i, line in enumerate(lines) if len(line) > max_line_chars)
-                raise CsvFormatError(f"line {lineno + n + 1} is longer than {max_line_chars}")
-            lineno += len(lines)
-            yield map(operator.add, lines, itertools.repeat("\n"))
-    if pending:
-        yield iter((pending,))
 
 
 def _resolve_header(header: list[str], columns: ColumnMap) -> tuple[int, ...]:
@@ -145,11 +107,21 @@ class RecordReader:
     ``RecordReader(chunks, options)`` reads and checks the header at once
     (raising :class:`CsvFormatError`); :meth:`batches` then yields
     :class:`Batch` objects of at most ``batch_rows`` kept rows.
+
+    Runs of plain lines in ASCII text are read by the compiled loop of
+    :mod:`app.ingest.csv_fast`; every other line, and all of them with ``fast=False``,
+    the usual way (``csv`` and the row checks below): the batches are the same.
     """
 
-    def __init__(self, chunks: Iterable[bytes], options: ParseOptions) -> None:
+    def __init__(self, chunks: Iterable[bytes], options: ParseOptions, *, fast: bool = True):
         self.options = options
-        self._reader = csv.reader(iter_lines(chunks), delimiter=options.delimiter, strict=False)
+        self._delimiter = fast_delimiter(options.delimiter) if fast else -1
+        self._blocks = text_blocks(chunks)
+        self._text = ""  # the current block of whole lines, read up to _at
+        self._at = 0
+        self._data: np.ndarray | None = None  # its bytes, when ASCII (for the fast path)
+        self._plain_lines = 0  # lines read by the fast path (csv counts the others)
+        self._reader = csv.reader(self._lines(), delimiter=options.delimiter, strict=False)
         try:
             header = next(self._reader, None)
         except csv.Error as exc:
@@ -160,18 +132,52 @@ class RecordReader:
             raise CsvFormatError("the file is empty (a header line is required)")
         self.header = header
         self.index = _resolve_header(header, options.columns)
-        self._last_line = self._reader.line_num
         self._done = False
         self._parse_ts = TimestampParser()
         self._user_codes: dict[str, int] = {}
         self._grids = GridCoder(options.timezone, options.timeslot_minutes)
+        self._slow_rows = 0  # rows to read the usual way before the fast path is tried again
+        self._backoff = 1
+        self._run_rows = RUN_ROWS
+
+    def _lines(self) -> Iterator[str]:
+        """The lines left, for ``csv`` (which reads a row's lines, never more). A block the
+        fast path cannot read is handed over whole (its offset moves at its end)."""
+        while True:
+            if self._at >= len(self._text) and not self._next_block():
+                return
+            if self._data is None:
+                lines = self._text[self._at :].split("\n")
+                last = lines.pop()  # "" after a final newline, else the file's last line
+                yield from map(operator.add, lines, itertools.repeat("\n"))
+                if last:
+                    yield last
+                self._at = len(self._text)
+                continue
+            end = self._text.find("\n", self._at) + 1 or len(self._text)
+            line = self._text[self._at : end]
+            self._at = end
+            yield line
+
+    @property
+    def _line_no(self) -> int:
+        """Lines read so far."""
+        return self._reader.line_num + self._plain_lines
+
+    def _next_block(self) -> bool:
+        text = next(self._blocks, None)
+        if text is None:
+            return False
+        self._text, self._at = text, 0
+        plain = self._delimiter >= 0 and text.isascii()
+        self._data = np.frombuffer(text.encode("ascii"), np.uint8) if plain else None
+        return True
 
     def _next_or_none(self) -> list[str] | None:
         try:
             return next(self._reader, None)
         except csv.Error as exc:
-            line = self._reader.line_num
-            raise CsvFormatError(f"malformed CSV after line {line}: {exc}") from None
+            raise CsvFormatError(f"malformed CSV after line {self._line_no}: {exc}") from None
 
     def batches(self, batch_rows: int) -> Iterator[Batch]:
         while not self._done:
@@ -180,40 +186,104 @@ class RecordReader:
                 yield batch
 
     def _read_batch(self, batch_rows: int) -> Batch:
+        acc = KeptRows()
+        while acc.kept < batch_rows:
+            if self._at >= len(self._text) and not self._next_block():
+                self._done = True
+                break
+            if self._data is not None and self._slow_rows <= 0:
+                self._read_plain(acc, batch_rows)
+            elif not self._read_rows(acc, batch_rows):
+                self._done = True
+                break
+        acc.flush()
+        opts = self.options
+        ts = np.concatenate(acc.ts)
+        naive = ~np.concatenate(acc.aware)
+        if naive.any():
+            ts[naive] = localize_us(ts[naive], opts.timezone)
+        cell = cells(np.concatenate(acc.lat), np.concatenate(acc.lon), opts.h3_resolution)
+        grid_codes, new_grids = self._grids.codes(cell, ts)
+        return Batch(
+            user_codes=np.concatenate(acc.users),
+            grid_codes=grid_codes,
+            ts_us=ts,
+            values=np.concatenate(acc.values),
+            new_users=acc.new_users,
+            new_grids=new_grids,
+            rows=acc.rows,
+            rejected=acc.rejected,
+            clamped=acc.clamped,
+            dropped_zero=acc.dropped,
+            errors=acc.errors,
+        )
+
+    def _read_plain(self, acc: KeptRows, batch_rows: int) -> None:
+        """Read the run of plain lines at the current offset (:mod:`app.ingest.csv_fast`),
+        at most ``_run_rows`` lines: more after a full run, fewer after a stop (the room
+        for a run is allocated at each call)."""
+        assert self._data is not None
+        opts = self.options
+        room = min(self._run_rows, batch_rows - acc.kept)
+        run = scan_plain(
+            self._data, self._at, room, room, self._delimiter, self.index, len(self.header),
+            opts.value_bound, opts.drop_zero, opts.reject_out_of_range,
+        )  # fmt: skip
+        if run.lines == room:
+            self._run_rows = min(2 * self._run_rows, MAX_RUN_ROWS)
+        elif run.end < len(self._data):  # at an unusual line: read it the usual way, and
+            # after a short run more of them (twice as many each time), then retry
+            short = run.lines < SHORT_RUN
+            self._slow_rows = self._backoff if short else 1
+            self._backoff = min(2 * self._backoff, 4096) if short else 1
+            self._run_rows = RUN_ROWS
+        if not run.lines:
+            return
+        user_codes = self._user_codes
+        codes = []
+        for first, n in zip(run.user_first.tolist(), run.user_len.tolist(), strict=True):
+            user = self._text[first : first + n]
+            code = user_codes.get(user)
+            if code is None:
+                code = user_codes[user] = len(user_codes)
+                acc.new_users.append(user)
+            codes.append(code)
+        acc.add_run(run, np.array(codes, dtype=np.int64)[run.user_index])
+        self._at = run.end
+        self._plain_lines += run.lines
+
+    def _read_rows(self, acc: KeptRows, batch_rows: int) -> bool:
+        """Read rows the usual way until the batch is full or, where the fast path may
+        read the text, ``_slow_rows`` rows were read. False at the end of the file."""
         opts = self.options
         iu, it, ila, ilo, iv = self.index
         ncols = len(self.header)
         U = float(opts.value_bound)
-        res = opts.h3_resolution
         drop_zero = opts.drop_zero
         reject_oor = opts.reject_out_of_range
-        to_cell = h3i.latlng_to_cell
         isfinite = math.isfinite
         parse_ts = self._parse_ts
         reader = self._reader
-
         user_codes = self._user_codes
-        new_users: list[str] = []
-        users: list[int] = []
-        ts: list[int] = []
-        naive: list[int] = []
-        cells: list[int] = []
-        values: list[float] = []
-        errors: list[tuple[int, str]] = []
-        rows = rejected = clamped = dropped = 0
-        last = self._last_line
+        new_users, errors = acc.new_users, acc.errors
+        users, ts, aware, lats, lons, values = acc.slow
+        plain_lines = self._plain_lines
+        last = reader.line_num + plain_lines
+        rows, kept, budget = acc.rows, acc.kept, self._slow_rows  # written back at the end
 
         def reject(line: int, reason: str) -> None:
-            nonlocal rejected
-            rejected += 1
+            acc.rejected += 1
             if len(errors) < MAX_REPORTED_ERRORS:
                 errors.append((line, reason))
 
-        kept = 0
         try:
-            for row in reader:
+            while budget > 0 or self._data is None:
+                row = next(reader, None)
+                if row is None:
+                    return False
+                budget -= 1
                 line = last + 1
-                last = reader.line_num
+                last = reader.line_num + plain_lines
                 if not row:
                     continue  # a blank line is not a record
                 rows += 1
@@ -233,7 +303,7 @@ class RecordReader:
                     continue
                 text = row[it]
                 try:
-                    us, aware = parse_ts(text)
+                    us, aware_ = parse_ts(text)
                 except (ValueError, OverflowError):
                     reject(line, f"unparsable timestamp {_short(text)}")
                     continue
@@ -271,48 +341,29 @@ class RecordReader:
                     reject(line, f"non-finite value {_short(text)}")
                     continue
                 if value == 0.0 and drop_zero:
-                    dropped += 1
+                    acc.dropped += 1
                     continue
                 if value < 0.0 or value > U:
                     if reject_oor:
                         reject(line, f"value {value!r} outside [0, {U!r}]")
                         continue
                     value = 0.0 if value < 0.0 else U
-                    clamped += 1
-                if not aware:
-                    naive.append(len(users))
+                    acc.clamped += 1
                 code = user_codes.get(user)
                 if code is None:
                     code = user_codes[user] = len(user_codes)
                     new_users.append(user)
                 users.append(code)
                 ts.append(us)
-                cells.append(to_cell(lat, lon, res))
+                aware.append(aware_)
+                lats.append(lat)
+                lons.append(lon)
                 values.append(value)
                 kept += 1
                 if kept >= batch_rows:
-                    break
-            else:
-                self._done = True
+                    return True
         except csv.Error as exc:
             raise CsvFormatError(f"malformed CSV at line {last + 1}: {exc}") from None
-        self._last_line = last
-
-        ts_arr = np.array(ts, dtype=np.int64)
-        if naive:
-            idx = np.array(naive, dtype=np.int64)
-            ts_arr[idx] = localize_us(ts_arr[idx], opts.timezone)
-        grid_codes, new_grids = self._grids.codes(cells, ts_arr)
-        return Batch(
-            user_codes=np.array(users, dtype=np.int64),
-            grid_codes=grid_codes,
-            ts_us=ts_arr,
-            values=np.array(values, dtype=np.float64),
-            new_users=new_users,
-            new_grids=new_grids,
-            rows=rows,
-            rejected=rejected,
-            clamped=clamped,
-            dropped_zero=dropped,
-            errors=errors,
-        )
+        finally:
+            acc.rows, acc.kept, self._slow_rows = rows, kept, budget
+        return True

@@ -15,16 +15,17 @@ its exact value (what the shortest decimal of it reads back as in a CSV).
 
 from __future__ import annotations
 
-import itertools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 
-import h3.api.basic_int as h3i
 import numpy as np
 from google.protobuf.message import DecodeError
 from google.transit import gtfs_realtime_pb2
 
 from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_records import MAX_REPORTED_ERRORS, ParseOptions
+from app.ingest.gtfs_fast import HAS_SPEED, HAS_TS, ODD, EntityFields, scan_entities
+from app.ingest.h3_cells import cells
 from app.ingest.timeslots import MAX_US, MIN_US
 
 __all__ = ["FeedFormatError", "FeedReader", "entity_label"]
@@ -49,46 +50,113 @@ class FeedReader:
     """Read one serialized ``FeedMessage``: :meth:`batches` yields :class:`Batch` objects
     of at most ``batch_rows`` entities; ``errors`` are ``(entity number, reason)``.
 
-    ``FeedReader(body, options)`` parses the body at once and raises
-    :class:`FeedFormatError` when it is not a ``FeedMessage``.
+    The bindings parse the body (:attr:`message`) when an entity has to be read from the
+    message, and at the end of :meth:`batches` to check it is a ``FeedMessage``: until
+    then the entities are read from the bytes (:mod:`app.ingest.gtfs_fast`), so parsing
+    overlaps the writing of the batches. With ``fast=False`` the body is parsed at once,
+    and every entity read from the message. :class:`FeedFormatError` is raised when the
+    body is not a ``FeedMessage``: by the constructor, or by :meth:`batches` (after the
+    batches before, all of them in the upload's one transaction).
     """
 
-    def __init__(self, body: bytes, options: ParseOptions) -> None:
-        message = gtfs_realtime_pb2.FeedMessage()
-        try:
-            message.ParseFromString(body)
-        except DecodeError as exc:
-            raise FeedFormatError(
-                f"the body is not a GTFS-Realtime FeedMessage ({exc}); send the feed's bytes "
-                "as they are, with Content-Type: application/x-protobuf"
-            ) from None
+    def __init__(self, body: bytes, options: ParseOptions, *, fast: bool = True) -> None:
         self.options = options
-        self.header_ts: int | None = (
-            message.header.timestamp if message.header.HasField("timestamp") else None
-        )
-        self._entities = message.entity
+        self._body = body
+        self._message: gtfs_realtime_pb2.FeedMessage | None = None
+        self._at = 0 if fast else -1  # where the fast path continues (-1: not used)
         self._user_codes: dict[str, int] = {}
         self._grids = GridCoder(options.timezone, options.timeslot_minutes)
+        if not fast:
+            self.message  # noqa: B018 - parsed now
+
+    @property
+    def message(self) -> gtfs_realtime_pb2.FeedMessage:
+        """The body parsed by the bindings (:class:`FeedFormatError` if it is not a feed)."""
+        if self._message is None:
+            message = gtfs_realtime_pb2.FeedMessage()
+            try:
+                message.ParseFromString(self._body)
+            except DecodeError as exc:
+                raise FeedFormatError(
+                    f"the body is not a GTFS-Realtime FeedMessage ({exc}); send the feed's "
+                    "bytes as they are, with Content-Type: application/x-protobuf"
+                ) from None
+            self._message = message
+        return self._message
+
+    @property
+    def header_ts(self) -> int | None:
+        header = self.message.header
+        return header.timestamp if header.HasField("timestamp") else None
 
     def __len__(self) -> int:
-        return len(self._entities)
+        return len(self.message.entity)
 
     def batches(self, batch_rows: int) -> Iterator[Batch]:
-        for start in range(0, len(self._entities), batch_rows):
-            yield self._read_batch(start, min(start + batch_rows, len(self._entities)))
+        start = 0
+        while self._at >= 0:  # entities read from the bytes while the scan can
+            fields = scan_entities(np.frombuffer(self._body, np.uint8), self._at, batch_rows)
+            if fields.end < 0:
+                self._at = -1  # this batch and the rest from the message
+            elif fields.count:
+                self._at = fields.end if fields.count == batch_rows else -2  # -2: all read
+                yield self._read_fields(fields, start)
+                start += fields.count
+            else:
+                self._at = -2
+        entities = len(self.message.entity)  # and the body is a feed, as the bindings read it
+        if self._at == -2 and entities != start:
+            raise RuntimeError(f"read {start} entities of a feed of {entities}")
+        for first in range(start if self._at == -1 else entities, entities, batch_rows):
+            stop = min(first + batch_rows, entities)
+            yield self._checked(stop - first, self._read_entities(range(first, stop)))
 
-    def _read_batch(self, start: int, stop: int) -> Batch:
+    def _read_fields(self, fields: EntityFields, start: int) -> Batch:
+        """The batch of the entities scanned from ``start`` (0-based)."""
+        stop = start + fields.count
+        # the usual entity (a vehicle id, a speed and a time) from the fields' columns
+        ids = []
+        for a, n in zip(fields.id_first.tolist(), fields.id_len.tolist(), strict=True):
+            try:
+                ids.append(self._body[a : a + n].decode().strip())
+            except UnicodeDecodeError:
+                ids.append("")  # read from the message, as the bindings decode it
+        has_id = np.array([bool(i) for i in ids] + [False])[fields.id_index]
+        usual = has_id & ((fields.flags & (HAS_SPEED | HAS_TS | ODD)) == HAS_SPEED | HAS_TS)
+        at = np.flatnonzero(usual)
+        late = fields.ts[at] >= _LATEST_S
+        errors = [
+            (n, f"timestamp {t} outside 1900-01-02..2299-12-30")
+            for n, t in zip(
+                (at[late] + start + 1).tolist(), fields.ts[at[late]].tolist(), strict=True
+            )
+        ]
+        at = at[~late]
+        rows = _Rows(
+            errors, at + start + 1, [ids[i] for i in fields.id_index[at].tolist()],
+            fields.ts[at].astype(np.int64), fields.lat[at], fields.lon[at], fields.speed[at],
+        )  # fmt: skip
+        other = np.flatnonzero(~usual)
+        if other.size:  # the others from the message, merged in entity order
+            rows = rows.merge(self._read_entities((other + start).tolist()))
+        return self._checked(stop - start, rows)
+
+    def _read_entities(self, indices: Iterable[int]) -> _Rows:
+        """Read the entities at ``indices`` (ascending) from the parsed message."""
         header_ts = self.header_ts
         errors: list[tuple[int, str]] = []
+        numbers: list[int] = []
         vehicles: list[str] = []
         seconds: list[int] = []
         lats: list[float] = []
         lons: list[float] = []
         speeds: list[float] = []
+        entities = self.message.entity
         # An absent sub-message reads as an empty one, so the usual entity is read with
         # no HasField call (a non-zero speed is a present one); the reason of a failed
         # check is then found by _unusable.
-        for number, entity in enumerate(self._entities[start:stop], start + 1):
+        for i in indices:
+            number, entity = i + 1, entities[i]
             v = entity.vehicle
             vid = v.vehicle.id.strip()
             p = v.position
@@ -106,36 +174,26 @@ class FeedReader:
             if ts >= _LATEST_S:
                 errors.append((number, f"timestamp {ts} outside 1900-01-02..2299-12-30"))
                 continue
+            numbers.append(number)
             vehicles.append(vid)
             seconds.append(ts)
             lats.append(p.latitude)
             lons.append(p.longitude)
             speeds.append(speed)
-        # the entity numbers of the rows read, for rejections by the range checks
-        skipped = np.array([n for n, _ in errors], dtype=np.int64) - (start + 1)
-        numbers = np.delete(np.arange(start + 1, stop + 1), skipped)
-        # reasons are labelled (entity, vehicle) once sorted, for the reported ones only
-        return self._checked(stop - start, errors, numbers, vehicles, seconds, lats, lons, speeds)
+        floats = (np.array(x, dtype=np.float64) for x in (lats, lons, speeds))
+        return _Rows(
+            errors, np.array(numbers, dtype=np.int64), vehicles,
+            np.array(seconds, dtype=np.int64), *floats,
+        )  # fmt: skip
 
-    def _checked(
-        self,
-        rows: int,
-        errors: list[tuple[int, str]],
-        numbers: np.ndarray,
-        vehicles: list[str],
-        seconds: list[int],
-        lats: list[float],
-        lons: list[float],
-        speeds: list[float],
-    ) -> Batch:
+    def _checked(self, rows: int, read: _Rows) -> Batch:
         """The range checks of :class:`app.ingest.csv_records.RecordReader`, on arrays and
         in its order: latitude, longitude, a finite value, ``drop_zero``, the value range."""
+        errors, numbers, vehicles = read.errors, read.numbers, read.vehicles
+        lat, lon, value = read.lat, read.lon, read.speed
         opts = self.options
         U = float(opts.value_bound)
-        ts = np.array(seconds, dtype=np.int64) * US
-        lat = np.array(lats, dtype=np.float64)
-        lon = np.array(lons, dtype=np.float64)
-        value = np.array(speeds, dtype=np.float64)
+        ts = read.seconds * US
         bad_lat = ~(np.abs(lat) <= 90.0)  # NaN included
         bad_lon = ~bad_lat & ~(np.abs(lon) <= 180.0)
         bad_value = ~bad_lat & ~bad_lon & ~np.isfinite(value)
@@ -149,23 +207,22 @@ class FeedReader:
             value = np.clip(value, 0.0, U)
         for i in np.flatnonzero(~ok | rejected_oor).tolist():
             if bad_lat[i]:
-                reason = f"latitude {lats[i]!r} outside [-90, 90]"
+                reason = f"latitude {lat[i].item()!r} outside [-90, 90]"
             elif bad_lon[i]:
-                reason = f"longitude {lons[i]!r} outside [-180, 180]"
+                reason = f"longitude {lon[i].item()!r} outside [-180, 180]"
             elif bad_value[i]:
-                reason = f"non-finite speed {speeds[i]!r}"
+                reason = f"non-finite speed {read.speed[i].item()!r}"
             else:
-                reason = f"speed {speeds[i]!r} outside [0, {U!r}]"
+                reason = f"speed {read.speed[i].item()!r} outside [0, {U!r}]"
             errors.append((int(numbers[i]), reason))
         rejected = len(errors)
         errors = [
-            (n, f"{entity_label(n, _vehicle_id(self._entities[n - 1]))}: {r}")
+            (n, f"{entity_label(n, _vehicle_id(self.message.entity[n - 1]))}: {r}")
             for n, r in sorted(errors)[:MAX_REPORTED_ERRORS]
         ]
         keep = np.flatnonzero(ok & ~zero & ~rejected_oor)
         n = len(keep)
-        res = itertools.repeat(opts.h3_resolution, n)
-        cells = list(map(h3i.latlng_to_cell, lat[keep].tolist(), lon[keep].tolist(), res))
+        cell = cells(lat[keep], lon[keep], opts.h3_resolution)
         kept = [vehicles[i] for i in keep.tolist()]
         user_codes = self._user_codes
         new_users = [vid for vid in dict.fromkeys(kept) if vid not in user_codes]
@@ -173,7 +230,7 @@ class FeedReader:
             user_codes[vid] = len(user_codes)
         users = np.fromiter(map(user_codes.__getitem__, kept), dtype=np.int64, count=n)
         ts_kept = ts[keep]
-        grid_codes, new_grids = self._grids.codes(cells, ts_kept)
+        grid_codes, new_grids = self._grids.codes(cell, ts_kept)
         return Batch(
             user_codes=users,
             grid_codes=grid_codes,
@@ -187,6 +244,35 @@ class FeedReader:
             dropped_zero=int(zero.sum()),
             errors=errors,
         )
+
+
+@dataclass
+class _Rows:
+    """Entities read (``numbers``, 1-based, ascending, and their fields as columns) and
+    the rejections so far."""
+
+    errors: list[tuple[int, str]]
+    numbers: np.ndarray
+    vehicles: list[str]
+    seconds: np.ndarray
+    lat: np.ndarray
+    lon: np.ndarray
+    speed: np.ndarray
+
+    def merge(self, other: _Rows) -> _Rows:
+        """Both sets of rows, in entity order."""
+        order = np.argsort(np.concatenate([self.numbers, other.numbers]), kind="stable")
+        vehicles = self.vehicles + other.vehicles
+        columns = (
+            np.concatenate([a, b])[order]
+            for a, b in ((self.numbers, other.numbers), (self.seconds, other.seconds),
+                         (self.lat, other.lat), (self.lon, other.lon), (self.speed, other.speed))
+        )  # fmt: skip
+        numbers, seconds, lat, lon, speed = columns
+        return _Rows(
+            self.errors + other.errors, numbers, [vehicles[i] for i in order.tolist()],
+            seconds, lat, lon, speed,
+        )  # fmt: skip
 
 
 def _unusable(entity: gtfs_realtime_pb2.FeedEntity, vid: str, ts: int | None) -> str | None:

@@ -58,9 +58,9 @@ SEND_BYTES = 256 << 10
 FEED_PIECE = 1 << 20
 
 _context = multiprocessing.get_context("forkserver")
-# The fork server imports this module (with numpy, h3, protobuf and the readers) once,
-# before it forks any child; ``__main__`` as Python does by default.
-_context.set_forkserver_preload(["__main__", __name__])
+# The fork server imports this module (with numpy, h3, protobuf and the readers) and loads
+# the compiled readers once, before it forks any child; ``__main__`` as Python does.
+_context.set_forkserver_preload(["__main__", __name__, "app.ingest.preload"])
 
 
 class ParseProcessError(RuntimeError):

@@ -16,6 +16,7 @@ import base64
 import secrets
 import tempfile
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -233,7 +234,7 @@ class Ingestor:
                 for code, users in _users_by_code(rows[back]):
                     reread_users.setdefault(code, []).append(users)
                 rows = rows[~back]
-            changed += self._store(by_id, _extend(old, rows, self.grid_ids))
+            changed += self._store(by_id, _extend(old, rows, self.grid_ids), overlap=True)
         return changed + self._store(by_id, self._read_back(reread_users))
 
     def _stored_snapshots(self, codes: np.ndarray) -> RecordArrays:
@@ -289,26 +290,43 @@ class Ingestor:
             rec = rec.sorted(by_grid=True)
             yield from summarise_grids(rec.grid_ids, rec.user_ids, rec.values)
 
-    def _store(self, by_id: dict[int, _Grid], summaries: Iterator[GridSummary]) -> int:
-        """Write the grids whose record count changed, ``STORE_GRIDS`` at a time."""
+    def _store(
+        self, by_id: dict[int, _Grid], summaries: Iterator[GridSummary], *, overlap: bool = False
+    ) -> int:
+        """Write the grids whose record count changed, ``STORE_GRIDS`` at a time. With
+        ``overlap`` (``summaries`` must not use the session), each part is written on a
+        helper thread while the next is summarised here."""
         changed = 0
+        writing: Future[int] | None = None
         new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
-        for s in summaries:
-            grid = by_id[s.grid_id]
-            if s.n_records == grid.n_records:
-                continue  # only duplicates arrived: unchanged
-            version = grid.version + 1
-            snap = (s.grid_id, version, s.user_ids, s.counts, s.values)
-            summary = (s.n_users, s.n_records, s.max_user_records, version)
-            if grid.cell is None:
-                old_grids.append((s.grid_id, *summary))
-                old_snaps.append(snap)
-            else:
-                new_grids.append((s.grid_id, "", grid.cell, grid.slot_us, *summary))
-                new_snaps.append(snap)
-            if len(new_grids) + len(old_grids) >= STORE_GRIDS:
-                changed += self._flush(new_grids, new_snaps, old_grids, old_snaps)
-                new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
+        with ThreadPoolExecutor(1, thread_name_prefix="dpgate-grids") as pool:
+            try:
+                for s in summaries:
+                    grid = by_id[s.grid_id]
+                    if s.n_records == grid.n_records:
+                        continue  # only duplicates arrived: unchanged
+                    version = grid.version + 1
+                    snap = (s.grid_id, version, s.user_ids, s.counts, s.values)
+                    summary = (s.n_users, s.n_records, s.max_user_records, version)
+                    if grid.cell is None:
+                        old_grids.append((s.grid_id, *summary))
+                        old_snaps.append(snap)
+                    else:
+                        new_grids.append((s.grid_id, "", grid.cell, grid.slot_us, *summary))
+                        new_snaps.append(snap)
+                    if len(new_grids) + len(old_grids) >= STORE_GRIDS:
+                        if writing is not None:
+                            changed += writing.result()  # one part in flight at most
+                        part = (new_grids, new_snaps, old_grids, old_snaps)
+                        if overlap:
+                            writing = pool.submit(self._flush, *part)
+                        else:
+                            changed += self._flush(*part)
+                            writing = None
+                        new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
+            finally:
+                if writing is not None:  # the session is this thread's again after it
+                    changed += writing.result()
         return changed + self._flush(new_grids, new_snaps, old_grids, old_snaps)
 
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:

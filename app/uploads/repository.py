@@ -92,6 +92,7 @@ class IngestRepository:
         self.driver: Any = driver_connection(session)
         self._staged = False
         self._spare_ids: list[int] = []
+        self._grid_sequence: int | None = None
 
     def user_ids(self, dataset_id: int, hashes: Sequence[str]) -> list[int]:
         """``dataset_users.id`` of each keyed hash, creating the missing users."""
@@ -118,10 +119,12 @@ class IngestRepository:
             return []
         if len(self._spare_ids) < n:
             with self.driver.cursor() as cur:
+                if self._grid_sequence is None:  # looked up once: not once per id drawn
+                    cur.execute("SELECT pg_get_serial_sequence('grids', 'id')::regclass::oid")
+                    self._grid_sequence = cur.fetchone()[0]
                 cur.execute(
-                    "SELECT nextval(pg_get_serial_sequence('grids', 'id')) "
-                    "FROM generate_series(1, %s)",
-                    (max(n - len(self._spare_ids), ID_BLOCK),),
+                    "SELECT nextval(%s::oid::regclass) FROM generate_series(1, %s)",
+                    (self._grid_sequence, max(n - len(self._spare_ids), ID_BLOCK)),
                 )
                 self._spare_ids.extend(r[0] for r in cur.fetchall())
         out, self._spare_ids = self._spare_ids[:n], self._spare_ids[n:]

@@ -12,6 +12,7 @@ from google.transit import gtfs_realtime_pb2
 
 from app.db.migrate import upgrade
 from app.main import create_app
+from app.uploads import service as upload_module
 from app.uploads.repository import IngestRepository
 from tests.conftest import ADMIN_KEY
 from tests.gtfs_support import (
@@ -110,6 +111,19 @@ def test_value_filters_follow_the_dataset_rule(client: TestClient, app: FastAPI)
 def test_garbage_is_a_400_that_writes_nothing(client: TestClient, app, body: bytes) -> None:
     ds = create_dataset(client)["id"]
     resp = post_feed(client, ds, body)
+    _error(resp, 400, "invalid_request")
+    assert "not a GTFS-Realtime FeedMessage" in resp.json()["error"]["message"]
+    assert counts(app) == NOTHING
+
+
+def test_a_feed_refused_after_its_entities_were_written_writes_nothing(
+    client: TestClient, app, monkeypatch
+) -> None:
+    """The entities are read from the bytes, and written, before the bindings parse the
+    body: a header they refuse (a truncated varint) refuses the feed at its end."""
+    monkeypatch.setattr(upload_module, "BATCH_ROWS", 10)
+    ds = create_dataset(client)["id"]
+    resp = post_feed(client, ds, feed_message(made_rows(40)) + b"\x0a\x02\x18\xff")
     _error(resp, 400, "invalid_request")
     assert "not a GTFS-Realtime FeedMessage" in resp.json()["error"]["message"]
     assert counts(app) == NOTHING

@@ -3,6 +3,7 @@ crashes, bodies over the limit), streaming and idempotent retries."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import AsyncIterator
 
 import anyio
@@ -13,10 +14,11 @@ from fastapi.testclient import TestClient
 
 from app.db.migrate import upgrade
 from app.main import create_app
+from app.uploads import ingestor as ingestor_module
 from app.uploads import service as upload_module
 from app.uploads.repository import IngestRepository
 from tests.conftest import ADMIN_KEY
-from tests.helpers import create_dataset, post_csv, upload_csv
+from tests.helpers import create_dataset, make_csv, post_csv, upload_csv
 from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv, watch_inserts
 
 # ----------------------------------------------------------------------- all or nothing
@@ -81,6 +83,27 @@ def test_crash_while_building_snapshots_leaves_nothing(
     monkeypatch.setattr(IngestRepository, "write_snapshots", failing)
     ds = create_dataset(client)
     _error(post_csv(client, ds["id"], rows_csv(20)), 500, "internal")
+    assert counts(app) == NOTHING
+
+
+def test_crash_while_writing_grids_on_the_helper_thread_leaves_nothing(
+    client: TestClient, app: FastAPI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ingestor_module, "STORE_GRIDS", 2)  # grids written in parts of 2
+    real = IngestRepository.insert_grids
+    threads: list[str] = []
+
+    def failing(self, *args, **kwargs):
+        threads.append(threading.current_thread().name)
+        if len(threads) == 3:
+            raise RuntimeError("disk on fire")
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(IngestRepository, "insert_grids", failing)
+    ds = create_dataset(client)
+    rows = [("u", f"2016-11-25T{h:02d}:00:00Z", 12.97, 77.59, 1) for h in range(12)]
+    _error(post_csv(client, ds["id"], make_csv(rows)), 500, "internal")
+    assert threads[2].startswith("dpgate-grids")
     assert counts(app) == NOTHING
 
 

@@ -116,16 +116,21 @@ def _check(app: FastAPI, dataset_id: int) -> dict[int, tuple]:
     return stored
 
 
-@pytest.mark.parametrize(("batch_rows", "memory_rows"), [(50_000, 10**9), (13, 40)])
+@pytest.mark.parametrize(
+    ("batch_rows", "memory_rows", "store_grids"), [(50_000, 10**9, 5000), (13, 40, 3)]
+)
 def test_grids_equal_the_old_rebuild_from_all_records(
     client: TestClient,
     app: FastAPI,
     monkeypatch: pytest.MonkeyPatch,
     batch_rows: int,
     memory_rows: int,
+    store_grids: int,
 ) -> None:
     monkeypatch.setattr(upload_module, "BATCH_ROWS", batch_rows)
     monkeypatch.setattr(ingestor_module, "MEMORY_REBUILD_ROWS", memory_rows)
+    # a few grids per write: written on the helper thread while the next are summarised
+    monkeypatch.setattr(ingestor_module, "STORE_GRIDS", store_grids)
     ds = create_dataset(client, timezone="America/Chicago")["id"]
     first = _rows(1, 300, T0, 6)
     answer = upload_csv(client, ds, make_csv(first + first[::9]))  # with repeats in the file

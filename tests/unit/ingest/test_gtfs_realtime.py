@@ -115,7 +115,9 @@ def test_clamping_and_drop_zero_as_for_csv() -> None:
 @pytest.mark.parametrize("body", [b"not a protobuf \xff\xff", b"\x0a\x05"])
 def test_garbage_is_refused_with_a_message(body: bytes) -> None:
     with pytest.raises(FeedFormatError, match="not a GTFS-Realtime FeedMessage"):
-        FeedReader(body, OPTIONS)
+        list(FeedReader(body, OPTIONS).batches(100))  # when read
+    with pytest.raises(FeedFormatError, match="not a GTFS-Realtime FeedMessage"):
+        FeedReader(body, OPTIONS, fast=False)  # at once
 
 
 def test_every_rejection_is_counted_and_the_first_hundred_listed() -> None:
