@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.http_load import drive_httpx  # noqa: E402
-from benchmarks.ingest import schema_url  # noqa: E402
+from benchmarks.postgres import schema_url  # noqa: E402
 from tests.conftest import ADMIN_KEY  # noqa: E402
 from tests.live_server import start_server  # noqa: E402
 

@@ -44,7 +44,8 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
-from benchmarks.ingest import COLUMNS, PG_URL, fresh_database  # noqa: E402
+from benchmarks.ingest import COLUMNS  # noqa: E402
+from benchmarks.postgres import PG_URL, fresh_database  # noqa: E402
 
 DATA = ROOT / "../shared/data/capmetrics"
 DAYS = ("2016-11-25", "2016-11-26", "2017-03-16")

@@ -37,7 +37,7 @@ from fastapi.testclient import TestClient  # noqa: E402
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
-from benchmarks.ingest import PG_URL, cpu_seconds, fresh_database, schema_url  # noqa: E402
+from benchmarks.postgres import PG_URL, cpu_seconds, fresh_database, schema_url  # noqa: E402
 from benchmarks.release import ADMIN, city_csv, post, server_profiled  # noqa: E402
 
 DAY = "2024-03-05"

@@ -37,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -50,11 +49,11 @@ ROOT = Path(__file__).resolve().parents[1]
 #: harness (an A/B against the code before: ``git worktree add /tmp/base main``).
 CODE = os.environ.get("DPGATE_BENCH_CODE", str(ROOT))
 sys.path.insert(0, CODE)
+sys.path.insert(1, str(ROOT))
 os.chdir(CODE)  # the parsing fork server imports app from its start directory (3.11)
 
-PG_URL = os.environ.get(
-    "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-)
+from benchmarks import postgres  # noqa: E402
+
 CHUNK = 64 * 1024
 SECRET = b"benchmark-secret"
 COLUMNS = {
@@ -116,44 +115,6 @@ def file_chunks(path: Path) -> Iterator[bytes]:
             yield chunk
 
 
-def fresh_database(
-    kind: str, tmp: Path, server: str | None = None
-) -> tuple[str, Callable[[], None]]:
-    """A new empty database (a Postgres schema) and how to drop it."""
-    from sqlalchemy import create_engine
-    from sqlalchemy.exc import OperationalError
-    from sqlalchemy.pool import NullPool
-
-    schema = "bench_" + uuid.uuid4().hex[:12]
-    server = server or PG_URL
-    admin = create_engine(server, poolclass=NullPool)
-    for attempt in range(60):  # a shared server may be out of connections for a while
-        try:
-            with admin.begin() as conn:
-                conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
-            break
-        except OperationalError:
-            if attempt == 59:
-                raise
-            time.sleep(2)
-    url = schema_url(server, schema)
-
-    def drop() -> None:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')
-        admin.dispose()
-
-    return url, drop
-
-
-def schema_url(server: str, schema: str) -> str:
-    """The URL of Postgres schema ``schema`` on ``server`` (its search path)."""
-    from sqlalchemy.engine import make_url
-
-    url = make_url(server).update_query_dict({"options": f"-csearch_path={schema}"})
-    return url.render_as_string(hide_password=False)
-
-
 def _options(fmt: str = "csv") -> Any:
     from app.ingest.csv_records import ColumnMap
     from app.uploads.service import UploadOptions
@@ -174,7 +135,7 @@ def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple
     from app.db.migrate import upgrade
     from app.uploads.service import upload_records
 
-    url, drop = fresh_database(kind, tmp)
+    url, drop = postgres.fresh_database(kind, tmp)
     try:
         upgrade(url)
         engine = make_engine(url)
@@ -189,7 +150,7 @@ def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple
         parser0 = _parser_cpu_seconds()
         with sessionmaker.begin() as session:
             backend = session.connection().exec_driver_sql("SELECT pg_backend_pid()").scalar()
-            server0 = cpu_seconds(backend)
+            server0 = postgres.cpu_seconds(backend)
             answer, _ = upload_records(
                 session,
                 dataset_id,
@@ -200,7 +161,7 @@ def run_service(kind: str, csv_path: Path, tmp: Path, fmt: str = "csv") -> tuple
             )
         elapsed = time.perf_counter() - t0
         answer["client_cpu_s"] = time.process_time() - client0 + _parser_cpu_seconds() - parser0
-        answer["server_cpu_s"] = cpu_seconds(backend) - server0  # committed: backend idle
+        answer["server_cpu_s"] = postgres.cpu_seconds(backend) - server0  # committed: backend idle
         engine.dispose()
         return elapsed, answer
     finally:
@@ -226,17 +187,6 @@ def _parser_cpu_seconds() -> float:
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
-def cpu_seconds(pid: int | None) -> float:
-    """CPU seconds (user + system) of a local process so far, or NaN where unknown (the
-    server is remote, or there is no ``/proc``). Unlike wall time, barely moved by other
-    work on a shared machine."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run_http(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
     """One upload through ``POST /datasets/{id}/records`` (app in-process, streamed body)."""
     import anyio
@@ -246,7 +196,7 @@ def run_http(kind: str, csv_path: Path, tmp: Path) -> tuple[float, dict]:
     from app.db.migrate import upgrade
     from app.main import create_app
 
-    url, drop = fresh_database(kind, tmp)
+    url, drop = postgres.fresh_database(kind, tmp)
     admin = "dpg_bench_admin_key_0123456789"
     try:
         upgrade(url)
@@ -332,7 +282,6 @@ def _mib(n_bytes: float) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    global PG_URL
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--child"]:
         return _child(*argv[1:4])
@@ -341,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--runs", type=int, default=3, help="0 skips the throughput runs")
-    parser.add_argument("--pg-url", default=PG_URL)
+    parser.add_argument("--pg-url", default=postgres.PG_URL)
     parser.add_argument("--http", action="store_true", help="also one run through HTTP")
     parser.add_argument("--memory", type=int, nargs="*", default=[], metavar="ROWS")
     parser.add_argument(
@@ -351,7 +300,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the body uploaded: CSV, one GTFS-Realtime FeedMessage, or both alternated",
     )
     args = parser.parse_args(argv)
-    PG_URL = args.pg_url
+    postgres.PG_URL = args.pg_url  # fresh_database's server
     kinds = ["postgres"]
     print(f"load average at start: {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs")
 

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from app.datasets.models import Dataset
 from app.db.migrate import upgrade
 from app.ledger.repository import LedgerRepository
-from benchmarks.ingest import PG_URL, fresh_database
+from benchmarks.postgres import PG_URL, fresh_database
 
 WINDOW = date(1, 1, 1)
 STEPS = ("missing_accounts", "insert_accounts", "lock_accounts", "spent", "charge")

@@ -31,7 +31,7 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from app.queries.endpoints import router as queries_router
 from app.query_params import declared_query_params
-from benchmarks.ingest import fresh_database
+from benchmarks.postgres import fresh_database
 
 ADMIN = "dpg_benchmark_admin_key_0123456789"
 QUERY = "epsilon=0.5&mechanism=levy&gamma=0.3&m_ub=2&user_mean_fill=true"

@@ -53,7 +53,7 @@ from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
 from app.releases import service as release_service  # noqa: E402
-from benchmarks.ingest import PG_URL, fresh_database  # noqa: E402
+from benchmarks.postgres import PG_URL, fresh_database  # noqa: E402
 
 ADMIN = "dpg_release_benchmark_admin_key"  # at least 24 characters (app.config)
 CENTER = (30.2672, -97.7431)

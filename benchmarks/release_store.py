@@ -39,7 +39,7 @@ from app.db.engine import make_engine  # noqa: E402
 from app.gc_pause import gc_paused  # noqa: E402
 from app.releases.kept_sets import KeptSets  # noqa: E402
 from app.releases.models import SlotRelease  # noqa: E402
-from benchmarks.ingest import PG_URL, cpu_seconds, schema_url  # noqa: E402
+from benchmarks.postgres import PG_URL, cpu_seconds, schema_url  # noqa: E402
 
 SCRATCH = "release_store_bench"
 meta = MetaData()
