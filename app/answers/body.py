@@ -110,7 +110,7 @@ def _bodies(
 ) -> list[dict[str, Any]]:
     """One answer per row of the columns. A release's ``epsilon`` is its own share when
     below the whole (levy's interval step, a joint release's half), else the amount
-    charged; ``ci95`` is serialised as a JSON array."""
+    charged."""
     used, charged = eps.used, float(eps.charged)
     n_users, n_charged = _users(kept)
     return [
@@ -126,7 +126,7 @@ def _bodies(
             "noise_scale": scale,
             "worst_case_bias": None if bias is None else float(bias),
             "worst_case_error": None if err is None else float(err),
-            "ci95": ci,
+            "ci95": None if ci is None else [ci[0], ci[1]],
             "ci95_note": note,
             "n_users": n,
             "n_users_charged": n_chg,
