@@ -231,10 +231,9 @@ def _run(
     c, ginv, order_u, n_per_grid = occ.counts, occ.ginv, occ.order_u, occ.n_per_grid
 
     # Kept state after Clip-User.
-    rem_pos = np.asarray(sup.removed_pos, dtype=np.int64)
+    removed_rows = order_u[np.asarray(sup.removed_pos, dtype=np.int64)]
     kept_mask = np.ones(c.size, dtype=bool)
-    if rem_pos.size:
-        kept_mask[order_u[rem_pos]] = False
+    kept_mask[removed_rows] = False
     S_a = np.asarray(sup.kept_total, dtype=np.int64)
     top1_a = np.asarray(sup.kept_max, dtype=np.int64)
     errs = grid_joint_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
@@ -245,7 +244,6 @@ def _run(
         )
     else:
         m_a, errs_bar = top1_a, errs
-    removed_rows = order_u[rem_pos] if rem_pos.size else rem_pos
     return _Run(occ, sup, removed_rows, m_a, errs, errs_bar)
 
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from app.core.clip_user_kernel import greedy_half
 from app.core.grid_errors import grid_joint_errors, scalar_error_fn
-from app.core.occupancy import Occupancy, stable_order
+from app.core.occupancy import Occupancy, unique_inverse
 
 __all__ = ["Suppression", "suppress_users"]
 
@@ -72,36 +72,28 @@ def suppress_users(
     n_grids = occ.grid_ids.size
     n_users = occ.user_ids.size
 
-    # Per grid: distinct counts in descending order, flat, with multiplicities.
+    # Per grid: distinct counts in descending order, flat, with multiplicities: the
+    # distinct keys (grid, cmax - count) ascending, and each pair's index among them.
     cmax = np.int64(c.max())
-    # = np.argsort(ginv * (cmax + 1) + (cmax - c), kind="stable"), as two stable passes
-    by_count = stable_order(cmax - c, int(cmax) + 1)
-    order_g = by_count[stable_order(ginv[by_count], n_grids)]
-    cg = c[order_g]
-    gg = ginv[order_g]
-    new_val = np.ones(cg.size, dtype=bool)
-    new_val[1:] = (gg[1:] != gg[:-1]) | (cg[1:] != cg[:-1])
-    dstart = np.flatnonzero(new_val)
-    dval_a = cg[dstart]
-    dgrid_a = gg[dstart]
-    dmult_a = np.diff(np.append(dstart, cg.size))
-    dpos_sorted = np.cumsum(new_val) - 1  # distinct index of each sorted pair
-    dpos_a = np.empty_like(dpos_sorted)
-    dpos_a[order_g] = dpos_sorted
+    dkey, dpos_a = unique_inverse(ginv * (cmax + 1) + (cmax - c))
+    dgrid_a, rest = np.divmod(dkey, cmax + 1)
+    dval_a = cmax - rest
+    dmult_a = np.bincount(dpos_a, minlength=dkey.size)
     gfirst = np.searchsorted(dgrid_a, np.arange(n_grids), side="left")
     gend_a = np.searchsorted(dgrid_a, np.arange(n_grids), side="right")
 
     p2_a = gfirst + 1  # next distinct count (all multiplicities are >= 1 initially)
     top2 = np.where(p2_a < gend_a, dval_a[np.minimum(p2_a, dval_a.size - 1)], 0)
-    NK_a = np.bincount(ginv, minlength=n_grids).astype(np.int64)  # kept users per grid
+    NK_a = np.bincount(ginv, minlength=n_grids)  # kept users per grid
 
     # Initial errors (004 eq. 12 = eq. 13 with nothing clipped).
     init_err = grid_joint_errors(U, eps, dval_a[gfirst], n_per_grid, n_per_grid, split=split)
 
     # Per user: its pairs at positions ustart[u]..ustart[u+1]-1 of the rows sorted by
     # (user, grid), i.e. in ascending grid id; removed ones are flagged.
-    ustart_a = np.searchsorted(uinv[order_u], np.arange(n_users + 1), side="left")
     Gl = np.bincount(uinv, minlength=n_users)
+    ustart_a = np.zeros(n_users + 1, dtype=np.int64)
+    np.cumsum(Gl, out=ustart_a[1:])
     G1 = int(Gl.max())
     E = float(init_err.max()) if error_target is None else error_target
     protected = int(np.argmin(init_err)) if protect_min_error_grid else -1
@@ -109,16 +101,13 @@ def suppress_users(
         blocked_a = NK_a == 1
         if protected >= 0:
             blocked_a[protected] = True
-        S_a = n_per_grid.astype(np.int64)
-        top1_a = dval_a[gfirst].astype(np.int64)
+        S_a = n_per_grid.copy()
+        top1_a = dval_a[gfirst]
         removed_a = np.empty(c.size, dtype=np.int64)
         K, n_removed = greedy_half(
-            float(U), float(eps), float(E), dval_a.astype(np.int64), dmult_a.astype(np.int64),
-            gend_a.astype(np.int64), gfirst.astype(np.int64), top1_a,
-            dmult_a[gfirst].astype(np.int64), p2_a.astype(np.int64), np.asarray(top2, np.int64),
-            S_a, S_a.copy(), NK_a, blocked_a, ustart_a.astype(np.int64),
-            ginv[order_u].astype(np.int64), c[order_u].astype(np.int64),
-            dpos_a[order_u].astype(np.int64), Gl.astype(np.int64), G1, removed_a,
+            float(U), float(eps), float(E), dval_a, dmult_a, gend_a, gfirst, top1_a,
+            dmult_a[gfirst], p2_a, top2, S_a, n_per_grid, NK_a, blocked_a, ustart_a,
+            ginv[order_u], c[order_u], dpos_a[order_u], Gl, G1, removed_a,
         )  # fmt: skip
         return Suppression(
             G1, int(K), E, removed_a[:n_removed].tolist(), S_a.tolist(), top1_a.tolist()

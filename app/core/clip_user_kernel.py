@@ -4,18 +4,21 @@ The same loop as :func:`app.core.clip_user_greedy.suppress_users` runs in Python
 same flat state (per grid ``ΣΓ``, kept users, largest and second-largest kept counts
 with pointers into the grid's distinct counts), with the same integer and float
 operations in the same order, so it takes the same decisions, ties included
-(``tests/unit/test_clip_user_kernel.py`` checks the plans are identical on random
+(``tests/unit/core/test_clip_user_kernel.py`` checks the plans are identical on random
 instances). Compiled, a stage costs nanoseconds per (user, grid) pair instead of
 about a microsecond: a day of a 10⁶-record-per-hour city (1.2·10⁶ pairs, users in ~100
 grids each, O(Σ_l G_l²) trial removals) plans in seconds instead of minutes.
 
-Two changes of layout, not of decisions: the per-grid state read on every trial is
+Two changes of layout, not of decisions: the per-grid state read on a trial is
 packed one grid per row, and each user's kept pairs are compacted as they are removed
 (order kept: ties still go to the smallest grid id), so a visit scans the user's kept
-pairs only. And one simplification, exact: the stage at level ``v`` visits the users whose original
-grid count is at least ``v``, in ascending id. That is what the Python loop's buckets
-hold: a finished stage moves every one of its users one level down, where they join
-the users that started there.
+pairs only. One simplification, exact: the stage at level ``v`` visits the users whose
+original grid count is at least ``v``, in ascending id. That is what the Python loop's
+buckets hold: a finished stage moves every one of its users one level down, where they
+join the users that started there. And a cache, exact too (docs/math.md §6.4): a grid's
+state changes only when a user is removed there, which lowers its kept-user count. So
+each pair keeps its last trial error and that count, and a visit recomputes only the
+pairs whose grid count has changed since: the same float comes back, ties included.
 """
 
 from __future__ import annotations
@@ -26,6 +29,32 @@ from numba import njit
 __all__ = ["greedy_half"]
 
 _TOP1, _TOP2, _CNT1, _S, _N, _BLOCKED = range(6)  # columns of the packed grid state
+
+
+@njit(cache=True, nogil=True)
+def _trial_error(st: np.ndarray, g: int, mval: int, U: float, eps: float) -> float:
+    """004 eq. 13 for grid ``g`` without a kept user of count ``mval``, with the float
+    operations of ``clip_user_greedy.suppress_users`` (``bounds.joint_clip_error``)."""
+    UU = U * U
+    quarter = UU / 4.0
+    half_eps = eps / 2.0
+    t1 = int(st[g, _TOP1])  # int64 arithmetic, as in Python (s * s, n * n)
+    mx = int(st[g, _TOP2]) if (mval == t1 and st[g, _CNT1] == 1) else t1
+    s = int(st[g, _S]) - mval
+    n = int(st[g, _N])
+    if s > 2 * mx:
+        d_var = UU * mx * (s - mx) / (s * s)
+    elif s % 2 == 0:
+        d_var = quarter
+    else:
+        d_var = quarter * (1.0 - 1.0 / (s * s))
+    if n <= 2 * s:
+        var_bias = UU * s * (n - s) / (n * n)
+    elif n % 2 == 0:
+        var_bias = quarter
+    else:
+        var_bias = quarter * (1.0 - 1.0 / (n * n))
+    return float(U * (1.0 - s / n) + var_bias + (U * mx / s / half_eps + d_var / half_eps))
 
 
 @njit(cache=True, nogil=True)
@@ -56,12 +85,10 @@ def greedy_half(
     """Run the stages; return ``(K, number of removals)``. The removed pairs' positions
     are the first entries of ``removed_pos``, in removal order; ``S`` and ``top1`` end
     as each grid's kept total and largest kept count."""
-    UU = U * U
-    quarter = UU / 4.0
-    half_eps = eps / 2.0
     n_users = Gl.size
-    # The hot per-grid state, packed one grid per row (one cache line per look-up).
-    st = np.empty((top1.size, 6), dtype=np.int64)
+    # The hot per-grid state, packed one grid per row, as int32 (counts and totals are
+    # below 2**31, app.core.occupancy), so a look-up reads few bytes.
+    st = np.empty((top1.size, 6), dtype=np.int32)
     st[:, _TOP1] = top1
     st[:, _TOP2] = top2
     st[:, _CNT1] = cnt1
@@ -71,6 +98,12 @@ def greedy_half(
     # Each user's kept pairs, compacted in place as they are removed (order kept).
     live = np.arange(pg.size)
     ulen = np.diff(ustart)
+    # Per grid, its kept-user count: it drops on every removal there, the only change to
+    # the grid's state. Per pair, its last trial error and that count then (0: no trial
+    # yet, as a grid keeps >= 1 user).
+    nk = NK.astype(np.int32)
+    trial = np.empty(pg.size)
+    seen = np.zeros(pg.size, dtype=np.int32)
     n_removed = 0
     level = G1
     K = G1
@@ -85,26 +118,11 @@ def greedy_half(
             for i in range(ustart[u], ustart[u] + ulen[u]):
                 p = live[i]
                 g = pg[p]
-                if st[g, _BLOCKED]:
-                    continue
-                mval = pm[p]
-                t1 = st[g, _TOP1]
-                mx = st[g, _TOP2] if (mval == t1 and st[g, _CNT1] == 1) else t1
-                s = st[g, _S] - mval
-                n = st[g, _N]
-                if s > 2 * mx:
-                    d_var = UU * mx * (s - mx) / (s * s)
-                elif s % 2 == 0:
-                    d_var = quarter
-                else:
-                    d_var = quarter * (1.0 - 1.0 / (s * s))
-                if n <= 2 * s:
-                    var_bias = UU * s * (n - s) / (n * n)
-                elif n % 2 == 0:
-                    var_bias = quarter
-                else:
-                    var_bias = quarter * (1.0 - 1.0 / (n * n))
-                e = U * (1.0 - s / n) + var_bias + (U * mx / s / half_eps + d_var / half_eps)
+                v = nk[g]
+                if seen[p] != v:  # g changed since this pair's last trial, or none yet
+                    seen[p] = v
+                    trial[p] = np.inf if st[g, _BLOCKED] else _trial_error(st, g, pm[p], U, eps)
+                e = trial[p]
                 if e < best:
                     best = e
                     bp = p
@@ -120,8 +138,8 @@ def greedy_half(
             ulen[u] -= 1
             g = pg[bp]
             st[g, _S] -= pm[bp]
-            NK[g] -= 1
-            if NK[g] == 1:
+            nk[g] -= 1
+            if nk[g] == 1:
                 st[g, _BLOCKED] = 1
             d = pd[bp]
             dmult[d] -= 1

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 __all__ = ["Occupancy", "int_columns", "stable_order", "unique_inverse", "validate_occupancy"]
 
@@ -67,7 +68,8 @@ class Occupancy:
 def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``np.unique(x, return_inverse=True)`` of non-negative int64s (the inverse as int64),
     without a sort where it can: ``x`` non-decreasing (a release's grid column), or its
-    values dense (a presence table over ``0..max``, as a release's user ids)."""
+    values dense (a presence table over ``0..max``, as a release's user ids or
+    Clip-User's (grid, count) keys)."""
     if x.size == 0:
         return x.copy(), np.empty(0, dtype=np.int64)
     if np.all(x[1:] >= x[:-1]):
@@ -85,15 +87,20 @@ def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ids, inv.astype(np.int64, copy=False).reshape(-1)
 
 
+@njit(cache=True, nogil=True)
 def stable_order(keys: np.ndarray, n_keys: int) -> np.ndarray:
-    """``np.argsort(keys, kind="stable")`` for keys in ``[0, n_keys)``: numpy's stable sort
-    of 16-bit keys is a radix sort, so below 2^32 keys sort as two 16-bit passes (LSD)."""
-    if n_keys <= 1 << 16:
-        return np.argsort(keys.astype(np.uint16), kind="stable")
-    if n_keys <= 1 << 32:
-        low = np.argsort((keys & 0xFFFF).astype(np.uint16), kind="stable")
-        return low[np.argsort((keys[low] >> 16).astype(np.uint16), kind="stable")]
-    return np.argsort(keys, kind="stable")
+    """``np.argsort(keys, kind="stable")`` for int64 keys in ``[0, n_keys)``, as a counting
+    sort in O(``keys.size + n_keys``) time and memory (``n_keys``: a user count here)."""
+    start = np.zeros(n_keys + 1, dtype=np.int64)
+    for k in keys:
+        start[k + 1] += 1
+    for k in range(n_keys):
+        start[k + 1] += start[k]
+    order = np.empty(keys.size, dtype=np.int64)
+    for i in range(keys.size):
+        order[start[keys[i]]] = i
+        start[keys[i]] += 1
+    return order
 
 
 def validate_occupancy(grids: object, users: object, counts: object) -> Occupancy:

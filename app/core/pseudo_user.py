@@ -62,19 +62,11 @@ def pseudo_user_step(
     np.cumsum(sc, out=prefix[1:])
 
     # Segments of at most _CHUNK candidates (a grid may span several, in m order).
-    seg_grid: list[int] = []
-    seg_lo: list[int] = []
-    seg_hi: list[int] = []
-    for g, a, b in zip(range(n_grids), lo.tolist(), hi.tolist(), strict=True):
-        while a <= b:
-            top = min(b, a + _CHUNK - 1)
-            seg_grid.append(g)
-            seg_lo.append(a)
-            seg_hi.append(top)
-            a = top + 1
-    seg_grid_a = np.asarray(seg_grid, dtype=np.int64)
-    seg_lo_a = np.asarray(seg_lo, dtype=np.int64)
-    seg_len = np.asarray(seg_hi, dtype=np.int64) - seg_lo_a + 1
+    n_seg = (hi - lo) // _CHUNK + 1
+    seg_grid_a = np.repeat(np.arange(n_grids), n_seg)
+    seg_k = np.arange(seg_grid_a.size) - np.repeat(np.cumsum(n_seg) - n_seg, n_seg)
+    seg_lo_a = lo[seg_grid_a] + seg_k * _CHUNK
+    seg_len = np.minimum(hi[seg_grid_a] - seg_lo_a + 1, _CHUNK)
     seg_best_m = np.empty(seg_grid_a.size, dtype=np.int64)
     seg_best_e = np.empty(seg_grid_a.size, dtype=np.float64)
 

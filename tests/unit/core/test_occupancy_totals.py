@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.occupancy import stable_order, validate_occupancy
+from app.core.occupancy import stable_order, unique_inverse, validate_occupancy
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays
 from app.releases.adaptive import coverage
@@ -111,13 +111,20 @@ def test_indexing_equals_numpy_unique_and_argsort(
         validate_occupancy(g[twice], u[twice], np.ones(twice.size, dtype=np.int64))
 
 
-@pytest.mark.parametrize("top", [7, 70_000, 2**31 - 1])
-def test_two_stable_passes_equal_one_composite_argsort(top: int) -> None:
-    """Clip-User's per-grid order (grid ascending, count descending, stable)."""
-    rng = np.random.default_rng(top)
-    ginv = rng.integers(0, 80_000, 20_000)
+@pytest.mark.parametrize("n_keys", [1, 7, 70_000])
+def test_stable_order_is_a_stable_argsort(n_keys: int) -> None:
+    keys = np.random.default_rng(n_keys).integers(0, n_keys, 20_000)
+    assert np.array_equal(stable_order(keys, n_keys), np.argsort(keys, kind="stable"))
+
+
+@pytest.mark.parametrize(("n_grids", "top"), [(300, 7), (80_000, 7), (300, 2**31 - 1)])
+def test_clip_user_distinct_counts_equal_numpy_unique(n_grids: int, top: int) -> None:
+    """Clip-User's (grid, count descending) keys, dense (a presence table) or not."""
+    rng = np.random.default_rng(top + n_grids)
+    ginv = rng.integers(0, n_grids, 20_000)
     c = rng.integers(1, top + 1, 20_000)
     cmax = int(c.max())
-    by_count = stable_order(cmax - c, cmax + 1)
-    got = by_count[stable_order(ginv[by_count], 80_000)]
-    assert np.array_equal(got, np.argsort(ginv * (cmax + 1) + (cmax - c), kind="stable"))
+    key = ginv * (cmax + 1) + (cmax - c)
+    ids, inv = unique_inverse(key)
+    want_ids, want_inv = np.unique(key, return_inverse=True)
+    assert np.array_equal(ids, want_ids) and np.array_equal(inv, want_inv)
