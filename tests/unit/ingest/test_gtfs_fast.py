@@ -114,7 +114,10 @@ def _read(body: bytes, options: ParseOptions, batch: int, fast: bool) -> list:
     return out
 
 
-@pytest.mark.parametrize("seed", range(10))
+# Seeds 0-3 cover drop_zero and reject; the others run with the slow tests.
+@pytest.mark.parametrize(
+    "seed", [s if s < 4 else pytest.param(s, marks=pytest.mark.slow) for s in range(10)]
+)
 def test_fast_and_message_paths_read_the_same_batches(seed: int) -> None:
     rng = random.Random(seed)
     options = replace(OPTIONS, drop_zero=seed % 3 == 1, reject_out_of_range=seed % 4 == 2)
