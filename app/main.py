@@ -11,6 +11,7 @@ from anyio import CapacityLimiter
 from fastapi import FastAPI
 
 from app import __version__
+from app.compiled import load_compiled_kernels
 from app.config import Settings, get_settings
 from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        load_compiled_kernels()  # before serving: no request pays a compile (app.compiled)
         # Created here, inside the serving event loop (see app.deps.get_session).
         app.state.db_gate = CapacityLimiter(settings.db_pool_size)  # the overflow stays free
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)

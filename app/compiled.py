@@ -1,0 +1,27 @@
+"""The compiled (numba) kernels, loaded once per process by running each on a tiny
+input: from their on-disk cache (``__pycache__``), or compiled there on a fresh install
+(tens of seconds, once). A serving process does it before it answers
+(:func:`app.main.create_app`'s start-up) and the parsing processes' fork server before
+it forks (:mod:`app.ingest.preload`), so that no request pays a compile."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.core.clip_user import clip_user_kept
+from app.ingest.csv_fast import scan_plain
+from app.ingest.gtfs_fast import scan_entities
+from app.ingest.h3_cells import cells
+
+__all__ = ["load_compiled_kernels"]
+
+
+def load_compiled_kernels() -> None:
+    """Run every compiled kernel once, with the argument types the service passes."""
+    scan_plain(
+        np.frombuffer(b"u,0,0,0,0\n", np.uint8), 0, 1, 1, 44, (0, 1, 2, 3, 4), 5, 1.0, False, False
+    )
+    scan_entities(np.frombuffer(b"\x12\x00", np.uint8), 0, 1)
+    cells(np.zeros(1), np.zeros(1), 0)
+    # Rows by grid (occupancy's stable_order), user 0 in both grids: Clip-User's stages run.
+    clip_user_kept(np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([1, 1, 2]), 1.0, 1.0)
