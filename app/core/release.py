@@ -119,8 +119,11 @@ def finished_value(
       ``0.05 - beta`` and the spread fails with at most ``beta``: a union bound, 0.95);
     * else no interval;
 
-    the estimate and both ends projected onto :func:`statistic_range`."""
+    the estimate and both ends projected onto :func:`statistic_range`. An array ``raw``
+    (many draws of one release: the privacy audit's bulk noise) is projected, no interval."""
     hi = float(U) if statistic == "mean" else statistic_range(statistic, U)[1]
+    if isinstance(raw, np.ndarray):
+        return np.clip(raw, 0.0, hi), None, None
     raw = float(raw)
     estimate = 0.0 if raw < 0.0 else (hi if raw > hi else raw)
     if bias is not None:
@@ -209,15 +212,9 @@ class Release:
         object.__setattr__(self, "details", _freeze(self.details))
         if self.value_bound is None:
             return
-        raw = self.estimate
-        if isinstance(raw, np.ndarray):  # bulk draws (the privacy audit): project each
-            lo, hi = statistic_range(self.statistic, self.value_bound)
-            object.__setattr__(self, "estimate", np.clip(raw, lo, hi))
-            object.__setattr__(self, "ci95", None)
-            return
         s = self.bias_spread
         estimate, interval, note = finished_value(
-            self.statistic, self.mechanism, raw, self.noise_scale, self.worst_case_bias,
+            self.statistic, self.mechanism, self.estimate, self.noise_scale, self.worst_case_bias,
             None if s is None else (s.below, s.above, s.beta), self.value_bound,
         )  # fmt: skip
         object.__setattr__(self, "estimate", estimate)
