@@ -23,6 +23,16 @@ from app.releases.kept_sets import KeptSets, kept_caps
 # How the grids are written: as ``app.db.engine.json_dumps`` writes JSON columns (keys
 # become strings, NaN becomes null), but as bytes.
 ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
+_NO_GRIDS = b'"grids":null'
+
+
+def with_grids_json(head: dict[str, Any], grids_json: bytes) -> bytes:
+    """The JSON of ``head`` with ``grids_json`` spliced in as its ``grids`` (``head``
+    has ``"grids": None`` in their place): a release's grids are served as stored,
+    never decoded and encoded again (a day: 240 MB)."""
+    encoded = orjson.dumps({**head, "grids": None})
+    at = encoded.index(_NO_GRIDS)  # the first one is the key: in a string it is escaped
+    return b"".join((encoded[:at], b'"grids":', grids_json, encoded[at + len(_NO_GRIDS) :]))
 
 
 class SlotRelease(Base):

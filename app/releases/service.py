@@ -19,6 +19,7 @@ import uuid
 from typing import Any
 
 import numpy as np
+import orjson
 from sqlalchemy.orm import Session
 
 from app import core
@@ -39,9 +40,9 @@ from app.releases.draw import (
     statistic_eps,
 )
 from app.releases.expected import expected_error
-from app.releases.formats import upgraded
+from app.releases.formats import in_todays_shape, upgraded
 from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
-from app.releases.models import SlotRelease
+from app.releases.models import SlotRelease, with_grids_json
 from app.releases.planning import (
     SlotPlan,
     largest_affordable,
@@ -239,17 +240,36 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
 
 def release_json(session: Session, release_id: str) -> dict[str, Any]:
     """The stored release as API.md shows it (the other formats wrap this)."""
+    stored, dataset = _stored(session, release_id)
+    return _served(stored, dataset)
+
+
+def release_json_bytes(session: Session, release_id: str) -> bytes:
+    """:func:`release_json`'s JSON: the stored grids' bytes spliced in when they are
+    already in today's shape (every release since budget windows), else encoded again."""
+    stored, dataset = _stored(session, release_id)
+    if in_todays_shape(orjson.loads(stored.grids)):
+        return with_grids_json(_served_head(stored.head), stored.grids)
+    return orjson.dumps(_served(stored, dataset))
+
+
+def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     if not isinstance(release_id, str) or not 1 <= len(release_id) <= 32:
         raise NotFound("no such release")
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
-    return _served(stored, get_dataset(session, stored.dataset_id))
+    return stored, get_dataset(session, stored.dataset_id)
 
 
 def _served(stored: SlotRelease, dataset: Dataset) -> dict[str, Any]:
     """A stored release as it is served, whichever path finds it: in today's shape
     (``privacy_unit`` and the fields of :func:`formats.upgraded` filled in for releases
     stored before them), marked ``cached``."""
-    answer = upgraded(with_privacy_unit(stored.answer(), dataset))
+    return _served_head(upgraded(with_privacy_unit(stored.answer(), dataset)))
+
+
+def _served_head(answer: dict[str, Any]) -> dict[str, Any]:
+    """What every served stored release adds: the defaults of releases stored before
+    ``slots`` and ``partition`` existed, and ``cached``."""
     return {"slots": 1, "partition": "fixed", **answer, "cached": True}

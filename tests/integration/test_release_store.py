@@ -42,6 +42,7 @@ def test_a_stored_release_reads_back_as_it_was_answered(client: TestClient, app)
     assert head["grids"] is None and row.n_grids == 6
     assert list(head) == list(answer)  # the grids keep their place among the keys
     assert orjson.loads(row.grids) == answer["grids"]
+    assert row.grids in got.content  # GET serves the stored grids' bytes as they are
     kept = KeptSets.from_bytes(row.kept)
     assert list(kept.grid_ids) == [g["grid_id"] for g in answer["grids"]]
     listed = client.get(f"/datasets/{ds}/releases").json()["releases"]
