@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -151,10 +151,14 @@ async def flood_and_kill(
     kill: Callable[[], None],
     *,
     after: int,
+    watched: Sequence[int] = (),
 ) -> tuple[dict[int, httpx.Response], list[int]]:
     """Send requests ``0 .. n-1`` at once (``send(i)``), ``kill()`` once ``after`` of them
-    were answered 200 (or all are done), then wait for the rest. Returns the 200 answers
-    by request and the requests the kill cut off (an HTTP error instead of an answer)."""
+    were answered 200 (or all are done), then wait for the rest. With ``watched`` (the
+    requests sent to the process that is killed), once half of those are done instead,
+    whatever their answers: the others are then still in flight, whichever process is
+    faster. Returns the 200 answers by request and the requests the kill cut off (an
+    HTTP error instead of an answer)."""
     answered: dict[int, httpx.Response] = {}
     cut: list[int] = []
 
@@ -168,7 +172,14 @@ async def flood_and_kill(
             answered[i] = r
 
     tasks = [asyncio.create_task(one(i)) for i in range(n)]
-    while len(answered) < after and not all(t.done() for t in tasks):
+    mine = [tasks[i] for i in watched]
+
+    def due() -> bool:
+        if mine:
+            return 2 * sum(t.done() for t in mine) >= len(mine)
+        return len(answered) >= after or all(t.done() for t in tasks)
+
+    while not due():
         await asyncio.sleep(0.002)
     kill()
     await asyncio.gather(*tasks)

@@ -46,3 +46,16 @@ def load(client: TestClient, dataset_id: int, grids: dict) -> dict[tuple[float, 
 
 def analyst(client: TestClient, quota: float | None = None) -> dict[str, str]:
     return auth(create_key(client, "analyst", quota))
+
+
+# Grid A: three users with 1, 2 and 5 records (n = 8, m* = 5, m_* = 1); U = 10.
+GRID_A = {"u1": [1.0], "u2": [2.0, 4.0], "u3": [9.0, 9.5, 8.0, 7.0, 6.0]}
+GRID_B = {"u3": [5.0, 5.0], "u4": [1.0, 2.0, 3.0]}
+
+
+def load_two_grids(client: TestClient) -> tuple[int, str, str]:
+    """A dataset (``make_dataset``) with GRID_A at CELL_A and GRID_B at CELL_B: its id and
+    the two grid ids."""
+    ds = make_dataset(client)
+    ids = load(client, ds, {CELL_A: GRID_A, CELL_B: GRID_B})
+    return ds, ids[CELL_A], ids[CELL_B]

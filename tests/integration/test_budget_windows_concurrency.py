@@ -170,9 +170,10 @@ def test_two_days_under_concurrent_releases_and_queries_from_two_processes(
 def test_kill_9_of_one_process_mid_flight_keeps_every_window_exact(
     postgres_url: str, tmp_path
 ) -> None:
-    """The same load on two processes, one of them killed with SIGKILL once answers have
-    started to arrive: per window, the accounts are still the sum of the entries and
-    within the cap, and every answer that reached a client was charged to its day."""
+    """The same load on two processes, one of them killed with SIGKILL once half of its
+    requests are done (the rest in flight): per window, the accounts are still the sum of
+    the entries and within the cap, and every answer that reached a client was charged to
+    its day."""
     killed = start_server(postgres_url, tmp_path, workers=1)
     try:
         with live_server(postgres_url, tmp_path, workers=1) as survivor:
@@ -194,7 +195,10 @@ def test_kill_9_of_one_process_mid_flight_keeps_every_window_exact(
                             else c.get(path, params=args)
                         )
 
-                    return await flood_and_kill(send, len(requests), killed.kill_hard, after=6)
+                    killed_requests = range(0, len(requests), 2)
+                    return await flood_and_kill(
+                        send, len(requests), killed.kill_hard, after=6, watched=killed_requests
+                    )
 
             answered, cut = asyncio.run(flood())  # cut: the killed process's requests
             received = [(requests[i], r.json()) for i, r in sorted(answered.items())]

@@ -95,6 +95,14 @@ def populate(client: TestClient | httpx.Client, **dataset: Any) -> World:
     return World(ds, tuple(g["grid_id"] for g in grids), HOUR.isoformat(), key["key"], key["id"])
 
 
+def n_records(client: TestClient | httpx.Client, world: World) -> int:
+    """The world's dataset's stored record count."""
+    resp = client.get(f"/datasets/{world.dataset_id}", headers=ADMIN)
+    assert resp.status_code == 200, resp.text
+    count: int = resp.json()["n_records"]
+    return count
+
+
 def bearer(key: str) -> Mapping[str, str]:
     return {"Authorization": f"Bearer {key}"}
 

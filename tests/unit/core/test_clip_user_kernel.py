@@ -14,7 +14,7 @@ import pytest
 from app.core.clip_user import clip_user
 from app.core.clip_user_greedy import suppress_users
 from app.core.occupancy import validate_occupancy
-from tests.unit.core.test_clip_user import random_occupancy
+from tests.unit.core.clip_user_reference import random_occupancy
 
 
 def _both(g, u, c, U, eps, **kw):
