@@ -20,7 +20,7 @@ from scipy import stats
 from app.core import noise as noise_mod
 from app.core.noise import OpenDPNoise, calibrate_choice_scale, check_scores
 from app.core.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
-from tests.security.audit_lib import noisy_max_law
+from tests.security.audit_choices import noisy_max_law
 
 ALPHA = 1e-4
 N = 20_000

@@ -28,7 +28,7 @@ above eps — with 5× fewer samples, so detection is not an artefact of sample 
 Private choices (``NoiseSource.noisy_max``, OpenDP's exact report-noisy-max): the
 production sampler is audited on the pair of score vectors that makes its loss
 exactly eps, and on the scores levy's interval step really computes on neighbouring
-grids (``audit_lib.levy_neighbours``). Broken copies: the sampler at twice its budget
+grids (``audit_choices.levy_neighbours``). Broken copies: the sampler at twice its budget
 (must be caught above eps) and levy's old ``exp(-ε c/8)`` weight (half its share:
 the audit must see that it spends under 0.65 of what it charges, where the real one
 spends more). The old inverse-CDF draw cannot be caught by sampling (its failures
@@ -46,6 +46,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from tests.security import audit_choices as choices
 from tests.security import audit_lib as audit
 
 N = 100_000
@@ -211,14 +212,14 @@ def _choice_samples(
 ) -> tuple[np.ndarray, np.ndarray]:
     half = n // 2
     jobs = [(name, side, half, factor) for side in (0, 1) for _ in range(2)]
-    parts = list(pool.map(audit.sample_choices, jobs))
+    parts = list(pool.map(choices.sample_choices, jobs))
     return np.concatenate(parts[:2]), np.concatenate(parts[2:])
 
 
 def _choice_audit(
     pool: ProcessPoolExecutor, name: str, n: int, factor: float = 1.0
 ) -> audit.AuditResult:
-    s0, _, _, _ = audit.choice_scores(name)
+    s0, _, _, _ = choices.choice_scores(name)
     edges = np.arange(len(s0) + 1) - 0.5  # one bin per candidate, fixed in advance
     return audit.loss_lower_bound(*_choice_samples(pool, name, n, factor), edges, ALPHA_EACH)
 
@@ -227,11 +228,11 @@ def _choice_audit(
 def test_audit_noisy_max(pool: ProcessPoolExecutor) -> None:
     result = _choice_audit(pool, "noisy_max", N_CHOICE)
     print(f"\naudit noisy_max: loss >= {result.bound:.4f} at {result.event}")
-    assert result.bound <= audit.CHOICE_EPS, result
-    assert result.bound > 0.75 * audit.CHOICE_EPS, result  # the pair's true loss is eps
+    assert result.bound <= choices.CHOICE_EPS, result
+    assert result.bound > 0.75 * choices.CHOICE_EPS, result  # the pair's true loss is eps
     broken = _choice_audit(pool, "noisy_max", N_CHOICE // 3, factor=2.0)
     print(f"audit noisy_max [twice its budget]: loss >= {broken.bound:.4f}")
-    assert broken.bound > audit.CHOICE_EPS, broken
+    assert broken.bound > choices.CHOICE_EPS, broken
 
 
 @pytest.mark.slow
@@ -239,8 +240,8 @@ def test_audit_levy_interval_spends_its_share(pool: ProcessPoolExecutor) -> None
     """levy charges ε/2 for its interval: the audited loss is at most that, and more than
     0.65 of it (its exact loss on these neighbours is 0.9999 of it); the old
     ``exp(-ε c/8)`` weight (budget × 0.5, exact loss 0.496 of the share) stays under 0.65."""
-    _, _, eps, _ = audit.choice_scores("levy_interval")
-    assert eps == audit.LEVY_EPS / 2
+    _, _, eps, _ = choices.choice_scores("levy_interval")
+    assert eps == choices.LEVY_EPS / 2
     result = _choice_audit(pool, "levy_interval", N_CHOICE)
     print(f"\naudit levy interval: loss >= {result.bound:.4f} (share {eps}) at {result.event}")
     assert 0.65 * eps < result.bound <= eps, result

@@ -32,6 +32,7 @@ from app.core.noise import (
     calibrate_scale,
 )
 from research.noise import SeededNoise
+from tests.security import audit_choices as choices
 from tests.security import audit_lib as audit
 
 K_MIN = -1074  # -(1023) - 52 + 1
@@ -116,7 +117,7 @@ def test_noisy_max_draws_the_exact_law() -> None:
     sampler at twice the budget is rejected by the same test (its power)."""
     scores = np.array([0, -1, -1, -3, 2, 1, -6, 0, 2])
     eps = 0.8
-    probs = audit.noisy_max_law(scores, calibrate_choice_scale(1, eps))
+    probs = choices.noisy_max_law(scores, calibrate_choice_scale(1, eps))
     assert probs.sum() == pytest.approx(1.0, abs=1e-10)
     n = 4000
     prod = np.bincount([OpenDPNoise().noisy_max(scores, eps) for _ in range(n)], minlength=9)
@@ -152,29 +153,31 @@ def test_exact_audit_passes_noisy_max_and_fails_the_old_inverse_cdf_draw(eps: fl
     candidate probability 0 on one neighbour and a positive multiple of 2^-53 on the
     other (infinite privacy loss); report-noisy-max's law stays within e^eps."""
     _, u0, u1 = _issue_example()
-    old0, old1 = (audit.inverse_cdf_law(eps * u / 2.0) for u in (u0, u1))
+    old0, old1 = (choices.inverse_cdf_law(eps * u / 2.0) for u in (u0, u1))
     assert old0.sum() == 1.0 and old1.sum() == 1.0
     flips = np.flatnonzero((old0 == 0) != (old1 == 0))
     assert flips.size >= 1
     assert min(max(old0[i], old1[i]) for i in flips) >= 2.0**-53
-    assert audit.exact_choice_loss(old0, old1) == math.inf
+    assert choices.exact_choice_loss(old0, old1) == math.inf
     scale = calibrate_choice_scale(1, eps)
-    new0, new1 = audit.noisy_max_law(u0, scale), audit.noisy_max_law(u1, scale)
+    new0, new1 = choices.noisy_max_law(u0, scale), choices.noisy_max_law(u1, scale)
     assert np.all(new0 > 0) and np.all(new1 > 0)
-    loss = audit.exact_choice_loss(new0, new1)
+    loss = choices.exact_choice_loss(new0, new1)
     assert 0.5 * eps < loss <= eps * (1 + 1e-9)
 
 
 def test_levy_interval_spends_exactly_its_share() -> None:
     """Exact law of levy's interval choice on its audit neighbours: loss <= ε/2 (its
     charge) and within 0.1% of it; the old exp(-ε c/8) weight spends only half."""
-    s0, s1, eps, sens = audit.levy_interval_scores()
-    assert eps == audit.LEVY_EPS / 2 and sens == 1
+    s0, s1, eps, sens = choices.levy_interval_scores()
+    assert eps == choices.LEVY_EPS / 2 and sens == 1
     scale = calibrate_choice_scale(sens, eps)
-    loss = audit.exact_choice_loss(audit.noisy_max_law(s0, scale), audit.noisy_max_law(s1, scale))
+    loss = choices.exact_choice_loss(
+        choices.noisy_max_law(s0, scale), choices.noisy_max_law(s1, scale)
+    )
     assert 0.999 * eps < loss <= eps * (1 + 1e-9)
-    old = audit.exact_choice_loss(
-        audit.noisy_max_law(s0, 2 * scale), audit.noisy_max_law(s1, 2 * scale)
+    old = choices.exact_choice_loss(
+        choices.noisy_max_law(s0, 2 * scale), choices.noisy_max_law(s1, 2 * scale)
     )
     assert old < 0.5 * eps * (1 + 1e-3)
 
@@ -194,7 +197,7 @@ def test_every_private_choice_is_within_its_budget_exactly(mechanism: str) -> No
     eps = 8.0 if mechanism == "centred_clip" else 2.0  # centred_clip: past its public gate
     recs = []
     for grid in _quantile_neighbours():
-        src = audit.ScoreRecorder()
+        src = choices.ScoreRecorder()
         rel = release_mean(grid, audit.U, eps, mechanism, noise=src)
         recs.append((src.choices, rel))
     (c0, rel0), (c1, rel1) = recs
@@ -211,5 +214,5 @@ def test_every_private_choice_is_within_its_budget_exactly(mechanism: str) -> No
         assert e == e1 and d == d1 == 1
         assert np.max(np.abs(s0 - s1)) <= 1
         scale = calibrate_choice_scale(d, e)
-        p0, p1 = audit.noisy_max_law(s0, scale), audit.noisy_max_law(s1, scale)
-        assert audit.exact_choice_loss(p0, p1) <= e * (1 + 1e-9), mechanism
+        p0, p1 = choices.noisy_max_law(s0, scale), choices.noisy_max_law(s1, scale)
+        assert choices.exact_choice_loss(p0, p1) <= e * (1 + 1e-9), mechanism

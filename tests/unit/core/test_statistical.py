@@ -22,7 +22,7 @@ from app.core.interval import (
     quantile_scores,
 )
 from research.noise import SeededNoise
-from tests.security.audit_lib import noisy_max_law
+from tests.security.audit_choices import noisy_max_law
 from tests.unit.core.helpers import ZeroNoise
 
 U = 65.0

@@ -28,7 +28,7 @@ from app.core.mean_window import (
     window_weights,
 )
 from app.core.noise import calibrate_choice_scale
-from tests.security.audit_lib import noisy_max_law
+from tests.security.audit_choices import noisy_max_law
 
 U = 30.0
 
