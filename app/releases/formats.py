@@ -105,19 +105,6 @@ def upgraded(release: dict[str, Any]) -> dict[str, Any]:
     return release
 
 
-def in_todays_shape(grids: list[dict[str, Any]]) -> bool:
-    """Whether every grid already has what :func:`upgraded` and
-    :func:`app.releases.windows.with_privacy_unit` fill in for old releases (then the
-    stored grids are served as they are)."""
-    return all(
-        "h3_resolution" in grid
-        and "slot_start" in grid
-        and "n_users" in grid
-        and all(not isinstance(grid.get(s), dict) or "privacy_unit" in grid[s] for s in STATISTICS)
-        for grid in grids
-    )
-
-
 def grid_properties(grid: Mapping[str, Any]) -> dict[str, Any]:
     """The columns of one released grid (``*_ci95`` as ``[lo, hi]`` or None)."""
     return {

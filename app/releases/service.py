@@ -40,7 +40,7 @@ from app.releases.draw import (
     statistic_eps,
 )
 from app.releases.expected import expected_error
-from app.releases.formats import in_todays_shape, upgraded
+from app.releases.formats import upgraded
 from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
 from app.releases.models import SlotRelease, with_grids_json
 from app.releases.planning import (
@@ -138,10 +138,10 @@ def release_slot(
     fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return _served(stored, dataset), None
+        return _served(stored.answer(), dataset), None
     budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return _served(stored, dataset), None
+        return _served(stored.answer(), dataset), None
 
     plan = _plan_within_budget(inp, body, budget)
     if plan.K:
@@ -241,16 +241,19 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
 def release_json(session: Session, release_id: str) -> dict[str, Any]:
     """The stored release as API.md shows it (the other formats wrap this)."""
     stored, dataset = _stored(session, release_id)
-    return _served(stored, dataset)
+    return _served(stored.answer(), dataset)
 
 
 def release_json_bytes(session: Session, release_id: str) -> bytes:
-    """:func:`release_json`'s JSON: the stored grids' bytes spliced in when they are
-    already in today's shape (every release since budget windows), else encoded again."""
+    """:func:`release_json`'s JSON: the stored grids' bytes spliced in when serving
+    changes none of the grids (every release stored since budget windows), else the
+    served answer encoded."""
     stored, dataset = _stored(session, release_id)
-    if in_todays_shape(orjson.loads(stored.grids)):
-        return with_grids_json(_served_head(stored.head), stored.grids)
-    return orjson.dumps(_served(stored, dataset))
+    answer = stored.answer()
+    served = _served(answer, dataset)  # new grid dicts: answer's stay as stored
+    if served["grids"] == answer["grids"]:
+        return with_grids_json(served, stored.grids)
+    return orjson.dumps(served)
 
 
 def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
@@ -262,14 +265,10 @@ def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     return stored, get_dataset(session, stored.dataset_id)
 
 
-def _served(stored: SlotRelease, dataset: Dataset) -> dict[str, Any]:
-    """A stored release as it is served, whichever path finds it: in today's shape
-    (``privacy_unit`` and the fields of :func:`formats.upgraded` filled in for releases
-    stored before them), marked ``cached``."""
-    return _served_head(upgraded(with_privacy_unit(stored.answer(), dataset)))
-
-
-def _served_head(answer: dict[str, Any]) -> dict[str, Any]:
-    """What every served stored release adds: the defaults of releases stored before
-    ``slots`` and ``partition`` existed, and ``cached``."""
-    return {"slots": 1, "partition": "fixed", **answer, "cached": True}
+def _served(answer: dict[str, Any], dataset: Dataset) -> dict[str, Any]:
+    """A stored release's answer as it is served, whichever path finds it: in today's
+    shape (``privacy_unit``, the fields of :func:`formats.upgraded` and the defaults of
+    ``slots`` and ``partition`` filled in for releases stored before them), marked
+    ``cached``. The grids are new dicts (``with_privacy_unit`` copies them)."""
+    upgraded_answer = upgraded(with_privacy_unit(answer, dataset))
+    return {"slots": 1, "partition": "fixed", **upgraded_answer, "cached": True}
