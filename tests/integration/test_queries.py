@@ -21,7 +21,6 @@ from tests.integration.grid_fixtures import (
     GRID_B,
     analyst,
     load,
-    load_two_grids,
     make_dataset,
 )
 
@@ -31,11 +30,6 @@ U = 10.0  # the value bound of make_dataset
 def _error(resp, status: int, code: str) -> None:
     assert resp.status_code == status, resp.text
     assert resp.json()["error"]["code"] == code, resp.text
-
-
-@pytest.fixture
-def grids(client: TestClient) -> tuple[int, str, str]:
-    return load_two_grids(client)
 
 
 def test_roles(client: TestClient, grids) -> None:

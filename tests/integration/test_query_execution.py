@@ -23,12 +23,7 @@ from app.queries import service
 from app.queries.repository import _LOOKUP_SQL
 from app.queries.store import QueryStore
 from tests.helpers import upload_csv
-from tests.integration.grid_fixtures import load_two_grids, make_dataset
-
-
-@pytest.fixture
-def grids(client: TestClient) -> tuple[int, str, str]:
-    return load_two_grids(client)
+from tests.integration.grid_fixtures import make_dataset
 
 
 def test_new_accounts_are_analyzed(client: TestClient, grids, app) -> None:

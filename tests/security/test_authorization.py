@@ -25,7 +25,7 @@ import app.keys.service as key_service
 from app.uploads.repository import hash_user
 from tests.conftest import ADMIN_KEY
 from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR
-from tests.security.support import ADMIN, RAW_USERS, World, assert_error, bearer, populate
+from tests.security.support import ADMIN, RAW_USERS, World, assert_error, bearer
 
 APP_DIR = Path(__file__).resolve().parents[2] / "app"
 
@@ -58,11 +58,6 @@ ROLES = {
     ("POST", "/map/cells"): "analyst",
     ("GET", "/queries"): "analyst",
 }
-
-
-@pytest.fixture
-def world(client: TestClient) -> World:
-    return populate(client)
 
 
 def _operations(client: TestClient) -> list[tuple[str, str]]:

@@ -7,15 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import pytest
 from fastapi.testclient import TestClient
 
-from tests.security.support import ADMIN, World, assert_error, n_records, populate
-
-
-@pytest.fixture
-def world(client: TestClient) -> World:
-    return populate(client)
+from tests.security.support import ADMIN, World, assert_error, n_records
 
 
 def _post_csv(client: TestClient, world: World, body: bytes, **params: Any) -> Any:

@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.integration.grid_fixtures import CELL_A, HOUR
-from tests.security.support import ADMIN, World, assert_error, bearer, n_records, populate
+from tests.security.support import ADMIN, World, assert_error, bearer, n_records
 
 BAD_EPSILONS = [
     "nan", "NaN", "-nan", "inf", "+inf", "-inf", "Infinity", "-Infinity", "1e308", "1e309",
@@ -43,11 +43,6 @@ INJECTIONS = [
     "${jndi:ldap://x}",
     "{{7*7}}",
 ]
-
-
-@pytest.fixture
-def world(client: TestClient) -> World:
-    return populate(client)
 
 
 def _spent(client: TestClient, world: World) -> float:

@@ -15,7 +15,7 @@ from fastapi.testclient import TestClient
 
 from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS
 from research.noise import SeededNoise
-from tests.security.support import ADMIN, World, populate
+from tests.security.support import ADMIN, World
 
 APP = Path(__file__).resolve().parents[2] / "app"
 
@@ -186,11 +186,6 @@ def _poison(monkeypatch: pytest.MonkeyPatch) -> list[str]:
             patched.append(f"random.{name}")
     monkeypatch.setattr(random.Random, "random", make("random.Random.random"))
     return patched
-
-
-@pytest.fixture
-def world(client: TestClient) -> World:
-    return populate(client)
 
 
 def test_every_release_runs_without_numpy_or_random(

@@ -46,11 +46,6 @@ def _app(settings: Settings, **update: Any) -> FastAPI:
     return create_app(settings.model_copy(update=update))
 
 
-@pytest.fixture
-def world(client: TestClient) -> World:
-    return populate(client)
-
-
 # ------------------------------------------------------------ 1. hashing secret
 
 

@@ -1,0 +1,14 @@
+"""Fixtures of the integration tests."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.integration.grid_fixtures import load_two_grids
+
+
+@pytest.fixture
+def grids(client: TestClient) -> tuple[int, str, str]:
+    """:func:`tests.integration.grid_fixtures.load_two_grids` on the test's app."""
+    return load_two_grids(client)

@@ -1,0 +1,14 @@
+"""Fixtures of the security tests."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.security.support import World, populate
+
+
+@pytest.fixture
+def world(client: TestClient) -> World:
+    """The populated world of :func:`tests.security.support.populate` on the test's app."""
+    return populate(client)
