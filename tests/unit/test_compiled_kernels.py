@@ -2,7 +2,7 @@
 requests pass: in a fresh process, after ``app.compiled.load_compiled_kernels`` (what
 start-up runs), the CSV and feed readers and Clip-User run and no kernel of ``app``
 gains a compiled signature (a kernel the loader missed, or loaded for other argument
-types, would: a compile costs ~15 s on a fresh install, paid by a request)."""
+types, would: a compile costs 11–12 s on a fresh install, paid by a request)."""
 
 from __future__ import annotations
 
