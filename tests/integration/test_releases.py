@@ -261,8 +261,9 @@ def test_release_batches_its_laplace_draws_with_the_collector_paused(
 def test_a_new_release_is_sent_as_its_model_would_send_it(
     client: TestClient, statistics: list[str]
 ) -> None:
-    """A new release skips the response model's validation (``release_json_bytes``): what
-    is sent must be what validating it would give, field for field and value for value."""
+    """A new release skips the response model's validation (``new_release_json`` in
+    ``releases.endpoints``): what is sent must be what validating it would give, field for
+    field and value for value."""
     from app.releases.schemas import ReleaseOut
 
     ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)
