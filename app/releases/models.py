@@ -19,6 +19,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
 from app.releases.kept_sets import KeptSets, kept_caps
+from app.releases.packing import pack, unpack
 
 # How the grids are written: as ``app.db.engine.json_dumps`` writes JSON columns (keys
 # become strings, NaN becomes null), but as bytes.
@@ -40,11 +41,12 @@ class SlotRelease(Base):
 
     The answer is stored in two parts: ``head``, the answer with ``"grids": null`` in
     place of its grids (small: the listing reads it), and ``grids``, the grids' JSON
-    as bytes (orjson, lz4-compressed where the server has lz4); ``n_grids`` counts them.
-    ``kept`` (bytes in :mod:`app.releases.kept_sets`' format, read only by ``plan=``)
-    gives each released grid's version and its kept users' Γ, so later single-grid
-    queries can reuse the plan (``plan=<release id>``). :meth:`store` and :meth:`answer` are the one
-    place that converts between this shape and the answer.
+    (orjson) packed by :mod:`app.releases.packing` (migration 0013); ``n_grids`` counts
+    them. ``kept`` (:mod:`app.releases.kept_sets`' format, packed too; read only by
+    ``plan=``) gives each released grid's version and its kept users' Γ, so later
+    single-grid queries can reuse the plan (``plan=<release id>``). :meth:`store`,
+    :meth:`answer` and :meth:`kept_caps` are the one place that converts between this
+    shape and the answer.
     """
 
     __tablename__ = "slot_releases"
@@ -70,19 +72,26 @@ class SlotRelease(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     def store(self, answer: dict[str, Any], kept: KeptSets) -> bytes:
-        """Keep ``answer`` (its ``grids`` apart) and ``kept``; the grids' JSON bytes are
-        returned too (a new release's response reuses them)."""
+        """Keep ``answer`` (its ``grids`` apart) and ``kept``, packed
+        (:mod:`app.releases.packing`); the grids' JSON bytes are returned too (a new
+        release's response reuses them)."""
         self.head = {**answer, "grids": None}  # grids keeps its place among the keys
         self.n_grids = len(answer["grids"])
-        self.grids = orjson.dumps(answer["grids"], option=ORJSON_OPTIONS)
-        self.kept = kept.to_bytes()
-        return self.grids
+        grids_json = orjson.dumps(answer["grids"], option=ORJSON_OPTIONS)
+        self.grids = pack(grids_json)
+        self.kept = pack(kept.to_bytes())
+        return grids_json
 
-    def answer(self) -> dict[str, Any]:
-        """The answer as it was stored: the head with its grids back in place."""
-        return {**self.head, "grids": orjson.loads(self.grids)}
+    def grids_json(self) -> bytes:
+        """The grids' JSON as stored (unpacked)."""
+        return unpack(self.grids)
+
+    def answer(self, grids_json: bytes | None = None) -> dict[str, Any]:
+        """The answer as it was stored: the head with its grids back in place
+        (``grids_json``: :meth:`grids_json`, when the caller has it already)."""
+        return {**self.head, "grids": orjson.loads(grids_json or self.grids_json())}
 
     def kept_caps(self, grid_id: str, user_ids: np.ndarray) -> tuple[int, np.ndarray] | None:
         """``(version, Γ of each user)`` of a released grid, ``None`` for another
         (:func:`app.releases.kept_sets.kept_caps`)."""
-        return kept_caps(self.kept, grid_id, user_ids)
+        return kept_caps(unpack(self.kept), grid_id, user_ids)

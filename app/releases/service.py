@@ -249,10 +249,11 @@ def release_json_bytes(session: Session, release_id: str) -> bytes:
     changes none of the grids (every release stored since budget windows), else the
     served answer encoded."""
     stored, dataset = _stored(session, release_id)
-    answer = stored.answer()
+    grids_json = stored.grids_json()
+    answer = stored.answer(grids_json)
     served = _served(answer, dataset)  # new grid dicts: answer's stay as stored
     if served["grids"] == answer["grids"]:
-        return with_grids_json(served, stored.grids)
+        return with_grids_json(served, grids_json)
     return orjson.dumps(served)
 
 

@@ -17,6 +17,7 @@ from sqlalchemy import select, text
 
 from app.datasets.windows import window_start
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
+from app.releases.packing import pack, unpack
 from tests.helpers import make_csv, upload_csv
 from tests.integration.grid_fixtures import CELL_A, make_dataset
 
@@ -288,13 +289,15 @@ def test_stored_answers_without_privacy_unit_are_served_with_it(client: TestClie
             text("UPDATE query_answers SET answer = (answer::jsonb - 'privacy_unit')::json")
         )
         stored = conn.execute(text("SELECT grids FROM slot_releases")).scalar_one()
-        grids = json.loads(stored)
+        grids = json.loads(unpack(stored))
         for g in grids:
             for stat in ("mean", "variance"):
                 g[stat].pop("privacy_unit")
-        conn.execute(text("UPDATE slot_releases SET grids = :g"), {"g": json.dumps(grids).encode()})
+        conn.execute(
+            text("UPDATE slot_releases SET grids = :g"), {"g": pack(json.dumps(grids).encode())}
+        )
         stored = conn.execute(text("SELECT grids FROM slot_releases")).scalar_one()
-        assert b"privacy_unit" not in stored
+        assert b"privacy_unit" not in unpack(stored)
     assert _mean(client, grid, 0.2).json()["privacy_unit"] == "user-day"
     listed = client.get("/queries").json()["queries"]
     assert [a["answer"]["privacy_unit"] for a in listed] == ["user-day"]

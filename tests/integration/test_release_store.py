@@ -1,5 +1,6 @@
-"""How a release is stored (migrations 0011, 0012): a small JSON head, the grids as JSON
-bytes, the kept sets as columns; read back, it is the release that was answered."""
+"""How a release is stored (migrations 0011-0013): a small JSON head, the grids as JSON
+bytes, the kept sets as columns, both packed (zstd); read back, it is the release that
+was answered."""
 
 from __future__ import annotations
 
@@ -13,8 +14,11 @@ from sqlalchemy import text
 
 from app.releases.kept_sets import KeptSets
 from app.releases.models import SlotRelease
+from app.releases.packing import unpack
 from tests.helpers import create_dataset, upload_csv
 from tests.integration.test_release_listing import HOURS, _csv
+
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"  # a zstd frame's first bytes
 
 
 def _dumps(body: dict) -> str:
@@ -41,9 +45,9 @@ def test_a_stored_release_reads_back_as_it_was_answered(client: TestClient, app)
     head = json.loads(row.head)
     assert head["grids"] is None and row.n_grids == 6
     assert list(head) == list(answer)  # the grids keep their place among the keys
-    assert orjson.loads(row.grids) == answer["grids"]
-    assert row.grids in got.content  # GET serves the stored grids' bytes as they are
-    kept = KeptSets.from_bytes(row.kept)
+    assert orjson.loads(unpack(row.grids)) == answer["grids"]
+    assert unpack(row.grids) in got.content  # GET serves the stored grids' bytes as they are
+    kept = KeptSets.from_bytes(unpack(row.kept))
     assert list(kept.grid_ids) == [g["grid_id"] for g in answer["grids"]]
     listed = client.get(f"/datasets/{ds}/releases").json()["releases"]
     assert [(r["n_grids"], r["slots"]) for r in listed] == [(6, 3)]
@@ -56,14 +60,15 @@ def test_store_writes_json_bytes_as_json_columns_were_written() -> None:
     kept = KeptSets(
         ["g", "h"], [1, 4], np.array([0, 1, 3]), np.array([7, 9, 8]), np.array([2, 1, 5])
     )
-    assert record.store(answer, kept) == record.grids
+    assert record.store(answer, kept) == unpack(record.grids) == record.grids_json()
     assert isinstance(record.grids, bytes) and isinstance(record.kept, bytes)
+    assert record.grids.startswith(ZSTD_MAGIC) and record.kept.startswith(ZSTD_MAGIC)
     assert record.head == {"release_id": "r", "grids": None, "epsilon": 0.1}
     assert record.n_grids == 1
     assert record.answer() == {"release_id": "r", "grids": [{"mean": None, "n": 1}], "epsilon": 0.1}
     assert list(record.answer()) == ["release_id", "grids", "epsilon"]
     # kept sets: per grid its version and each asked user's Γ (0 where not kept)
-    assert KeptSets.from_bytes(record.kept).as_json() == {
+    assert KeptSets.from_bytes(unpack(record.kept)).as_json() == {
         "g": {"version": 1, "users": {7: 2}},
         "h": {"version": 4, "users": {9: 1, 8: 5}},
     }

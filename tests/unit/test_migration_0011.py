@@ -90,6 +90,7 @@ def _migrate_on_data(url: str) -> dict[str, str]:
         for (n, grids, kept), answer, kept_sets in zip(rows, ANSWERS, KEPT, strict=True):
             assert n == len(answer["grids"]) and orjson.loads(kept) == kept_sets
             assert grids == orjson.dumps(answer["grids"])
+        upgrade(url)  # read through today's model (packed since 0013)
         with make_sessionmaker(engine)() as session:
             repo = ReleaseRepository(session)
             for answer in ANSWERS:
