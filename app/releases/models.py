@@ -12,6 +12,7 @@ from sqlalchemy import (
     Index,
     Integer,
     LargeBinary,
+    SmallInteger,
     String,
     UniqueConstraint,
 )
@@ -25,6 +26,10 @@ from app.releases.packing import pack, unpack
 # become strings, NaN becomes null), but as bytes.
 ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 _NO_GRIDS = b'"grids":null'
+#: The shape of the grids this code writes, served as stored (``grids_shape``, migration
+#: 0014): every statistic answer with ``privacy_unit``, every grid with ``h3_resolution``,
+#: ``slot_start`` and ``n_users``. Raise it when a grid or answer field is added.
+GRIDS_SHAPE = 1
 
 
 def with_grids_json(head: dict[str, Any], grids_json: bytes) -> bytes:
@@ -68,6 +73,8 @@ class SlotRelease(Base):
     # loaded apart (ReleaseRepository.with_grids reads them as a binary result)
     grids: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)
     kept: Mapped[bytes] = mapped_column(LargeBinary, deferred=True)  # loaded when read
+    # GRIDS_SHAPE when stored by this code; 0: stored before 0014, upgraded when served
+    grids_shape: Mapped[int] = mapped_column(SmallInteger, server_default="0")
     key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
@@ -79,6 +86,7 @@ class SlotRelease(Base):
         self.n_grids = len(answer["grids"])
         grids_json = orjson.dumps(answer["grids"], option=ORJSON_OPTIONS)
         self.grids = pack(grids_json)
+        self.grids_shape = GRIDS_SHAPE
         self.kept = pack(kept.to_bytes())
         return grids_json
 

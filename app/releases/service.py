@@ -42,7 +42,7 @@ from app.releases.draw import (
 from app.releases.expected import expected_error
 from app.releases.formats import upgraded
 from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
-from app.releases.models import SlotRelease, with_grids_json
+from app.releases.models import GRIDS_SHAPE, SlotRelease, with_grids_json
 from app.releases.planning import (
     SlotPlan,
     largest_affordable,
@@ -245,16 +245,13 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
 
 
 def release_json_bytes(session: Session, release_id: str) -> bytes:
-    """:func:`release_json`'s JSON: the stored grids' bytes spliced in when serving
-    changes none of the grids (every release stored since budget windows), else the
-    served answer encoded."""
+    """:func:`release_json`'s JSON: a release stored in today's shape (``GRIDS_SHAPE``)
+    served from its head with the stored grids' bytes spliced in, never decoded; an older
+    one decoded and upgraded (:func:`_served`)."""
     stored, dataset = _stored(session, release_id)
-    grids_json = stored.grids_json()
-    answer = stored.answer(grids_json)
-    served = _served(answer, dataset)  # new grid dicts: answer's stay as stored
-    if served["grids"] == answer["grids"]:
-        return with_grids_json(served, grids_json)
-    return orjson.dumps(served)
+    if stored.grids_shape == GRIDS_SHAPE:
+        return with_grids_json(_served({**stored.head, "grids": []}, dataset), stored.grids_json())
+    return orjson.dumps(_served(stored.answer(), dataset))
 
 
 def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:

@@ -293,8 +293,9 @@ def test_stored_answers_without_privacy_unit_are_served_with_it(client: TestClie
         for g in grids:
             for stat in ("mean", "variance"):
                 g[stat].pop("privacy_unit")
-        conn.execute(
-            text("UPDATE slot_releases SET grids = :g"), {"g": pack(json.dumps(grids).encode())}
+        conn.execute(  # as stored before migration 0014: shape 0, upgraded when served
+            text("UPDATE slot_releases SET grids = :g, grids_shape = 0"),
+            {"g": pack(json.dumps(grids).encode())},
         )
         stored = conn.execute(text("SELECT grids FROM slot_releases")).scalar_one()
         assert b"privacy_unit" not in unpack(stored)

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import text
 
 from app.releases.kept_sets import KeptSets
-from app.releases.models import SlotRelease
+from app.releases.models import GRIDS_SHAPE, SlotRelease
 from app.releases.packing import unpack
 from tests.helpers import create_dataset, upload_csv
 from tests.integration.test_release_listing import HOURS, _csv
@@ -41,7 +41,9 @@ def test_a_stored_release_reads_back_as_it_was_answered(client: TestClient, app)
         assert _dumps(again) == _dumps(answer)
 
     with app.state.engine.connect() as conn:
-        row = conn.execute(text("SELECT head::text, n_grids, grids, kept FROM slot_releases")).one()
+        row = conn.execute(
+            text("SELECT head::text, n_grids, grids, kept, grids_shape FROM slot_releases")
+        ).one()
     head = json.loads(row.head)
     assert head["grids"] is None and row.n_grids == 6
     assert list(head) == list(answer)  # the grids keep their place among the keys
@@ -51,6 +53,14 @@ def test_a_stored_release_reads_back_as_it_was_answered(client: TestClient, app)
     assert list(kept.grid_ids) == [g["grid_id"] for g in answer["grids"]]
     listed = client.get(f"/datasets/{ds}/releases").json()["releases"]
     assert [(r["n_grids"], r["slots"]) for r in listed] == [(6, 3)]
+    # Stored in today's shape, so served from the head and the stored bytes, undecoded:
+    # the same JSON as decoding and upgrading it gives (the path of a release stored
+    # before migration 0014).
+    assert row.grids_shape == GRIDS_SHAPE
+    with app.state.engine.begin() as conn:
+        conn.execute(text("UPDATE slot_releases SET grids_shape = 0"))
+    upgraded = client.get(f"/releases/{answer['release_id']}")
+    assert upgraded.status_code == 200 and upgraded.json() == got.json()
 
 
 def test_store_writes_json_bytes_as_json_columns_were_written() -> None:
