@@ -158,7 +158,11 @@ class FeedReader:
         for i in indices:
             number, entity = i + 1, entities[i]
             v = entity.vehicle
-            vid = v.vehicle.id.strip()
+            raw_id = v.vehicle.id
+            if isinstance(raw_id, bytes):  # not UTF-8: the bindings give the bytes back
+                errors.append((number, "vehicle id is not UTF-8 text (vehicle.vehicle.id)"))
+                continue
+            vid = raw_id.strip()
             p = v.position
             ts = v.timestamp
             speed = p.speed
@@ -291,4 +295,6 @@ def _unusable(entity: gtfs_realtime_pb2.FeedEntity, vid: str, ts: int | None) ->
 
 
 def _vehicle_id(entity: gtfs_realtime_pb2.FeedEntity) -> str:
-    return entity.vehicle.vehicle.id.strip()
+    """The entity's vehicle id as a rejection names it ("" if it is not UTF-8 text)."""
+    raw_id = entity.vehicle.vehicle.id
+    return raw_id.strip() if isinstance(raw_id, str) else ""

@@ -95,6 +95,22 @@ def test_rejections_name_the_entity_and_vehicle(client: TestClient) -> None:
     assert (clamped["accepted"], clamped["clamped"], clamped["rejected"]) == (3, 1, 4)
 
 
+def test_a_vehicle_id_that_is_not_utf8_rejects_its_entity(client: TestClient, app) -> None:
+    """Protobuf strings are UTF-8; the bindings hand back the bytes of one that is not.
+    Its entity is rejected by name, the feed's other entities stored."""
+    rows = made_rows(3)
+    marked = [{**r, "vehicle_id": "BAD" + r["vehicle_id"]} if i == 1 else r
+              for i, r in enumerate(rows)]  # fmt: skip
+    body = feed_message(marked).replace(b"BAD", b"\xff\xfeX")
+    ds = create_dataset(client, **CAPMETRICS_DATASET)["id"]
+    out = push(client, ds, body)
+    assert (out["rows"], out["accepted"], out["rejected"]) == (3, 2, 1)
+    assert [(e["line"], e["reason"]) for e in out["errors"]] == [
+        (2, "entity 2: vehicle id is not UTF-8 text (vehicle.vehicle.id)")
+    ]
+    assert counts(app)["records"] == 2
+
+
 def test_value_filters_follow_the_dataset_rule(client: TestClient, app: FastAPI) -> None:
     ds = create_dataset(client)["id"]
     for option in ({"drop_zero": True}, {"out_of_range": "reject"}):
