@@ -14,7 +14,8 @@ with ``DROP SCHEMA NAME CASCADE``), so iterating on the release does not pay the
 ``--only epsilon|max_user_cost`` times one of the two; ``--profile`` prints a cProfile
 of each timed release (the server's work, in its thread), ``--profile-out PATH`` also
 writes it to ``PATH.<case>.<run>`` for ``pstats``. After each, ``GET /releases/{id}`` of
-the last release and the first page of the dataset's releases are timed too.
+the last release, the first page of the dataset's releases and the last release's request
+again (served from its stored twin, as a publisher's rerun is) are timed too.
 """
 
 from __future__ import annotations
@@ -135,7 +136,7 @@ def run(url: str, args: argparse.Namespace) -> None:
                     pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
                     pstats.Stats(prof).sort_stats("tottime").print_stats(30)
             print(f"day release ({name}): median {statistics.median(times):.1f} s", flush=True)
-            timed_reads(client, ds, out["release_id"])
+            timed_reads(client, ds, out["release_id"], {**base, **extra(args.repeats - 1)})
 
 
 def postgres_cpu(url: str, since: dict[int, float] | None = None) -> Any:
@@ -160,16 +161,18 @@ def postgres_cpu(url: str, since: dict[int, float] | None = None) -> Any:
     return sum(cpu - since.get(pid, 0.0) for pid, cpu in now.items())
 
 
-def timed_reads(client: TestClient, ds: int, release_id: str) -> None:
-    """GET the release just made, then the first page of the dataset's releases: wall
+def timed_reads(client: TestClient, ds: int, release_id: str, body: dict[str, Any]) -> None:
+    """GET the release just made, the first page of the dataset's releases, and the last
+    POST again (served from its stored twin, charging nothing: a publisher's rerun): wall
     time and this process's CPU (client and server, which share it)."""
     for name, path in (
         ("GET /releases/{id}", f"/releases/{release_id}"),
         ("listing page", f"/datasets/{ds}/releases"),
+        ("the same POST again", f"/datasets/{ds}/releases"),
     ):
         cpu, t0 = time.process_time(), time.perf_counter()
         try:
-            resp = client.get(path)
+            resp = client.post(path, json=body) if name.endswith("again") else client.get(path)
             got = f"HTTP {resp.status_code}, {len(resp.content) / 1e6:.1f} MB"
         except Exception as exc:  # the server's error, raised by the test client
             got = f"failed: {str(exc).splitlines()[0][:120]}"

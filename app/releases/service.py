@@ -130,18 +130,20 @@ def _plan_fields(inp: ReleaseInput, body: ReleaseIn, plan: SlotPlan) -> dict[str
 def release_slot(
     session: Session, key: KeyIdentity, dataset_id: int | str, body: ReleaseIn
 ) -> tuple[dict[str, Any], bytes | None]:
-    """The release's answer, and for a new one its grids' JSON as stored (the response
-    reuses it); a stored twin is served instead, charging nothing."""
+    """The release's answer, and its grids' JSON as stored when they are to be sent in
+    place of ``answer["grids"]`` (a new release: decoded in the answer too; a stored twin
+    in today's shape: ``None`` there, :func:`_served_stored`). A stored twin is served
+    instead of a new release, charging nothing."""
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
     epoch = dataset.epoch
     inp = release_input(session, dataset, body)
     fp = _fingerprint(inp, body)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return _served(stored.answer(), dataset), None
+        return _served_stored(stored, dataset)
     budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
-        return _served(stored.answer(), dataset), None
+        return _served_stored(stored, dataset)
 
     plan = _plan_within_budget(inp, body, budget)
     if plan.K:
@@ -245,13 +247,9 @@ def release_json(session: Session, release_id: str) -> dict[str, Any]:
 
 
 def release_json_bytes(session: Session, release_id: str) -> bytes:
-    """:func:`release_json`'s JSON: a release stored in today's shape (``GRIDS_SHAPE``)
-    served from its head with the stored grids' bytes spliced in, never decoded; an older
-    one decoded and upgraded (:func:`_served`)."""
-    stored, dataset = _stored(session, release_id)
-    if stored.grids_shape == GRIDS_SHAPE:
-        return with_grids_json(_served({**stored.head, "grids": []}, dataset), stored.grids_json())
-    return orjson.dumps(_served(stored.answer(), dataset))
+    """:func:`release_json`'s JSON, by :func:`_served_stored`."""
+    answer, grids_json = _served_stored(*_stored(session, release_id))
+    return orjson.dumps(answer) if grids_json is None else with_grids_json(answer, grids_json)
 
 
 def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
@@ -261,6 +259,16 @@ def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     if stored is None:
         raise NotFound(f"no release {release_id[:40]!r}")
     return stored, get_dataset(session, stored.dataset_id)
+
+
+def _served_stored(stored: SlotRelease, dataset: Dataset) -> tuple[dict[str, Any], bytes | None]:
+    """A stored release as served, and its grids' stored JSON when they are sent as
+    stored: one in today's shape (``GRIDS_SHAPE``) is served from its head (``grids``:
+    ``None``), its grids never decoded; an older one is decoded and upgraded."""
+    if stored.grids_shape == GRIDS_SHAPE:
+        head = _served({**stored.head, "grids": []}, dataset)
+        return {**head, "grids": None}, stored.grids_json()
+    return _served(stored.answer(), dataset), None
 
 
 def _served(answer: dict[str, Any], dataset: Dataset) -> dict[str, Any]:
