@@ -13,6 +13,7 @@ from app.db.migrate import alembic_config, upgrade
 from app.releases.models import SlotRelease
 from app.releases.repository import ReleaseRepository
 from tests.security.private_pg import private_postgres
+from tests.unit.migration_support import seed_key_and_dataset
 
 
 def _grid(i: int) -> dict:
@@ -34,19 +35,7 @@ KEPT = [{"g0": {"version": 1, "users": {"1": 2, "2": 1}}}, {}]
 
 
 def _seed(conn) -> list[tuple[str, str]]:
-    conn.execute(
-        text(
-            "insert into api_keys (id, name, role, key_hash, prefix, epsilon_spent, created_at)"
-            " values (1, 'k', 'admin', 'h', 'p', 0, now())"
-        )
-    )
-    conn.execute(
-        text(
-            "insert into datasets (id, name, value_bound, h3_resolution, timeslot_minutes,"
-            " timezone, budget_per_user, max_epsilon_per_query, on_exhausted, epoch,"
-            " created_at) values (1, 'd', 1, 8, 60, 'UTC', 1, 1, 'refuse', 1, now())"
-        )
-    )
+    seed_key_and_dataset(conn)
     texts = []
     for i, (answer, kept) in enumerate(zip(ANSWERS, KEPT, strict=True)):
         texts.append((orjson.dumps(answer).decode(), orjson.dumps(kept).decode()))

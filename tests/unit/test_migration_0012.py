@@ -13,6 +13,7 @@ from app.db.migrate import alembic_config, upgrade
 from app.releases.kept_sets import MAGIC, KeptSets
 from app.releases.packing import unpack
 from app.releases.repository import ReleaseRepository
+from tests.unit.migration_support import seed_key_and_dataset
 
 # As the app wrote them (orjson, compact); a grid's users not in ascending id order.
 KEPT = [
@@ -22,15 +23,7 @@ KEPT = [
 
 
 def _seed(conn) -> list[bytes]:
-    conn.execute(
-        text(
-            "insert into api_keys (id, name, role, key_hash, prefix, epsilon_spent, created_at)"
-            " values (1, 'k', 'admin', 'h', 'p', 0, now());"
-            "insert into datasets (id, name, value_bound, h3_resolution, timeslot_minutes,"
-            " timezone, budget_per_user, max_epsilon_per_query, on_exhausted, epoch,"
-            " created_at) values (1, 'd', 1, 8, 60, 'UTC', 1, 1, 'refuse', 1, now())"
-        )
-    )
+    seed_key_and_dataset(conn)
     texts = [orjson.dumps(k) for k in KEPT]
     for i, kept in enumerate(texts):
         conn.execute(

@@ -14,6 +14,7 @@ from app.db.migrate import alembic_config, upgrade
 from app.releases.kept_sets import KeptSets
 from app.releases.packing import unpack
 from app.releases.repository import ReleaseRepository
+from tests.unit.migration_support import seed_key_and_dataset
 
 GRIDS = [[{"grid_id": "g0", "mean": {"estimate": 1.5}}], []]
 KEPT = [
@@ -23,15 +24,7 @@ KEPT = [
 
 
 def _seed(conn) -> list[tuple[bytes, bytes]]:
-    conn.execute(
-        text(
-            "insert into api_keys (id, name, role, key_hash, prefix, epsilon_spent, created_at)"
-            " values (1, 'k', 'admin', 'h', 'p', 0, now());"
-            "insert into datasets (id, name, value_bound, h3_resolution, timeslot_minutes,"
-            " timezone, budget_per_user, max_epsilon_per_query, on_exhausted, epoch,"
-            " created_at) values (1, 'd', 1, 8, 60, 'UTC', 1, 1, 'refuse', 1, now())"
-        )
-    )
+    seed_key_and_dataset(conn)
     rows = [(orjson.dumps(g), k) for g, k in zip(GRIDS, KEPT, strict=True)]
     for i, (grids, kept) in enumerate(rows):
         conn.execute(
