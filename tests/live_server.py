@@ -150,15 +150,17 @@ async def flood_and_kill(
     n: int,
     kill: Callable[[], None],
     *,
-    after: int,
+    after: int | None = None,
     watched: Sequence[int] = (),
 ) -> tuple[dict[int, httpx.Response], list[int]]:
-    """Send requests ``0 .. n-1`` at once (``send(i)``), ``kill()`` once ``after`` of them
-    were answered 200 (or all are done), then wait for the rest. With ``watched`` (the
-    requests sent to the process that is killed), once half of those are done instead,
-    whatever their answers: the others are then still in flight, whichever process is
-    faster. Returns the 200 answers by request and the requests the kill cut off (an
-    HTTP error instead of an answer)."""
+    """Send requests ``0 .. n-1`` at once (``send(i)``), ``kill()`` at one of two moments,
+    then wait for the rest: once ``after`` of them were answered 200 (or all are done);
+    or, given ``watched`` (the requests sent to the process that is killed), once half of
+    those are done, whatever their answers, so that the others are still in flight
+    whichever process is faster. Returns the 200 answers by request and the requests the
+    kill cut off (an HTTP error instead of an answer)."""
+    if (after is None) == (not watched):
+        raise ValueError("flood_and_kill: give either after or watched")
     answered: dict[int, httpx.Response] = {}
     cut: list[int] = []
 
@@ -175,7 +177,7 @@ async def flood_and_kill(
     mine = [tasks[i] for i in watched]
 
     def due() -> bool:
-        if mine:
+        if after is None:
             return 2 * sum(t.done() for t in mine) >= len(mine)
         return len(answered) >= after or all(t.done() for t in tasks)
 
