@@ -158,11 +158,10 @@ class FeedReader:
         for i in indices:
             number, entity = i + 1, entities[i]
             v = entity.vehicle
-            raw_id = v.vehicle.id
-            if isinstance(raw_id, bytes):  # not UTF-8: the bindings give the bytes back
+            vid = _vehicle_id(entity)
+            if vid is None:
                 errors.append((number, "vehicle id is not UTF-8 text (vehicle.vehicle.id)"))
                 continue
-            vid = raw_id.strip()
             p = v.position
             ts = v.timestamp
             speed = p.speed
@@ -221,7 +220,7 @@ class FeedReader:
             errors.append((int(numbers[i]), reason))
         rejected = len(errors)
         errors = [
-            (n, f"{entity_label(n, _vehicle_id(self.message.entity[n - 1]))}: {r}")
+            (n, f"{entity_label(n, _vehicle_id(self.message.entity[n - 1]) or '')}: {r}")
             for n, r in sorted(errors)[:MAX_REPORTED_ERRORS]
         ]
         keep = np.flatnonzero(ok & ~zero & ~rejected_oor)
@@ -294,7 +293,8 @@ def _unusable(entity: gtfs_realtime_pb2.FeedEntity, vid: str, ts: int | None) ->
     return None
 
 
-def _vehicle_id(entity: gtfs_realtime_pb2.FeedEntity) -> str:
-    """The entity's vehicle id as a rejection names it ("" if it is not UTF-8 text)."""
+def _vehicle_id(entity: gtfs_realtime_pb2.FeedEntity) -> str | None:
+    """The entity's vehicle id, stripped; ``None`` when it is not UTF-8 text (protobuf
+    strings are: the bindings hand back the bytes of one that is not)."""
     raw_id = entity.vehicle.vehicle.id
-    return raw_id.strip() if isinstance(raw_id, str) else ""
+    return raw_id.strip() if isinstance(raw_id, str) else None

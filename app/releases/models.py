@@ -94,10 +94,9 @@ class SlotRelease(Base):
         """The grids' JSON as stored (unpacked)."""
         return unpack(self.grids)
 
-    def answer(self, grids_json: bytes | None = None) -> dict[str, Any]:
-        """The answer as it was stored: the head with its grids back in place
-        (``grids_json``: :meth:`grids_json`, when the caller has it already)."""
-        return {**self.head, "grids": orjson.loads(grids_json or self.grids_json())}
+    def answer(self) -> dict[str, Any]:
+        """The answer as it was stored: the head with its grids back in place."""
+        return {**self.head, "grids": orjson.loads(self.grids_json())}
 
     def kept_caps(self, grid_id: str, user_ids: np.ndarray) -> tuple[int, np.ndarray] | None:
         """``(version, Γ of each user)`` of a released grid, ``None`` for another

@@ -1,12 +1,13 @@
 """A stored release's two large columns, ``grids`` and ``kept``, as zstd frames (migration
 0013), compressed here instead of by Postgres.
 
-Postgres compressed them itself (TOAST, lz4) inside the release's transaction: for a day
-(243 MB of grids' JSON, 38 MB of kept sets) 2-3.5 s of the backend's CPU while the
-request waited. zstd at level 1 (the ``zstandard`` bindings) takes ~0.2 s here and
-gives half lz4's size (13 MB for the day's grids); the columns are then stored as they
-come (``STORAGE EXTERNAL``), and a read moves 13 MB, not 243. Each frame records its
-content size, so :func:`unpack` allocates once.
+Postgres compressed them itself (TOAST, lz4) inside the release's transaction. For a day
+(243 MB of grids' JSON, 38 MB of kept sets), ``python benchmarks/release_store.py``:
+storing it cost the backend 1.19 s of CPU, 0.10 s packed here (the whole store 1.81 s ->
+0.75 s, the JSON's encoding and zstd at level 1 included); 39.2 MB stored, 19.8 MB
+packed; reading it back 0.42 s of the backend's CPU, 0.02 s. The columns are stored as
+they come (``STORAGE EXTERNAL``). Each frame records its content size, so :func:`unpack`
+allocates once.
 """
 
 from __future__ import annotations

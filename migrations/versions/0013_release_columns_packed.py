@@ -1,9 +1,10 @@
 """A stored release's ``grids`` and ``kept`` packed by the app (zstd), stored as they come.
 
 Postgres compressed both columns itself (TOAST, lz4 since 0011) inside the release's
-transaction: for a day release (243 MB of grids' JSON, 38 MB of kept sets) 2-3.5 s of
-the backend's CPU. The app now writes each as one zstd frame at level 1
-(``app.releases.packing``: ~0.2 s, half lz4's size), and the columns are
+transaction: for a day release (243 MB of grids' JSON, 38 MB of kept sets) 1.2 s of the
+backend's CPU (``benchmarks/release_store.py``; 4-5 s inside a whole day release at a slow
+time of the test machine). The app now writes each as one zstd frame at level 1
+(``app.releases.packing``: half the stored size), and the columns are
 ``STORAGE EXTERNAL`` (out of line, never compressed again). Each row is packed here, and
 unpacked on downgrade (back to ``EXTENDED``, compressed by Postgres as before). A zstd
 frame starts with its magic number, which neither JSON text nor the kept sets' magic
@@ -25,7 +26,6 @@ down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
 COLUMNS = ("grids", "kept")
 
 
@@ -45,7 +45,7 @@ def _rewrite(convert: Callable[[bytes], bytes], packed: bool) -> None:
             text("SELECT grids, kept FROM slot_releases WHERE id = :i"), {"i": rid}
         ).one()
         values = {c: bytes(v) for c, v in zip(COLUMNS, row, strict=True)}
-        todo = {c: convert(v) for c, v in values.items() if v.startswith(ZSTD_MAGIC) != packed}
+        todo = {c: convert(v) for c, v in values.items() if v.startswith(zstandard.FRAME_HEADER) != packed}
         if todo:
             sets = ", ".join(f"{c} = :{c}" for c in todo)
             conn.execute(text(f"UPDATE slot_releases SET {sets} WHERE id = :i"), {**todo, "i": rid})

@@ -261,7 +261,7 @@ def test_release_batches_its_laplace_draws_with_the_collector_paused(
 def test_a_new_release_is_sent_as_its_model_would_send_it(
     client: TestClient, statistics: list[str]
 ) -> None:
-    """A new release skips the response model's validation (``new_release_json`` in
+    """A new release skips the response model's validation (``spliced_release_json`` in
     ``releases.endpoints``): what is sent must be what validating it would give, field for
     field and value for value."""
     from app.releases.schemas import ReleaseOut
