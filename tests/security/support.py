@@ -77,6 +77,16 @@ class World:
     analyst_id: int
 
 
+def post_csv(client: TestClient, dataset_id: int, body: bytes, **params: Any) -> Any:
+    """``POST /datasets/{id}/records`` of a CSV ``body`` as the admin."""
+    return client.post(
+        f"/datasets/{dataset_id}/records",
+        params=params,
+        content=body,
+        headers={**ADMIN, "content-type": "text/csv"},
+    )
+
+
 def populate(client: TestClient | httpx.Client, **dataset: Any) -> World:
     """Create a dataset (U = 10, budget 1000), upload :data:`RAW_USERS`, issue an analyst key."""
     body = {"name": "security", "value_bound": 10.0, "budget_per_user": 1000.0} | dataset

@@ -5,21 +5,10 @@ and a refused upload writes nothing (the other hostile requests: test_hostile_in
 from __future__ import annotations
 
 import time
-from typing import Any
 
 from fastapi.testclient import TestClient
 
-from tests.security.support import ADMIN, World, assert_error, n_records
-
-
-def _post_csv(client: TestClient, world: World, body: bytes, **params: Any) -> Any:
-    return client.post(
-        f"/datasets/{world.dataset_id}/records",
-        params=params,
-        content=body,
-        headers={**ADMIN, "content-type": "text/csv"},
-    )
-
+from tests.security.support import World, assert_error, n_records, post_csv
 
 GOOD_ROW = "bomuser,2024-03-05T11:00:01Z,30.2672,-97.7431,3.5\n"
 HEADER = "user_id,timestamp,lat,lon,value\n"
@@ -27,7 +16,7 @@ HEADER = "user_id,timestamp,lat,lon,value\n"
 
 def test_csv_with_bom_is_read(client: TestClient, world: World) -> None:
     before = n_records(client, world)
-    resp = _post_csv(client, world, b"\xef\xbb\xbf" + (HEADER + GOOD_ROW).encode())
+    resp = post_csv(client, world.dataset_id, b"\xef\xbb\xbf" + (HEADER + GOOD_ROW).encode())
     assert resp.status_code == 200, resp.text
     assert resp.json()["accepted"] == 1 and resp.json()["rejected"] == 0
     assert n_records(client, world) == before + 1
@@ -56,7 +45,7 @@ def test_unreadable_csv_is_refused_and_writes_nothing(client: TestClient, world:
     before = n_records(client, world)
     for name, body, params in UNREADABLE_CSV:
         started = time.monotonic()
-        resp = _post_csv(client, world, body, **params)
+        resp = post_csv(client, world.dataset_id, body, **params)
         assert resp.status_code == 400, (name, resp.text)
         assert_error(resp, 400, "invalid_request")
         assert time.monotonic() - started < 10, name
@@ -65,7 +54,7 @@ def test_unreadable_csv_is_refused_and_writes_nothing(client: TestClient, world:
 
 def test_the_right_delimiter_reads_the_same_file(client: TestClient, world: World) -> None:
     body = (HEADER + GOOD_ROW).replace(",", ";").encode()
-    resp = _post_csv(client, world, body, delimiter=";")
+    resp = post_csv(client, world.dataset_id, body, delimiter=";")
     assert resp.status_code == 200 and resp.json()["accepted"] == 1, resp.text
 
 
@@ -79,7 +68,7 @@ def test_invalid_utf8_after_many_rows_rolls_back_everything(
         for i in range(60_000)
     )
     body = (HEADER + rows).encode() + b"late,2024-03-05T12:00:00Z,1,1,\xff\n"
-    resp = _post_csv(client, world, body)
+    resp = post_csv(client, world.dataset_id, body)
     assert_error(resp, 400, "invalid_request")
     assert "UTF-8" in resp.json()["error"]["message"]
     assert n_records(client, world) == before

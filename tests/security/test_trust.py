@@ -22,7 +22,7 @@ from app.ledger.models import BudgetReset
 from app.main import create_app
 from tests.conftest import ADMIN_KEY
 from tests.integration.grid_fixtures import HOUR
-from tests.security.support import ADMIN, World, assert_error, bearer, populate
+from tests.security.support import ADMIN, World, assert_error, bearer, populate, post_csv
 
 CSV = "user_id,timestamp,lat,lon,value\n"
 
@@ -30,15 +30,6 @@ CSV = "user_id,timestamp,lat,lon,value\n"
 def _csv(rows: list[tuple[str, int, float]]) -> bytes:
     lines = [f"{u},{HOUR.timestamp() + t:.0f},30.2672,-97.7431,{v}" for u, t, v in rows]
     return (CSV + "\n".join(lines) + "\n").encode()
-
-
-def _upload(client: TestClient, ds: int, body: bytes, **params: Any) -> Any:
-    return client.post(
-        f"/datasets/{ds}/records",
-        content=body,
-        params=params,
-        headers={**ADMIN, "content-type": "text/csv"},
-    )
 
 
 def _app(settings: Settings, **update: Any) -> FastAPI:
@@ -116,18 +107,18 @@ def test_value_filters_need_a_dataset_that_declares_them_public(client: TestClie
     assert private["value_filters_public"] is False
     body = _csv([("bus", 0, 0.0), ("bus", 60, 12.0), ("bus", 120, 3.0)])
     for params in ({"drop_zero": "true"}, {"out_of_range": "reject"}):
-        resp = _upload(client, private["id"], body, **params)
+        resp = post_csv(client, private["id"], body, **params)
         assert_error(resp, 400, "invalid_request")
         assert "value_filters_public" in resp.json()["error"]["message"]
     assert client.get(f"/datasets/{private['id']}", headers=ADMIN).json()["n_records"] == 0
-    assert _upload(client, private["id"], body).json()["accepted"] == 3  # clamp: allowed
+    assert post_csv(client, private["id"], body).json()["accepted"] == 3  # clamp: allowed
 
     public = client.post(
         "/datasets",
         json={"name": "q", "value_bound": 10, "budget_per_user": 1, "value_filters_public": True},
         headers=ADMIN,
     ).json()
-    answer = _upload(client, public["id"], body, drop_zero="true", out_of_range="reject").json()
+    answer = post_csv(client, public["id"], body, drop_zero="true", out_of_range="reject").json()
     assert (answer["accepted"], answer["dropped_zero"], answer["rejected"]) == (1, 1, 1)
 
 

@@ -5,8 +5,12 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
-from app.core import GridData
+from app.core import MEAN_MECHANISMS, GridData
 from research.noise import noisy_max_many
+
+#: The engine tests' value bound, and the bounded mean mechanisms but ``auto``.
+U = 65.0
+BOUNDED = sorted(name for name, spec in MEAN_MECHANISMS.items() if spec.bounded and name != "auto")
 
 
 class ZeroNoise:

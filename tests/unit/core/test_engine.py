@@ -21,10 +21,8 @@ from app.core.bounds import (
     variance_clip_bias,
     variance_sensitivity,
 )
-from tests.unit.core.helpers import ZeroNoise, random_grid
+from tests.unit.core.helpers import BOUNDED, U, ZeroNoise, random_grid
 
-U = 65.0
-BOUNDED = sorted(name for name, spec in MEAN_MECHANISMS.items() if spec.bounded and name != "auto")
 LINEAR = [
     "baseline",
     "array_avg_wrap",

@@ -20,10 +20,7 @@ from app.core import (
 )
 from app.core.bounds import joint_clip_error
 from app.core.variance import head_moments
-from tests.unit.core.helpers import ZeroNoise, random_grid
-
-U = 65.0
-BOUNDED = sorted(name for name, spec in MEAN_MECHANISMS.items() if spec.bounded and name != "auto")
+from tests.unit.core.helpers import BOUNDED, U, ZeroNoise, random_grid
 
 
 @pytest.mark.parametrize("split", ["half", "optimal"])
