@@ -11,8 +11,8 @@ from anyio import CapacityLimiter
 from fastapi import FastAPI
 
 from app import __version__
-from app.compiled import load_compiled_kernels
 from app.config import Settings, get_settings
+from app.core.planning.clip_user import load_clip_user_kernels
 from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
 from app.db.embedded import database_url
@@ -20,18 +20,20 @@ from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import make_async_pool
 from app.db.unit import Database
 from app.db.watch import make_watch
-from app.errors import install_error_handlers
 from app.health.endpoints import router as health_router
+from app.http.error_handlers import install_error_handlers
+from app.http.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
+from app.http.openapi_constraints import install_openapi_constraints
+from app.ingest.kernels import load_ingest_kernels
 from app.instance.service import resolve_hashing_secret
 from app.keys.endpoints import router as keys_router
 from app.keys.service import ensure_key
 from app.ledger.endpoints import router as ledger_router
-from app.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
 from app.observability.endpoints import install_observability
-from app.openapi_constraints import install_openapi_constraints
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
 from app.releases.endpoints import router as releases_router
+from app.uploads.endpoints import router as uploads_router
 from app.web.endpoints import install_pages
 
 DESCRIPTION = """User-level differentially private statistics over spatio-temporal IoT data.
@@ -44,6 +46,12 @@ Pages: these docs (`/docs`) and a map of a stored release (`/map`: it asks for a
 a release id; `/map#release=<release_id>&key=<key>` draws it straight away). Both load
 nothing from outside this server.
 """
+
+
+def load_compiled_kernels() -> None:
+    """Every compiled (numba) kernel a request runs, loaded (or compiled once) now."""
+    load_ingest_kernels()
+    load_clip_user_kernels()
 
 
 def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> FastAPI:
@@ -64,8 +72,8 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        load_compiled_kernels()  # before serving: no request pays a compile (app.compiled)
-        # Created here, inside the serving event loop (see app.deps.get_session).
+        load_compiled_kernels()  # before serving: no request pays a compile
+        # Created here, inside the serving event loop (see app.http.deps.get_session).
         app.state.db_gate = CapacityLimiter(settings.db_pool_size)  # the overflow stays free
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
         app.state.database = Database(sessionmaker, app.state.db_gate)
@@ -133,6 +141,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         health_router,
         keys_router,
         datasets_router,
+        uploads_router,
         queries_router,
         ledger_router,
         plans_router,

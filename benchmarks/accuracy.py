@@ -42,9 +42,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from app.core import MEAN_MECHANISMS, VARIANCE_MECHANISMS, GridData
-from app.core.auto import expected_error
-from app.core.bounds import variance_sensitivity
-from app.core.engine import release_mean, release_variance
+from app.core.engine.single_grid import release_mean, release_variance
+from app.core.mechanisms.auto import expected_error
+from app.core.mechanisms.bounds import variance_sensitivity
 from app.synth.itms import ITMS_U
 from research.capmetrics import load_capmetrics
 from research.common import seed_for

@@ -6,7 +6,7 @@ Run ``python benchmarks/clip_user.py`` (options: ``--repeats N``, ``--sizes ...`
 an occupancy with ``pairs/10`` users over ``max(pairs/1000, 20)`` grids (so
 10^5 users over 10^3 grids at 10^6 pairs), each user in ``1 + Poisson(9)`` grids
 (about 10) drawn uniformly, counts ``Geo(0.05)`` on {1, 2, ...}; then prints the
-median wall time of :func:`app.core.clip_user.clip_user` over ``--repeats`` runs
+median wall time of :func:`app.core.planning.clip_user.clip_user` over ``--repeats`` runs
 and the ratio between consecutive sizes, for three settings:
 
 * ``eps=1``: few stages run before the first user that cannot be suppressed;
@@ -31,7 +31,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.clip_user import clip_user
+from app.core.planning.clip_user import clip_user
 
 U = 65.0
 SETTINGS: tuple[tuple[str, float, float | None], ...] = (

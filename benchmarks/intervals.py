@@ -42,7 +42,7 @@ from accuracy import CAP_U, DATA, EPS, load_grids, peer_rule
 from accuracy import _median as median_count
 
 from app.core import GridData, Release, release_mean, release_variance
-from app.core.auto import expected_error
+from app.core.mechanisms.auto import expected_error
 from app.synth.itms import ITMS_U
 from research.common import seed_for
 from research.noise import SeededNoise

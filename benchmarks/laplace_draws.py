@@ -21,7 +21,7 @@ import opendp.prelude as dp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from app.core.noise import OpenDPNoise
+from app.core.noise.laplace import OpenDPNoise
 
 
 def default_grid(values: list[float], scales: list[float]) -> list[float]:

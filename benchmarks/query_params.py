@@ -1,7 +1,7 @@
 """What refusing unknown query parameters costs a query (issue 17).
 
 Run ``python benchmarks/query_params.py`` (options: ``--repeats N``, ``--calls N``).
-Prints the median time of the check alone (``app.query_params.CheckedRoute``'s set
+Prints the median time of the check alone (``app.http.query_params.CheckedRoute``'s set
 difference) on a cached mean
 query's request (grid, epsilon, mechanism and three options), and the median time of
 that whole cached query through the ASGI app in process (on a fresh Postgres schema),
@@ -28,9 +28,9 @@ from starlette.requests import Request
 
 from app.config import Settings
 from app.db.migrate import upgrade
+from app.http.query_params import declared_query_params
 from app.main import create_app
 from app.queries.endpoints import router as queries_router
-from app.query_params import declared_query_params
 from benchmarks.postgres import fresh_database
 
 ADMIN = "dpg_benchmark_admin_key_0123456789"
@@ -55,7 +55,7 @@ def _check_seconds(route: APIRoute, calls: int, *, parse_only: bool = False) -> 
             if parse_only:  # what every request pays anyway (FastAPI reads the same)
                 assert Request(scope).query_params
             else:
-                # the check CheckedRoute makes (app.query_params): one set difference
+                # the check CheckedRoute makes (app.http.query_params): one set difference
                 assert not set(Request(scope).query_params) - allowed
         return (time.perf_counter() - started) / calls
 

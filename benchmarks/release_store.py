@@ -42,7 +42,7 @@ from sqlalchemy.engine import Connection  # noqa: E402
 from sqlalchemy.exc import DBAPIError  # noqa: E402
 
 from app.db.engine import make_engine  # noqa: E402
-from app.gc_pause import gc_paused  # noqa: E402
+from app.kit.gc_pause import gc_paused  # noqa: E402
 from app.releases.kept_sets import KeptSets  # noqa: E402
 from app.releases.models import ORJSON_OPTIONS, SlotRelease  # noqa: E402
 from app.releases.packing import unpack  # noqa: E402

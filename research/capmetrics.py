@@ -6,7 +6,7 @@ value_col=speed&drop_zero=true`` into a dataset with ``U = 30`` m/s, H3 resoluti
 8, one-hour slots in America/Chicago: rows with an unreadable field are skipped,
 zero speeds dropped, speeds clamped to ``[0, U]`` (the absurd 113.99 m/s readings
 become 30), and a repeated ``(vehicle, timestamp)`` keeps its first row. It uses the
-ingestion's own timestamp and slot functions (:mod:`app.ingest.timeslots`).
+ingestion's own timestamp and slot functions (:mod:`app.time.slots`).
 
 ``004-capmetrics`` reproduces 004 Figs. 1–2 (there on the real ITMS data, which is
 not public): for every hour slot, Clip-User (004 Alg. 1, grid of smallest initial
@@ -29,9 +29,9 @@ from pathlib import Path
 import h3
 import numpy as np
 
-from app.core.clip_user import clip_user
-from app.core.grid import GridData
-from app.ingest.timeslots import format_local, get_zone, localize_us, parse_timestamp, slot_start_us
+from app.core.data.grid import GridData
+from app.core.planning.clip_user import clip_user
+from app.time.slots import format_local, get_zone, localize_us, parse_timestamp, slot_start_us
 from research.common import ExperimentResult, Progress, fmt, markdown_table, panel_plot
 
 __all__ = [

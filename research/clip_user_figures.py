@@ -31,7 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from tqdm import tqdm
 
-from app.core.clip_user import clip_user
+from app.core.planning.clip_user import clip_user
 from app.synth.heavy_hitters import heavy_hitter_occupancy
 
 __all__ = [

@@ -1,8 +1,8 @@
 """A seeded noise source for experiments and statistical tests (never for the service).
 
-:class:`SeededNoise` implements :class:`app.core.noise.NoiseSource` with a numpy
+:class:`SeededNoise` implements :class:`app.core.noise.laplace.NoiseSource` with a numpy
 ``Generator``, so a run of the papers' experiments is reproducible. Releases to
-users always go through :class:`app.core.noise.OpenDPNoise`.
+users always go through :class:`app.core.noise.laplace.OpenDPNoise`.
 
 Its ``noisy_max`` has the law of the service's: report-noisy-max with exponential
 noise of scale ``2·sensitivity/ε`` (permute-and-flip), only drawn in floating
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from app.core.noise import calibrate_choice_scale, check_scores
+from app.core.noise.laplace import calibrate_choice_scale, check_scores
 
 if TYPE_CHECKING:
     from numpy.random import Generator

@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 
 from app.core import plan_mean
-from app.core.counts import prepare_counts
-from app.core.grid import GridData
-from app.core.grouping import opt_array_convex_m, opt_array_m
+from app.core.data.counts import prepare_counts
+from app.core.data.grid import GridData
+from app.core.mechanisms.grouping import opt_array_convex_m, opt_array_m
 from app.synth.itms import (
     ITMS_U,
     SCALING_LAMBDA,

@@ -15,7 +15,7 @@ Monte-Carlo iterations; each iteration draws a fresh data set):
 
 The private estimate of the ``k``-th largest of the ``L`` user sums is the core's
 exact exponential-mechanism quantile on a public grid
-(:func:`app.core.interval.private_quantile`, in place of Smith's) at
+(:func:`app.core.mechanisms.interval.private_quantile`, in place of Smith's) at
 level ``q = (L - k)/L`` (clamped to ``[0, 1]``) on the public range ``[0, U m*]``
 with budget ``ε/2``: changing one user moves every rank by at most one.
 
@@ -36,12 +36,12 @@ from pathlib import Path
 
 import numpy as np
 
-from app.core.draft import rank_from_epsilon
-from app.core.grid import GridData
-from app.core.interval import private_quantile, quantile_candidates
-from app.core.mean_projection import wco_intervals, wco_threshold
-from app.core.noise import NoiseSource, calibrate_choice_scale, calibrate_scale
-from app.core.release import Release, ci95
+from app.core.data.grid import GridData
+from app.core.data.results import Release, ci95
+from app.core.mechanisms.draft import rank_from_epsilon
+from app.core.mechanisms.interval import private_quantile, quantile_candidates
+from app.core.mechanisms.mean_projection import wco_intervals, wco_threshold
+from app.core.noise.laplace import NoiseSource, calibrate_choice_scale, calibrate_scale
 from app.synth.bounding import (
     BOUNDING_U,
     extreme_collection,
@@ -112,8 +112,9 @@ def akmv_release(grid: GridData, U: float, eps: float, noise: NoiseSource) -> Re
 def _row_quantiles(
     sums: np.ndarray, q: float, hi: float, eps: float, rng: np.random.Generator
 ) -> np.ndarray:
-    """The core's private quantile (:func:`app.core.interval.private_quantile`) of every row
-    of ``sums``: the same integer scores, report-noisy-max with seeded exponential noise."""
+    """The core's private quantile (:func:`app.core.mechanisms.interval.private_quantile`)
+    of every row of ``sums``: the same integer scores, report-noisy-max with seeded
+    exponential noise."""
     cands = quantile_candidates(hi)
     L = sums.shape[1]
     t_lo, t_hi = math.floor(q * L), math.ceil(q * L)

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from app.core.grid import GridData
+from app.core.data.grid import GridData
 
 __all__ = [
     "LABELS",

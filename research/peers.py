@@ -7,7 +7,7 @@ default) of:
 * **dpgate auto** — the mechanism ``auto`` picks from the public counts by
   worst-case error (docs/math.md §11), simulated with :mod:`research.simulate`;
 * **dpgate centred_clip** — the data-adaptive mechanism of
-  :mod:`app.core.mean_centred` (private centre and width, then user sums clipped
+  :mod:`app.core.mechanisms.mean_centred` (private centre and width, then user sums clipped
   around the centre) with its default options: a fixed public rule, not chosen by
   looking at errors, simulated by calling ``release_mean`` once per run;
 * **dpgate best in hindsight** — the dpgate mean mechanism (default options) with
@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from app.core import MEAN_MECHANISMS, plan_mean
-from app.core.grid import GridData
+from app.core.data.grid import GridData
 from app.synth.itms import ITMS_U
 from research.capmetrics import default_capmetrics_path, load_capmetrics
 from research.common import ExperimentResult, Progress, seed_for

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.core.grid import GridData
+from app.core.data.grid import GridData
 from research.common import ExperimentResult, fmt, markdown_table
 from research.peer_libraries import LABELS
 

@@ -12,7 +12,7 @@ are vectorised without changing any mechanism's law:
   independent ``Lap(b)`` draws are added with numpy;
 * **levy / quantile** (002 §III-D/E): the BESTFIT array means are fixed by the data,
   so they are computed once; the private interval is then **sampled afresh for
-  every run** — the same report-noisy-max choices as :mod:`app.core.interval`
+  every run** — the same report-noisy-max choices as :mod:`app.core.mechanisms.interval`
   (``interval_costs`` and ``quantile_scores`` give the same integer scores; the
   choices are :func:`research.noise.noisy_max_many`, the seeded law of the
   service's sampler) — and each run's projected mean gets its own ``Lap`` draw of
@@ -29,7 +29,7 @@ of 2"). To stay ``eps``-DP the choices are made with score sensitivity 2 at the
 same budgets (``eps/2`` for levy, ``eps/4`` per quantile) and the noise is
 ``Lap(4(b - a)/(K eps))``.
 
-**centred_clip** (:mod:`app.core.mean_centred`) draws a private centre and width
+**centred_clip** (:mod:`app.core.mechanisms.mean_centred`) draws a private centre and width
 that change the window and the sensitivity in every run; its runs simply call
 ``release_mean`` ``runs`` times with the seeded source (a release costs well under a
 millisecond), so the simulated law is the mechanism's own.
@@ -47,14 +47,14 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core import plan_mean, release_mean
-from app.core.counts import prepare_counts
-from app.core.draft import rank_from_epsilon
-from app.core.grid import GridData
-from app.core.grouping import bestfit, levy_m_ub, levy_tau, wraparound
-from app.core.interval import interval_costs, quantile_candidates, quantile_scores
-from app.core.mean_projection import array_means
-from app.core.noise import calibrate_scale
-from app.core.option_spec import OptionValue
+from app.core.data.counts import prepare_counts
+from app.core.data.grid import GridData
+from app.core.mechanisms.draft import rank_from_epsilon
+from app.core.mechanisms.grouping import bestfit, levy_m_ub, levy_tau, wraparound
+from app.core.mechanisms.interval import interval_costs, quantile_candidates, quantile_scores
+from app.core.mechanisms.mean_projection import array_means
+from app.core.mechanisms.option_spec import OptionValue
+from app.core.noise.laplace import calibrate_scale
 from research.noise import SeededNoise, noisy_max_many
 
 __all__ = [

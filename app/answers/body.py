@@ -12,6 +12,7 @@ import numpy as np
 
 from app import core
 from app.answers.epsilon import EpsilonAmount
+from app.core.engine.batch import plain_details
 from app.datasets.grid_store import GridVersion
 
 
@@ -27,7 +28,7 @@ def answer_body(
     privacy_unit: str,
 ) -> dict[str, Any]:
     """The API.md statistic answer for ``release`` (its own epsilon share is reported);
-    ``privacy_unit`` is the dataset's (``app.datasets.windows.privacy_unit``)."""
+    ``privacy_unit`` is the dataset's (``app.time.budget_windows.privacy_unit``)."""
     (body,) = _bodies(
         [grid.public_id],
         [statistic],
@@ -41,7 +42,7 @@ def answer_body(
         [release.ci95],
         [release.ci95_note],
         [release.kept],
-        [core.batch.plain_details(dict(release.details))],
+        [plain_details(dict(release.details))],
         requested=requested,
         eps=eps,
         options=options,

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from app import budget
-from app.errors import InvalidRequest
+from app.kit.errors import InvalidRequest
 
 MIN_EPSILON = Decimal("1e-6")
 MAX_EPSILON = 1e12

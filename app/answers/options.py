@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from app import core
-from app.errors import InvalidRequest
+from app.kit.errors import InvalidRequest
 
 
 def parse_options(statistic: str, mechanism: str, raw: Mapping[str, str]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ epsilon lives here, pure (no database, no request), and the rest of dpgate calls
 * the cap test is :func:`fits` (``spent + epsilon <= cap``: reaching the cap is fine),
   and :class:`Budget` is one account's limit and spend.
 
-The PL/pgSQL function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
+The PL/pgSQL function ``dpgate_commit_query`` (``migrations/sql/commit_query_0009.sql``)
 makes the same cap test inside its one statement: the one allowed second copy,
 held to this module case by case by ``tests/integration/test_ledger_commit.py``.
 """

@@ -3,9 +3,13 @@
 Nothing in this package imports a web framework or a database driver.
 """
 
-from app.core.auto import auto_epsilon, expected_error
-from app.core.batch import PendingBatch, ReleaseBatch, finish_batch
-from app.core.engine import (
+from app.core.data.grid import GridData
+from app.core.data.results import Plan, Release, VectorRelease
+from app.core.engine.batch import PendingBatch, ReleaseBatch, finish_batch
+from app.core.engine.expected_width import expected_ci95_width
+from app.core.engine.many_grids import GridError, start_many
+from app.core.engine.quote import quote_epsilon
+from app.core.engine.single_grid import (
     PendingRelease,
     finish_releases,
     plan,
@@ -18,12 +22,9 @@ from app.core.engine import (
     release_variance,
     start_releases,
 )
-from app.core.expected_width import expected_ci95_width
-from app.core.grid import GridData
-from app.core.noise import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
-from app.core.option_spec import MechanismSpec, OptionSpec
-from app.core.quote import quote_epsilon
-from app.core.registry import (
+from app.core.mechanisms.auto import auto_epsilon, expected_error
+from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
+from app.core.mechanisms.registry import (
     JOINT_MECHANISMS,
     MEAN_MECHANISMS,
     VARIANCE_MECHANISMS,
@@ -31,9 +32,8 @@ from app.core.registry import (
     mechanisms,
     validate_options,
 )
-from app.core.release import Plan, Release, VectorRelease
-from app.core.slot_engine import GridError, start_many
-from app.core.wco_d import worst_case_optimal_d
+from app.core.mechanisms.wco_d import worst_case_optimal_d
+from app.core.noise.laplace import NoiseSource, OpenDPNoise, calibrate_scale, default_noise
 
 __all__ = [
     "JOINT_MECHANISMS",

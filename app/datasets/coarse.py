@@ -1,7 +1,7 @@
 """Coarser grids on demand: H3 parent cells and longer slots aligned to local midnight.
 
 A coarser grid covers every grid of the dataset whose cell has it as H3 parent
-and whose slot lies in its slot. Slots follow :func:`app.ingest.timeslots.slot_start_us`
+and whose slot lies in its slot. Slots follow :func:`app.time.slots.slot_start_us`
 with the longer length: a slot starts where local wall time is a multiple of its
 length after local midnight, so on a daylight-saving day the slot holding the
 change is an hour longer or shorter, never misaligned. The coarser grid's
@@ -27,8 +27,8 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, FineGrid
 from app.datasets.grid_store import summarise_grids
 from app.datasets.models import Dataset, Grid
-from app.errors import InvalidRequest
-from app.ingest.timeslots import (
+from app.kit.errors import InvalidRequest
+from app.time.slots import (
     datetime_to_us,
     get_zone,
     slot_end_bound_us,

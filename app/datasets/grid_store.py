@@ -20,9 +20,9 @@ from typing import NamedTuple, Protocol
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app.core.grid import GridData
+from app.core.data.grid import GridData
 from app.datasets.repository import GridRepository
-from app.errors import Conflict
+from app.kit.errors import Conflict
 
 __all__ = [
     "GridArrays",

@@ -37,7 +37,8 @@ class Dataset(Base):
     value_filters_public: Mapped[bool] = mapped_column(
         Boolean, default=False, server_default=false()
     )
-    # "none", "day", "week" or "month": budget_per_user per user and window (app.datasets.windows)
+    # "none", "day", "week" or "month": budget_per_user per user and window
+    # (app.time.budget_windows)
     budget_window: Mapped[str] = mapped_column(String(8), default="none", server_default="none")
     epoch: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
 from app.db.unit import binary_rows
-from app.ingest.timeslots import us_to_datetime
+from app.time.slots import us_to_datetime
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500

@@ -28,10 +28,10 @@ from app.datasets.grid_store import (
 from app.datasets.models import Dataset, Grid
 from app.datasets.repository import DatasetRepository, GridRepository
 from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
-from app.datasets.windows import privacy_unit
-from app.errors import InvalidRequest, NotFound
-from app.ids import parse_path_id
-from app.ingest.timeslots import (
+from app.kit.errors import InvalidRequest, NotFound
+from app.kit.ids import parse_path_id
+from app.time.budget_windows import privacy_unit
+from app.time.slots import (
     MAX_US,
     MIN_US,
     datetime_to_us,
@@ -96,7 +96,7 @@ def list_datasets(session: Session) -> Sequence[Dataset]:
 
 def parse_dataset_id(dataset_id: int | str) -> int:
     """A dataset id from a path, or ``NotFound`` (never a database error) if malformed
-    (``app.ids``: the one spelling of an id)."""
+    (``app.kit.ids``: the one spelling of an id)."""
     return parse_path_id(dataset_id, "dataset")
 
 

@@ -3,7 +3,7 @@
 One rule: the caller that owns the work owns its transaction, and no repository
 commits on its own. In a server process:
 
-* a request's ``SessionDep`` (``app.deps.get_session``): the endpoint works in the
+* a request's ``SessionDep`` (``app.http.deps.get_session``): the endpoint works in the
   session; the request commits once after it returns, before the response leaves;
 * :meth:`Database.run`: ``fn(session, *args)`` as a whole unit (open, work, commit or
   roll back, close) in one hop to a database thread, for async code with no request
@@ -37,7 +37,7 @@ class Database:
     """Runs units of work, each in one hop to one of the process's database threads.
 
     A unit enters the process's database gate first (shared with
-    ``app.deps.get_session``, so the two together never hold more connections than
+    ``app.http.deps.get_session``, so the two together never hold more connections than
     the pool has), then runs ``fn(session, *args)`` on a thread of its own executor,
     committing if ``fn`` returns and rolling back if it raises, and closes the
     session — all in that one thread, which never waits for another request.

@@ -37,7 +37,7 @@ from psycopg.conninfo import make_conninfo
 
 from app.config import Settings
 from app.db.liveness import conninfo_from_url, session_parameters
-from app.errors import Unavailable
+from app.kit.errors import Unavailable
 
 log = logging.getLogger("dpgate.db")
 

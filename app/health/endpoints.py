@@ -7,8 +7,8 @@ import anyio
 from fastapi import APIRouter, Request
 from sqlalchemy import Engine, text
 
-from app.errors import Unavailable, responses
-from app.query_params import CheckedRoute
+from app.http.query_params import CheckedRoute
+from app.kit.errors import Unavailable, responses
 
 router = APIRouter(tags=["health"], route_class=CheckedRoute)
 

@@ -18,8 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 from starlette.requests import Request
 
-from app.errors import IdempotencyConflict
 from app.idempotency.models import IdempotentRequest
+from app.kit.errors import IdempotencyConflict
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 
 import numpy as np
 
-from app.ingest.timeslots import slot_start_us
+from app.time.slots import slot_start_us
 
 __all__ = ["Batch", "GridCoder"]
 

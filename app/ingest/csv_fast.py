@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from app.ingest.timeslots import MAX_US, MIN_US
+from app.time.slots import MAX_US, MIN_US
 
 __all__ = ["KeptRows", "PlainRun", "fast_delimiter", "scan_plain"]
 

@@ -22,7 +22,7 @@ from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_fast import KeptRows, fast_delimiter, scan_plain
 from app.ingest.csv_text import MAX_LINE_CHARS, CsvFormatError, iter_lines, text_blocks
 from app.ingest.h3_cells import cells
-from app.ingest.timeslots import MAX_US, MIN_US, TimestampParser, localize_us
+from app.time.slots import MAX_US, MIN_US, TimestampParser, localize_us
 
 __all__ = [
     "MAX_COLUMNS",

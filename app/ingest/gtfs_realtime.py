@@ -26,7 +26,7 @@ from app.ingest.batches import Batch, GridCoder
 from app.ingest.csv_records import MAX_REPORTED_ERRORS, ParseOptions
 from app.ingest.gtfs_fast import HAS_SPEED, HAS_TS, ODD, EntityFields, scan_entities
 from app.ingest.h3_cells import cells
-from app.ingest.timeslots import MAX_US, MIN_US
+from app.time.slots import MAX_US, MIN_US
 
 __all__ = ["FeedFormatError", "FeedReader", "entity_label"]
 

@@ -4,13 +4,13 @@ from functools import partial
 
 from fastapi import APIRouter, Response, status
 
-from app.deps import AdminKey, AnalystKey, SessionDep
-from app.errors import Conflict, Forbidden, NotFound, Unauthenticated, responses
-from app.ids import KeyId
+from app.http.deps import AdminKey, AnalystKey, SessionDep
+from app.http.query_params import CheckedRoute
 from app.keys import service
 from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyMe
+from app.kit.errors import Conflict, Forbidden, NotFound, Unauthenticated, responses
+from app.kit.ids import KeyId
 from app.ledger.service import key_spent
-from app.query_params import CheckedRoute
 
 router = APIRouter(tags=["keys"], route_class=CheckedRoute)
 

@@ -5,7 +5,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from app.json_numbers import JsonBody
+from app.kit.json_numbers import JsonBody
 
 
 class KeyCreate(JsonBody):

@@ -18,10 +18,10 @@ from sqlalchemy.orm import Session
 
 from app import budget
 from app.db.base import utcnow
-from app.errors import Conflict, Forbidden, NotFound, Unauthenticated
 from app.keys.models import ROLES, ApiKey
 from app.keys.repository import KeyRepository, find_key
 from app.keys.schemas import KeyMe, KeyOut
+from app.kit.errors import Conflict, Forbidden, NotFound, Unauthenticated
 
 log = logging.getLogger("dpgate.keys")
 

@@ -1,7 +1,7 @@
 """The writes of a charge, in two places that make the same decisions.
 
 * :class:`QueryCommitter` (the query path, from the event loop): one call of
-  ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``) locks the dataset row
+  ``dpgate_commit_query`` (``migrations/sql/commit_query_0009.sql``) locks the dataset row
   and the users' accounts, decides as :func:`app.ledger.rule.charge_verdict` does and,
   on ``ok``, stores the answer, charges and appends the ledger entry, so row locks
   live for one statement.

@@ -5,8 +5,10 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from app.datasets.service import get_dataset
-from app.deps import AdminKey, AnalystKey, SessionDep
-from app.errors import (
+from app.http.deps import AdminKey, AnalystKey, SessionDep
+from app.http.query_params import CheckedRoute
+from app.idempotency.service import RequestIdentity, json_body_sha256, run_idempotent
+from app.kit.errors import (
     Conflict,
     Forbidden,
     IdempotencyConflict,
@@ -15,11 +17,9 @@ from app.errors import (
     Unauthenticated,
     responses,
 )
-from app.idempotency.service import RequestIdentity, json_body_sha256, run_idempotent
-from app.ids import DatasetId
+from app.kit.ids import DatasetId
 from app.ledger import service
 from app.ledger.schemas import BudgetOut, LedgerOut, ResetIn, ResetOut
-from app.query_params import CheckedRoute
 
 router = APIRouter(tags=["budget"], route_class=CheckedRoute)
 

@@ -6,10 +6,10 @@ from decimal import Decimal
 from sqlalchemy import JSON, Date, ForeignKey, Index, Integer, String, text
 from sqlalchemy.orm import Mapped, mapped_column
 
-from app.datasets.windows import ALL_TIME
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
+from app.time.budget_windows import ALL_TIME
 
-#: ``window_start`` of a dataset without budget windows (``app.datasets.windows.ALL_TIME``).
+#: ``window_start`` of a dataset without budget windows (``app.time.budget_windows.ALL_TIME``).
 ALL_TIME_SQL = text("'0001-01-01'")
 
 

@@ -2,12 +2,12 @@
 
 A :class:`Charge` is one event of the ledger (in the spirit of dp_accounting's
 ``DpEvent``): ``epsilon`` to each of some users of one dataset, epoch and budget
-window (``app.datasets.windows``; the one window ``ALL_TIME`` without windows). Amounts and
+window (``app.time.budget_windows``; the one window ``ALL_TIME`` without windows). Amounts and
 the cap test are ``app.budget``'s. Which users are exhausted depends only on the
 ledger, never on values (API.md "Guarantees").
 
 :func:`charge_verdict` is the one decision of a charge, in the order it checks
-things; the Postgres function ``dpgate_commit_query`` (``app/ledger/sql/commit_query.sql``)
+things; the Postgres function ``dpgate_commit_query`` (``migrations/sql/commit_query_0009.sql``)
 makes exactly these decisions in one statement for a query, and
 ``tests/integration/test_ledger_commit.py`` holds the two to the same verdicts. A
 release's charges take the same decision in Python (``app.ledger.service.charge``).
@@ -25,7 +25,7 @@ from typing import Literal
 
 from app import budget
 from app.budget import Budget
-from app.errors import BudgetExhausted
+from app.kit.errors import BudgetExhausted
 
 ChargeKind = Literal["query", "release"]
 

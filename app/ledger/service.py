@@ -22,7 +22,14 @@ from sqlalchemy.orm import Session
 
 from app import budget
 from app.datasets.models import Dataset
-from app.datasets.windows import (
+from app.db.unit import separate_transaction
+from app.keys.models import ApiKey
+from app.keys.service import KeyIdentity
+from app.kit.errors import Conflict, InvalidRequest, NotFound
+from app.ledger import rule
+from app.ledger.committer import apply_charge
+from app.ledger.repository import LedgerRepository
+from app.time.budget_windows import (
     ALL_TIME,
     local_today,
     parse_window,
@@ -30,13 +37,6 @@ from app.datasets.windows import (
     window_json,
     window_start,
 )
-from app.db.unit import separate_transaction
-from app.errors import Conflict, InvalidRequest, NotFound
-from app.keys.models import ApiKey
-from app.keys.service import KeyIdentity
-from app.ledger import rule
-from app.ledger.committer import apply_charge
-from app.ledger.repository import LedgerRepository
 
 
 @dataclass

@@ -16,11 +16,18 @@ from pydantic import BaseModel, Field
 from sqlalchemy import Engine
 
 from app import __version__
-from app.deps import KeyAuth
-from app.errors import BudgetExhausted, DPGateError, Forbidden, NotFound, Unauthenticated, responses
+from app.http.deps import KeyAuth
+from app.http.middleware import RequestContextMiddleware, route_template
+from app.http.query_params import CheckedRoute
+from app.kit.errors import (
+    BudgetExhausted,
+    DPGateError,
+    Forbidden,
+    NotFound,
+    Unauthenticated,
+    responses,
+)
 from app.observability.metrics import BUDGET_REFUSALS, CONTENT_TYPE_LATEST, exposition
-from app.observability.middleware import RequestContextMiddleware, route_template
-from app.query_params import CheckedRoute
 
 router = APIRouter(tags=["operations"], route_class=CheckedRoute)
 

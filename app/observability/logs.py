@@ -33,7 +33,7 @@ __all__ = [
 
 LogFormat = Literal["json", "text"]
 
-#: The id of the request being served (set by ``app.observability.middleware``); each
+#: The id of the request being served (set by ``app.http.middleware``); each
 #: request runs in its own task, so its log lines, and no other's, see it.
 REQUEST_ID: ContextVar[str | None] = ContextVar("dpgate_request_id", default=None)
 

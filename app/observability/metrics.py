@@ -30,7 +30,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 from sqlalchemy.exc import DBAPIError
 
-from app.errors import DPGateError
+from app.kit.errors import DPGateError
 from app.ledger.repository import LedgerRepository
 
 log = logging.getLogger("dpgate.metrics")

@@ -2,11 +2,11 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from app.deps import AnalystKey
-from app.errors import Forbidden, Unauthenticated, responses
+from app.http.deps import AnalystKey
+from app.http.query_params import CheckedRoute
+from app.kit.errors import Forbidden, Unauthenticated, responses
 from app.plans import service
 from app.plans.schemas import PreviewIn, PreviewOut
-from app.query_params import CheckedRoute
 
 router = APIRouter(tags=["plans"], route_class=CheckedRoute)
 

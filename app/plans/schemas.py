@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
-from app.json_numbers import JsonBody
+from app.kit.json_numbers import JsonBody
 
 Id = int | str
 

@@ -7,8 +7,8 @@ from typing import cast
 
 import numpy as np
 
-from app.core.clip_user import clip_user
-from app.errors import InvalidRequest
+from app.core.planning.clip_user import clip_user
+from app.kit.errors import InvalidRequest
 from app.plans.schemas import Id, PreviewIn
 
 

@@ -7,8 +7,10 @@ import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.answers.schemas import StatisticAnswer
-from app.deps import AnalystKey, SessionDep
-from app.errors import (
+from app.http.deps import AnalystKey, SessionDep
+from app.http.query_params import CheckedRoute
+from app.keys.service import KeyIdentity
+from app.kit.errors import (
     BudgetExhausted,
     Conflict,
     Forbidden,
@@ -17,13 +19,11 @@ from app.errors import (
     Unauthenticated,
     responses,
 )
-from app.keys.service import KeyIdentity
 from app.observability.metrics import ANSWERS
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
 from app.queries.schemas import QuoteOut, StoredAnswerList
 from app.queries.store import open_store
-from app.query_params import CheckedRoute
 
 router = APIRouter(tags=["queries"], route_class=CheckedRoute)
 

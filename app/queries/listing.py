@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
-from app.datasets.windows import privacy_unit
-from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.queries.models import QueryAnswer
 from app.queries.schemas import StoredAnswer, StoredAnswerList
+from app.time.budget_windows import privacy_unit
+from app.time.slots import datetime_to_us, format_local, get_zone
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """What ``/openapi.json`` says about the query endpoints, generated from the registry.
 
-Everything here is derived from ``app.core.registry`` (``MEAN_MECHANISMS``,
+Everything here is derived from ``app.core.mechanisms.registry`` (``MEAN_MECHANISMS``,
 ``VARIANCE_MECHANISMS``): the ``mechanism`` enum of each statistic, one declared
 query parameter per mechanism option (type, range, default, the mechanisms that read
 it, its meaning), and the endpoints' descriptions — so a mechanism or option added
 to the registry appears in the documentation, and is accepted by the unknown
-parameter check (``app.query_params``), without touching this module. The examples
+parameter check (``app.http.query_params``), without touching this module. The examples
 are real answers: a tiny fixed synthetic grid released with dpgate's own sampler
 once, when this module is imported.
 """
@@ -20,7 +20,7 @@ from typing import Any
 from app import core
 from app.answers.epsilon import MIN_EPSILON
 from app.answers.examples import EXAMPLE_GRID_ID, EXAMPLE_U, EXAMPLE_USERS
-from app.core.option_spec import MechanismSpec, OptionSpec
+from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
 
 __all__ = [
     "PAPERS",

@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from app import budget
 from app.answers.epsilon import MIN_EPSILON
-from app.errors import BudgetExhausted
 from app.keys.service import KeyIdentity
+from app.kit.errors import BudgetExhausted
 from app.ledger.repository import LedgerRepository
 from app.ledger.rule import Verdict, refusal
 from app.ledger.service import quota_left

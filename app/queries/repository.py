@@ -16,8 +16,8 @@ from sqlalchemy import bindparam, select
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 
 from app.datasets.models import Dataset, Grid
-from app.datasets.windows import ALL_TIME, privacy_unit, window_of
 from app.queries.models import QueryAnswer
+from app.time.budget_windows import ALL_TIME, privacy_unit, window_of
 
 
 @dataclass(frozen=True)

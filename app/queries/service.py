@@ -31,8 +31,8 @@ from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, p
 from app.answers.options import parse_options
 from app.datasets.grid_store import GridArrays, GridChanged
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
-from app.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.keys.service import KeyIdentity
+from app.kit.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.ledger.committer import Committed
 from app.ledger.rule import Verdict, refusal
 from app.observability.metrics import record_charge

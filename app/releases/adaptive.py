@@ -1,7 +1,7 @@
 """The grids of an adaptive release, and the coverage of any release (docs/math.md §6.6).
 
 Each fine cell's records of a slot are released in exactly one of its H3 ancestors (or
-itself), no coarser than ``coarsest``, as :func:`app.core.partition.adaptive_partition`
+itself), no coarser than ``coarsest``, as :func:`app.core.planning.partition.adaptive_partition`
 chooses from public occupancy; released cells are disjoint and each has at least
 ``min_users`` users. The coverage (shares of the slots' records and users that lie in
 released grids) is public too.
@@ -18,13 +18,13 @@ import numpy as np
 from h3.api import basic_int as h3_int
 from sqlalchemy.orm import Session
 
-from app.core.partition import PartitionTree
+from app.core.planning.partition import PartitionTree
 from app.datasets.coarse import grid_level
 from app.datasets.grid_batch import GridColumns, load_grid_snapshots
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
-from app.ingest.timeslots import datetime_to_us
 from app.releases.slot import SpanGrids, grids_at
+from app.time.slots import datetime_to_us
 
 #: ``coarsest_resolution``'s default: this many levels coarser than the finest.
 DEFAULT_LEVELS = 3

@@ -19,16 +19,16 @@ import numpy as np
 from app import core
 from app.answers.body import answer_bodies
 from app.answers.epsilon import EpsilonAmount
-from app.core.joined import JoinedGrids
+from app.core.data.joined import JoinedGrids
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
-from app.datasets.windows import privacy_unit
-from app.errors import InvalidRequest
-from app.ingest.timeslots import datetime_to_us, format_local, get_zone
+from app.kit.errors import InvalidRequest
 from app.releases.kept_sets import KeptSets
 from app.releases.planning import Occupancy, SlotPlan
 from app.releases.schemas import ReleaseIn
+from app.time.budget_windows import privacy_unit
+from app.time.slots import datetime_to_us, format_local, get_zone
 
 
 def mechanism_options(body: ReleaseIn) -> dict[str, Any]:

@@ -8,12 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from app.answers.schemas import StatisticAnswer
-from app.deps import AnalystKey, SessionDep
-from app.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
-from app.gc_pause import gc_paused
-from app.ids import DatasetId
+from app.http.deps import AnalystKey, SessionDep
+from app.http.query_params import CheckedRoute
+from app.kit.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
+from app.kit.gc_pause import gc_paused
+from app.kit.ids import DatasetId
 from app.observability.metrics import record_release
-from app.query_params import CheckedRoute
 from app.releases import listing, service
 from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
 from app.releases.models import with_grids_json

@@ -26,7 +26,7 @@ from app.datasets.grid_batch import GridBatch, GridColumns, load_grid_batch
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
 from app.datasets.service import parse_slot_start
-from app.errors import InvalidRequest
+from app.kit.errors import InvalidRequest
 from app.releases.adaptive import (
     DEFAULT_LEVELS,
     AdaptiveGrids,

@@ -19,8 +19,8 @@ import numpy as np
 
 from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount
-from app.core.partition import narrowest_width
-from app.errors import InvalidRequest
+from app.core.planning.partition import narrowest_width
+from app.kit.errors import InvalidRequest
 from app.releases.planning import (
     Occupancy,
     SlotPlan,

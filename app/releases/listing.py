@@ -12,9 +12,9 @@ from datetime import datetime
 from sqlalchemy.orm import Session
 
 from app.datasets.service import get_dataset
-from app.ingest.timeslots import datetime_to_us, format_local, get_zone
 from app.releases.repository import ReleaseRepository, ReleaseRow
 from app.releases.schemas import ReleaseList, ReleaseSummary
+from app.time.slots import datetime_to_us, format_local, get_zone
 
 
 def _summary(row: ReleaseRow, timezone: str) -> ReleaseSummary:

@@ -19,9 +19,9 @@ import numpy as np
 
 from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
-from app.core.clip_user import clip_user_kept
-from app.core.threads import in_parallel
-from app.errors import InvalidRequest
+from app.core.noise.threads import in_parallel
+from app.core.planning.clip_user import clip_user_kept
+from app.kit.errors import InvalidRequest
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a search.
 FULL_SCAN_GRIDS = 12
@@ -241,7 +241,7 @@ def largest_affordable(
 def over_budget(
     occ: Occupancy, plan: SlotPlan, spent: Mapping[int, Decimal], cap: Decimal
 ) -> np.ndarray:
-    """Sorted ids of the users (budget subjects: ``app.releases.windows``) who cannot pay
+    """Sorted ids of the users (budget subjects: ``app.releases.charges``) who cannot pay
     their cost in ``plan`` (the cap test, :func:`app.budget.would_exceed`, on each one's
     total for the release)."""
     users, grids = plan.user_costs(occ)

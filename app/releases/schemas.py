@@ -6,7 +6,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from app.answers.schemas import StatisticAnswer
 from app.core import canonical_mechanism
-from app.json_numbers import JsonBody
+from app.kit.json_numbers import JsonBody
 
 Statistic = Literal["mean", "variance"]
 

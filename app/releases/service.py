@@ -28,10 +28,17 @@ from app.datasets.service import (
     get_dataset,
     parse_dataset_id,
 )
-from app.errors import NotFound
 from app.keys.service import KeyIdentity
+from app.kit.errors import NotFound
 from app.ledger import service as ledger
 from app.ledger.rule import Verdict, refusal
+from app.releases.charges import (
+    ReleaseBudget,
+    charge_release,
+    lock_release_budget,
+    read_release_budget,
+    with_privacy_unit,
+)
 from app.releases.draw import (
     draw_grids,
     grid_head,
@@ -50,19 +57,12 @@ from app.releases.planning import (
 )
 from app.releases.repository import ReleaseRepository
 from app.releases.schemas import ReleaseIn
-from app.releases.windows import (
-    ReleaseBudget,
-    charge_release,
-    lock_release_budget,
-    read_release_budget,
-    with_privacy_unit,
-)
 
 MAX_EXCLUSION_ROUNDS = 20
 
 
 def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -> SlotPlan:
-    """The plan every charged user can pay in each budget window (``app.releases.windows``);
+    """The plan every charged user can pay in each budget window (``app.releases.charges``);
     with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
     window's grids only, and the plan is made again."""
     excluded: np.ndarray | None = None  # the (grid, user) pairs left out

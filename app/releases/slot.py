@@ -15,9 +15,9 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse import GridLevel, coarse_grids
 from app.datasets.grid_store import SlotGrid
 from app.datasets.models import Dataset
-from app.errors import InvalidRequest, NotFound
-from app.ingest.timeslots import datetime_to_us, format_local, get_zone
+from app.kit.errors import InvalidRequest, NotFound
 from app.releases.repository import ReleaseRepository
+from app.time.slots import datetime_to_us, format_local, get_zone
 
 #: The longest span one release may cover (API.md: "allow at least a week").
 MAX_SPAN = timedelta(days=7)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.grid import GridData
+from app.core.data.grid import GridData
 from app.synth.random_source import SynthRandom
 
 __all__ = [
@@ -95,8 +95,8 @@ def itms_counts() -> np.ndarray:
 
 def check_itms_counts(counts: np.ndarray) -> dict[str, int]:
     """The 002 §IV-B facts of ``counts``: ``L, m*, m_*, n, median, K, K_bar``."""
-    from app.core.counts import prepare_counts
-    from app.core.grouping import bestfit, levy_m_ub, wraparound
+    from app.core.data.counts import prepare_counts
+    from app.core.mechanisms.grouping import bestfit, levy_m_ub, wraparound
 
     info = prepare_counts(counts)
     m_ub = levy_m_ub(info)

@@ -24,7 +24,7 @@ import httpx
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
-from app.errors import DPGateError
+from app.kit.errors import DPGateError
 from app.uploads.service import UploadOptions, upload_records
 
 log = logging.getLogger("dpgate.ingest")

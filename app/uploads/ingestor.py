@@ -29,7 +29,7 @@ from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset
 from app.datasets.repository import GridRepository, RecordArrays, copy_records
 from app.ingest.batches import Batch
-from app.ingest.timeslots import datetime_to_us, get_zone, slot_end_bound_us, us_to_datetime
+from app.time.slots import datetime_to_us, get_zone, slot_end_bound_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
 
 #: Rows stored kept in memory to build snapshots; beyond this they are spilled to

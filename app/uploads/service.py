@@ -29,8 +29,6 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse import refresh_after_upload
 from app.datasets.models import Dataset, Upload
 from app.datasets.repository import DatasetRepository
-from app.datasets.schemas import RowError, UploadResult
-from app.errors import InvalidRequest, NotFound
 from app.idempotency.service import BodyHasher, RequestIdentity, check_same_request
 from app.ingest.batches import Batch
 from app.ingest.csv_records import (
@@ -42,8 +40,10 @@ from app.ingest.csv_records import (
 )
 from app.ingest.gtfs_realtime import FeedFormatError, FeedReader
 from app.ingest.parse_process import feed_pieces, parse_in_child
-from app.ingest.timeslots import get_zone
+from app.kit.errors import InvalidRequest, NotFound
+from app.time.slots import get_zone
 from app.uploads.ingestor import Ingestor
+from app.uploads.schemas import RowError, UploadResult
 
 __all__ = [
     "BATCH_ROWS",

@@ -14,9 +14,9 @@ import h3
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from app.deps import AnalystKey
-from app.errors import Forbidden, InvalidRequest, Unauthenticated, responses
-from app.query_params import CheckedRoute
+from app.http.deps import AnalystKey
+from app.http.query_params import CheckedRoute
+from app.kit.errors import Forbidden, InvalidRequest, Unauthenticated, responses
 
 MAX_CELLS = 20_000
 

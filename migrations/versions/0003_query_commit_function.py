@@ -10,7 +10,7 @@
   epoch, caps, twin answer and quota, then charge and store — all in the one
   statement the API sends, so locks are held for microseconds, not for
   several round trips. The function's text is
-  ``app/ledger/sql/commit_query.sql``.
+  ``migrations/sql/commit_query_0009.sql``.
 
 Revision ID: 0003
 Revises: 0002
@@ -20,7 +20,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from app.ledger.sql import COMMIT_QUERY_0003_SIGNATURE, commit_query_0003_sql
+from migrations.frozen import COMMIT_QUERY_0003_SIGNATURE, commit_query_0003_sql
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -29,7 +29,7 @@ depends_on: str | Sequence[str] | None = None
 
 UQ = "uq_query_answers_grid_id"
 
-# The function's text as this revision made it: app/ledger/sql/commit_query_0003.sql
+# The function's text as this revision made it: migrations/sql/commit_query_0003.sql
 # (frozen; read, not copied here).
 COMMIT_QUERY = commit_query_0003_sql()
 SIGNATURE = COMMIT_QUERY_0003_SIGNATURE

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 from alembic import op
 
-from app.ledger.sql import COMMIT_QUERY_0003_SIGNATURE
+from migrations.frozen import COMMIT_QUERY_0003_SIGNATURE
 
 revision: str = "0004"
 down_revision: str | None = "0003"

@@ -5,7 +5,7 @@
   ``ledger_entries.window_start``: the window a charge went to, named by its first
   local date; ``0001-01-01`` for a dataset without windows, so every existing account
   and entry keeps its meaning.
-* ``dpgate_commit_query`` takes the window (``app/ledger/sql/commit_query.sql``) and
+* ``dpgate_commit_query`` takes the window (``migrations/sql/commit_query_0009.sql``) and
   runs with ``enable_seqscan = off`` as migration 0004 set on the first version.
 
 Downgrading is refused while a windowed dataset has accounts (their windows would
@@ -20,11 +20,11 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from app.ledger.sql import (
+from migrations.frozen import (
     COMMIT_QUERY_0003_SIGNATURE,
-    COMMIT_QUERY_SIGNATURE,
+    COMMIT_QUERY_0009_SIGNATURE,
     commit_query_0003_sql,
-    commit_query_sql,
+    commit_query_0009_sql,
 )
 
 revision: str = "0009"
@@ -54,8 +54,8 @@ def upgrade() -> None:
         sa.Column("window_start", sa.Date(), server_default=ALL_TIME, nullable=False),
     )
     op.execute(f"DROP FUNCTION {COMMIT_QUERY_0003_SIGNATURE}")
-    op.execute(commit_query_sql())
-    op.execute(f"ALTER FUNCTION {COMMIT_QUERY_SIGNATURE} SET enable_seqscan = off")
+    op.execute(commit_query_0009_sql())
+    op.execute(f"ALTER FUNCTION {COMMIT_QUERY_0009_SIGNATURE} SET enable_seqscan = off")
 
 
 def downgrade() -> None:
@@ -69,7 +69,7 @@ def downgrade() -> None:
             f"cannot downgrade below 0009: {windowed} budget accounts belong to budget "
             "windows, which the older schema cannot hold"
         )
-    op.execute(f"DROP FUNCTION {COMMIT_QUERY_SIGNATURE}")
+    op.execute(f"DROP FUNCTION {COMMIT_QUERY_0009_SIGNATURE}")
     op.execute(commit_query_0003_sql())
     op.execute(f"ALTER FUNCTION {COMMIT_QUERY_0003_SIGNATURE} SET enable_seqscan = off")
     op.drop_column("ledger_entries", "window_start")

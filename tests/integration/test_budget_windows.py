@@ -15,9 +15,9 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select, text
 
-from app.datasets.windows import window_start
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 from app.releases.packing import pack, unpack
+from app.time.budget_windows import window_start
 from tests.helpers import make_csv, upload_csv
 from tests.integration.grid_fixtures import CELL_A, make_dataset
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from app.demo import port_problem
+from app.cli.demo import port_problem
 
 
 def _command() -> list[str]:

@@ -22,7 +22,7 @@ from sqlalchemy import select
 from app.datasets.models import DatasetUser, Grid, GridSnapshot
 from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
 from app.db.migrate import upgrade
-from app.errors import NotFound
+from app.kit.errors import NotFound
 from app.uploads import ingestor as ingestor_module
 from app.uploads import service as upload_module
 from tests.helpers import create_dataset, make_csv, upload_csv

@@ -29,7 +29,6 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from app.budget import Budget, exhausted
 from app.datasets.models import Dataset, DatasetUser, Grid
-from app.datasets.windows import ALL_TIME, window_of
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.liveness import conninfo_from_url
 from app.keys.models import ApiKey
@@ -39,6 +38,7 @@ from app.ledger.models import BudgetAccount, LedgerEntry
 from app.ledger.rule import Charge, Verdict, charge_verdict
 from app.queries.models import QueryAnswer
 from app.queries.repository import AnswerRecord
+from app.time.budget_windows import ALL_TIME, window_of
 
 PICO = Decimal("0.000000000001")
 

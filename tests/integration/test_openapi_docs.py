@@ -249,10 +249,10 @@ def test_declared_parameters_still_pass(client: TestClient) -> None:
 
 
 def test_a_new_registry_entry_is_documented_without_code(monkeypatch: pytest.MonkeyPatch) -> None:
-    """What the auto work adds to ``app.core.registry`` appears in the documentation."""
+    """What the auto work adds to ``app.core.mechanisms.registry`` appears in the documentation."""
     from types import MappingProxyType
 
-    from app.core.option_spec import MechanismSpec, OptionSpec
+    from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
     from app.queries import openapi
 
     extra = OptionSpec("zz_share", "float", 0.5, "share (math.md §4, 004 eq. 11)", 0.0, 1.0, True)

@@ -11,7 +11,7 @@ from sqlalchemy import select
 
 from app import core
 from app.answers.schemas import StatisticAnswer
-from app.core import bounds
+from app.core.mechanisms import bounds
 from app.ledger.models import BudgetReset, LedgerEntry
 from app.releases.schemas import ReleaseIn
 from tests.integration.grid_fixtures import (

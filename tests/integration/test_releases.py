@@ -11,7 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 
-from app.core.clip_user import clip_user
+from app.core.planning.clip_user import clip_user
 from app.ledger.models import LedgerEntry
 from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, analyst, load, make_dataset
 
@@ -219,10 +219,10 @@ def test_release_batches_its_laplace_draws_with_the_collector_paused(
 ) -> None:
     """Every Laplace draw of a slot release goes through one ``laplace_many`` call (one
     OpenDP vector measurement per scale, docs/math.md §9.4.7), none through ``laplace``,
-    and the release runs with the cyclic collector paused (``app.gc_pause``)."""
+    and the release runs with the cyclic collector paused (``app.kit.gc_pause``)."""
     import gc
 
-    from app.core.noise import OpenDPNoise
+    from app.core.noise.laplace import OpenDPNoise
     from app.releases import service
 
     ds = make_dataset(client, budget_per_user=10.0, value_bound=10.0)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from app.cli import build_parser, main
+from app.cli.main import build_parser, main
 from app.config import get_settings
 
 

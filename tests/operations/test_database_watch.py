@@ -18,7 +18,7 @@ from app.config import Settings
 from app.db.engine import make_engine
 from app.db.pg_async import make_async_pool
 from app.db.watch import DatabaseWatch, make_watch
-from app.errors import Unavailable
+from app.kit.errors import Unavailable
 from tests.freezing_proxy import FreezingProxy, freezing_proxy
 
 DEADLINE = 3.0  # the smallest allowed: the watch calls it down after 2 s of silence

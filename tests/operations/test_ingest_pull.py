@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from app.cli import main
+from app.cli.main import main
 from app.config import get_settings
 from tests.gtfs_support import (
     FeedServer,

@@ -18,7 +18,7 @@ import httpx
 import pytest
 from sqlalchemy.engine import Engine, make_url
 
-from app.cli import main
+from app.cli.main import main
 from tests.conftest import ADMIN_KEY
 from tests.integration.grid_fixtures import CELL_A, HOUR
 from tests.live_server import LiveServer, live_server

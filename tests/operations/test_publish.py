@@ -12,8 +12,8 @@ import httpx
 import pytest
 from sqlalchemy.engine import Engine, make_url
 
-from app.cli import main
-from app.cli_publish import (
+from app.cli.main import main
+from app.cli.publish import (
     EXIT_NO_DATA,
     EXIT_OK,
     EXIT_REFUSED,

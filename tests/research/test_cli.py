@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from app.cli import build_parser, main
+from app.cli.main import build_parser, main
 from research.runner import EXPERIMENTS
 from research.runner import main as research_main
 
@@ -50,14 +50,18 @@ def test_small_monte_carlo_run_through_the_cli(tmp_path):
 
 
 def test_no_source_of_randomness_outside_experiments_in_issue_7_files():
-    # Repo hook: only research/ and app/demo_city.py (the demo's seeded city; tests and
+    # Repo hook: only research/ and app/cli/demo_city.py (the demo's seeded city; tests and
     # benchmarks too) may create generators.
     from pathlib import Path
 
     import app
 
     root = Path(app.__file__).parent
-    for path in [root / "demo.py", root / "cli.py", *sorted((root / "synth").glob("*.py"))]:
+    for path in [
+        root / "cli" / "demo.py",
+        root / "cli" / "main.py",
+        *sorted((root / "synth").glob("*.py")),
+    ]:
         text = path.read_text(encoding="utf-8")
         for bad in ("np.random.", "numpy.random", "import random"):
             assert bad not in text, (path, bad)

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from app.core.grid import GridData
+from app.core.data.grid import GridData
 from app.synth.itms import itms_counts
 from research import peers as peers_mod
 from research.peer_libraries import (

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from app.core import plan_mean, release_mean
-from app.core.grid import GridData
-from app.core.interval import interval_costs, quantile_candidates, quantile_scores
+from app.core.data.grid import GridData
+from app.core.mechanisms.interval import interval_costs, quantile_candidates, quantile_scores
 from app.synth.bounding import geometric_collection, uniform_values
 from app.synth.itms import itms_grid
 from research.noise import SeededNoise, noisy_max_many

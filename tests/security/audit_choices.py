@@ -131,9 +131,9 @@ def choice_scores(name: str) -> tuple[np.ndarray, np.ndarray, float, int]:
 
 def sample_choices(job: tuple[str, int, int, float]) -> np.ndarray:
     """``(choice name, side, n, budget factor)`` -> ``n`` indices drawn by the production
-    :meth:`~app.core.noise.OpenDPNoise.noisy_max` at ``epsilon · factor`` (factor != 1: a
+    :meth:`~app.core.noise.laplace.OpenDPNoise.noisy_max` at ``epsilon · factor`` (factor != 1: a
     deliberately broken copy, e.g. 0.5 for levy's old ``exp(-ε c/8)`` weight)."""
-    from app.core.noise import OpenDPNoise
+    from app.core.noise.laplace import OpenDPNoise
 
     name, side, n, factor = job
     s0, s1, eps, sens = choice_scores(name)

@@ -1,6 +1,6 @@
 """The statistical privacy audit's machinery (kept light so worker processes start fast).
 
-* :class:`BulkOpenDPNoise` is a :class:`~app.core.noise.NoiseSource` whose ``laplace``
+* :class:`BulkOpenDPNoise` is a :class:`~app.core.noise.laplace.NoiseSource` whose ``laplace``
   returns ``n`` independent draws at once from OpenDP's ``make_laplace`` on a
   *vector* domain: the same measurement family as production's scalar
   ``make_laplace`` (same discretisation ``k = LAPLACE_K``, same discrete-Laplace sampler),
@@ -8,7 +8,7 @@
   ``app.core.release_mean`` / ``release_variance``, the engine's release path then
   returns a :class:`~app.core.Release` whose ``estimate`` is the array of ``n``
   releases. ``test_privacy_audit`` checks with a KS test that this has the law of
-  the production :class:`~app.core.noise.OpenDPNoise`.
+  the production :class:`~app.core.noise.laplace.OpenDPNoise`.
 * :class:`ScaledNoise` wraps a source and multiplies every Laplace scale: it is how
   the audit builds deliberately broken mechanisms without touching app code.
 * :func:`loss_lower_bound` is the audit proper: fixed bins, Clopper–Pearson
@@ -28,7 +28,7 @@ from scipy import stats
 
 from app import core
 from app.core import GridData
-from app.core.noise import LAPLACE_K
+from app.core.noise.laplace import LAPLACE_K
 
 dp.enable_features("contrib")
 
@@ -262,7 +262,7 @@ class FixedChoices(RecordingNoise):
 def adaptive_cell() -> tuple[int, int]:
     """The (centre, width) candidate pair most likely on the first grid: the top scores
     (report-noisy-max favours them; fixed before any sampling)."""
-    from app.core import mean_centred as mc
+    from app.core.mechanisms import mean_centred as mc
 
     d0, _ = adaptive_neighbours()
     m = np.asarray(ADAPTIVE_COUNTS, dtype=np.float64)
@@ -292,8 +292,8 @@ def sample_adaptive(job: tuple[int, int, float]) -> np.ndarray:
     """``(side, n, scale factor)`` -> ``n`` full releases with the production noise source,
     each encoded as its estimate when its (centre, width) is the audited cell and as
     ``SENTINEL`` otherwise (an event of the whole output, so a valid audit event)."""
-    from app.core import mean_centred as mc
-    from app.core.noise import OpenDPNoise
+    from app.core.mechanisms import mean_centred as mc
+    from app.core.noise.laplace import OpenDPNoise
 
     side, n, factor = job
     grid = adaptive_neighbours()[side]

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from app.core import finish_batch, start_many
-from app.core import window_batch as batch_mod
+from app.core.engine import window_batch as batch_mod
 from tests.security import audit_lib as audit
 from tests.security.test_window_audit import COUNTS, EPS, SENTINEL, U, _cell, _grid
 

@@ -1,4 +1,4 @@
-"""Audit of the lean Laplace vector invocation (app/core/noisy_max_invoke.py,
+"""Audit of the lean Laplace vector invocation (app/core/noise/noisy_max_invoke.py,
 docs/math.md §9.4.7–§9.4.8) and of the draws shared between two threads.
 
 A slot release draws its Laplace noise through ``OpenDPNoise.laplace_many``: one call of
@@ -17,9 +17,9 @@ import opendp.prelude as dp
 import pytest
 from scipy import stats
 
-from app.core import noise as noise_mod
-from app.core.noise import OpenDPNoise
-from app.core.noisy_max_invoke import invoke_vector
+from app.core.noise import laplace as noise_mod
+from app.core.noise.laplace import OpenDPNoise
+from app.core.noise.noisy_max_invoke import invoke_vector
 
 ALPHA = 1e-4
 N = 4000

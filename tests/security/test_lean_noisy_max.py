@@ -1,4 +1,4 @@
-"""Audit of the lean noisy-max invocation (app/core/noisy_max_invoke.py, docs/math.md §9.4.8).
+"""Audit of the lean noisy-max invocation (app/core/noise/noisy_max_invoke.py, docs/math.md §9.4.8).
 
 Every private choice of a release goes through :meth:`OpenDPNoise.noisy_max`, which now
 invokes OpenDP's ``make_noisy_max`` measurement without the wrapper's per-call
@@ -17,9 +17,9 @@ import opendp.prelude as dp
 import pytest
 from scipy import stats
 
-from app.core import noise as noise_mod
-from app.core.noise import OpenDPNoise, calibrate_choice_scale, check_scores
-from app.core.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
+from app.core.noise import laplace as noise_mod
+from app.core.noise.laplace import OpenDPNoise, calibrate_choice_scale, check_scores
+from app.core.noise.noisy_max_invoke import invoke_noisy_max, lean_invoke_works
 from tests.security.audit_choices import noisy_max_law
 
 ALPHA = 1e-4
@@ -115,7 +115,7 @@ def test_batched_rows_have_each_rows_law_independently() -> None:
 
 
 def test_broken_batched_rows_are_caught() -> None:
-    from app.core.noisy_max_invoke import invoke_noisy_max_rows
+    from app.core.noise.noisy_max_invoke import invoke_noisy_max_rows
 
     scale = calibrate_choice_scale(1, ROW_EPS)
     right = noise_mod._CHOICES.get((scale, 1, ROW_EPS))

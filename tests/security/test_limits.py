@@ -21,7 +21,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
-import app.limits as limits
+import app.http.limits as limits
 from app.config import Settings
 from app.db.migrate import upgrade
 from app.main import create_app

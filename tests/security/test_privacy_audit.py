@@ -13,11 +13,11 @@ Noise source: :class:`tests.security.audit_lib.BulkOpenDPNoise` — OpenDP's own
 ``make_laplace`` on a vector domain, i.e. the production sampler drawn 10^5 at a
 time (a scalar OpenDP draw costs ~0.2 ms; 10^6 of them would take minutes).
 ``test_bulk_source_has_the_production_law`` shows with KS tests that it has the law
-of the production :class:`app.core.noise.OpenDPNoise` on the same release.
+of the production :class:`app.core.noise.laplace.OpenDPNoise` on the same release.
 
 centred_clip (a private centre and width, then Laplace) is audited on its own
 neighbours and eps (``audit_lib.ADAPTIVE_*``, where its public gate is met), with
-full releases through the production :class:`app.core.noise.OpenDPNoise`; its
+full releases through the production :class:`app.core.noise.laplace.OpenDPNoise`; its
 output is encoded so that the events are "(centre, width) is the most likely cell
 and the estimate lies in a bin" (events of the whole output, so the bound is valid).
 

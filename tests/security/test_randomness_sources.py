@@ -21,7 +21,7 @@ APP = Path(__file__).resolve().parents[2] / "app"
 
 # Data generators for demos and experiments: they take a seeded numpy Generator on
 # purpose and must never be reachable from the service (checked below).
-SEEDED_ON_PURPOSE = ("app.synth", "app.demo")  # app.demo covers app.demo_city
+SEEDED_ON_PURPOSE = ("app.synth", "app.cli.demo")  # app.cli.demo covers app.cli.demo_city
 
 
 # ----------------------------------------------------------- static import check
@@ -81,7 +81,7 @@ def _imports(tree: ast.AST, modules: dict[str, Path]) -> set[str]:
 
 def test_no_numpy_or_random_randomness_in_app_code() -> None:
     modules = _modules()
-    assert "app.core.noise" in modules and "app.main" in modules
+    assert "app.core.noise.laplace" in modules and "app.main" in modules
     offenders = {}
     for name, path in sorted(modules.items()):
         if name.startswith(SEEDED_ON_PURPOSE):
@@ -115,11 +115,12 @@ def test_release_randomness_is_opendp_only() -> None:
     """The mechanisms' randomness is OpenDP's: no module of ``app.core`` draws from
     ``secrets``, ``os.urandom`` or ``random`` (the inverse-CDF draw from ``secrets``
     uniforms is gone), and a noise source offers Laplace and noisy_max only."""
-    from app.core import noise
+    from app.core.noise import laplace as noise
 
     modules = _modules()
     core_modules = [name for name in modules if name.startswith("app.core")]
-    assert "app.core.noise" in core_modules and "app.core.interval" in core_modules
+    assert "app.core.noise.laplace" in core_modules
+    assert "app.core.mechanisms.interval" in core_modules
     for name in core_modules:
         assert not _non_opendp_randomness(ast.parse(modules[name].read_text())), name
     for gone in ("uniform", "exponential_choice", "choose_index"):
@@ -136,18 +137,18 @@ def test_the_service_cannot_reach_seeded_generators() -> None:
     function) is a seeded generator or uses one."""
     modules = _modules()
     trees = {name: ast.parse(path.read_text(), str(path)) for name, path in modules.items()}
-    reach, todo = set(), ["app.main", "app.cli"]
+    reach, todo = set(), ["app.main", "app.cli.main"]
     while todo:
         name = todo.pop()
         if name in reach:
             continue
         reach.add(name)
         todo.extend(_imports(trees[name], modules) - reach)
-    assert {"app.core.noise", "app.queries.service", "app.releases.service"} <= reach
-    service = reach - {"app.cli"} - {m for m in reach if m.startswith(SEEDED_ON_PURPOSE)}
+    assert {"app.core.noise.laplace", "app.queries.service", "app.releases.service"} <= reach
+    service = reach - {"app.cli.main"} - {m for m in reach if m.startswith(SEEDED_ON_PURPOSE)}
     for name in service:
         assert not _randomness_uses(trees[name]), name
-    # app.cli reaches the demo and the experiments (their own commands), app.main must not
+    # app.cli.main reaches the demo and the experiments (their own commands), app.main must not
     reach_main, todo = set(), ["app.main"]
     while todo:
         name = todo.pop()

@@ -23,8 +23,8 @@ import pytest
 from scipy import stats
 
 from app.core import GridData, release_mean
-from app.core import mean_centred as mc
-from app.core.noise import (
+from app.core.mechanisms import mean_centred as mc
+from app.core.noise.laplace import (
     LAPLACE_K,
     ROUNDING_SLACK,
     OpenDPNoise,
@@ -40,7 +40,7 @@ GRID = math.ldexp(1.0, LAPLACE_K)
 
 
 def _production_measurement(scale: float) -> dp.Measurement:
-    from app.core.noise import _MEASUREMENTS
+    from app.core.noise.laplace import _MEASUREMENTS
 
     return _MEASUREMENTS.get(scale)
 

@@ -3,7 +3,7 @@
 
 Neighbouring grids (same occupancy; the heaviest user's values all moved from 0 to U)
 are released through the production path (``release_mean`` / ``release_variance``
-with :class:`app.core.noise.OpenDPNoise`). Each release's whole output (private
+with :class:`app.core.noise.laplace.OpenDPNoise`). Each release's whole output (private
 choices and estimate) is encoded as "the estimate if the choices are the most likely
 ones, else a sentinel" — a post-processing, so a loss bound on the encoding bounds the
 mechanism's — and the loss is bounded from below with Clopper–Pearson intervals
@@ -27,7 +27,7 @@ import numpy.typing as npt
 import pytest
 
 from app.core import GridData, release_mean, release_variance
-from app.core.noise import OpenDPNoise
+from app.core.noise.laplace import OpenDPNoise
 from tests.security import audit_lib as audit
 
 U = 10.0

@@ -1,4 +1,4 @@
-"""The window of a grid's slot (``app.datasets.windows.window_of``): the local date of
+"""The window of a grid's slot (``app.time.budget_windows.window_of``): the local date of
 the slot in the dataset's timezone, ISO weeks from Monday, calendar months; the edges
 of local midnight, DST changes and month ends; the ``window`` parameter's reading."""
 
@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pytest
 
-from app.datasets.windows import (
+from app.time.budget_windows import (
     ALL_TIME,
     parse_window,
     privacy_unit,
@@ -19,7 +19,7 @@ from app.datasets.windows import (
     window_of,
     window_start,
 )
-from app.ingest.timeslots import slot_start_us, us_to_datetime
+from app.time.slots import slot_start_us, us_to_datetime
 
 CHICAGO = "America/Chicago"  # CST -06:00, CDT -05:00 (DST from 2024-03-10, to 2024-11-03)
 

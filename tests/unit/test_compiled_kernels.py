@@ -1,5 +1,5 @@
 """Start-up loads every compiled (numba) kernel a request uses, with the argument types
-requests pass: in a fresh process, after ``app.compiled.load_compiled_kernels`` (what
+requests pass: in a fresh process, after ``app.main.load_compiled_kernels`` (what
 start-up runs), the CSV and feed readers and Clip-User run and no kernel of ``app``
 gains a compiled signature (a kernel the loader missed, or loaded for other argument
 types, would: a compile costs 11–12 s on a fresh install, paid by a request)."""
@@ -17,7 +17,7 @@ import importlib, pkgutil, random
 import numpy as np
 from numba.core.registry import CPUDispatcher
 import app
-from app.compiled import load_compiled_kernels
+from app.main import load_compiled_kernels
 load_compiled_kernels()
 kernels = {}
 for info in pkgutil.walk_packages(app.__path__, "app."):
@@ -27,7 +27,7 @@ for info in pkgutil.walk_packages(app.__path__, "app."):
     for value in vars(importlib.import_module(info.name)).values():
         if isinstance(value, CPUDispatcher) and value.__module__ == info.name:
             kernels[value] = len(value.signatures)  # 0: called only by other kernels
-from app.core.clip_user import clip_user_kept
+from app.core.planning.clip_user import clip_user_kept
 from tests.unit.ingest import test_csv_fast, test_gtfs_fast
 test_csv_fast.test_plain_runs_equal_the_usual_path_on_a_large_clean_file()
 test_gtfs_fast.test_plain_feeds_are_read_in_one_scan()

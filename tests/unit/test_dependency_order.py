@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from fastapi.routing import APIRoute
 
-from app.deps import KeyAuth, get_session
+from app.http.deps import KeyAuth, get_session
 
 
 def _api_routes(routes: list) -> list[APIRoute]:

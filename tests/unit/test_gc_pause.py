@@ -1,4 +1,4 @@
-"""``app.gc_pause``: nested and concurrent pauses, and the collector's prior state kept."""
+"""``app.kit.gc_pause``: nested and concurrent pauses, and the collector's prior state kept."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from app.gc_pause import gc_paused
+from app.kit.gc_pause import gc_paused
 
 
 def test_nested_pauses_restore_the_collector_once() -> None:

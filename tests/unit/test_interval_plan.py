@@ -7,9 +7,9 @@ from decimal import Decimal
 import numpy as np
 import pytest
 
-from app.core.counts import prepare_counts
-from app.core.mean_capped import capped_half_widths
-from app.core.partition import narrowest_width
+from app.core.data.counts import prepare_counts
+from app.core.mechanisms.mean_capped import capped_half_widths
+from app.core.planning.partition import narrowest_width
 from app.releases.interval_plan import (
     candidate_ks,
     interval_score,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from app.budget import Budget, exhausted
-from app.datasets.windows import ALL_TIME
 from app.ledger.rule import Charge, Verdict, charge_verdict, over_cap
+from app.time.budget_windows import ALL_TIME
 
 CAP = Decimal("1.000000000000")
 
@@ -82,7 +82,7 @@ def test_a_charge_of_nobody_is_never_missing_nor_exhausted() -> None:
 
 
 def test_refusal_is_the_one_budget_error_of_each_refusing_verdict() -> None:
-    from app.errors import BudgetExhausted
+    from app.kit.errors import BudgetExhausted
     from app.ledger.rule import refusal
 
     quota = refusal(Verdict.QUOTA, scope="this grid", key_name="ana", largest_epsilon=0.25)

@@ -85,4 +85,4 @@ def test_pyproject_pins_lower_bounds_and_script() -> None:
         assert ">=" in deps[name], name
     assert deps["sqlalchemy"].startswith("sqlalchemy>=2")
     assert deps["h3"].startswith("h3>=4")
-    assert meta["scripts"]["dpgate"] == "app.cli:main"
+    assert meta["scripts"]["dpgate"] == "app.cli.main:main"

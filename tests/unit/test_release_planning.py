@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.answers.epsilon import EpsilonAmount
-from app.errors import InvalidRequest
+from app.kit.errors import InvalidRequest
 from app.releases.planning import SlotPlan, plan_for_cost
 
 

@@ -1,6 +1,6 @@
 """A reference Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15), every error
 recomputed from scratch with ``bounds.joint_clip_error`` for every trial, following
-Alg. 1 line by line as read in ``app/core/clip_user.py`` (docs/math.md §6.2); and
+Alg. 1 line by line as read in ``app/core/planning/clip_user.py`` (docs/math.md §6.2); and
 random occupancies to compare it with (test_clip_user.py, test_clip_user_kernel.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from app.core.bounds import joint_clip_error
-from app.core.clip_user import ClipUserPlan
+from app.core.mechanisms.bounds import joint_clip_error
+from app.core.planning.clip_user import ClipUserPlan
 
 
 def reference_clip_user(

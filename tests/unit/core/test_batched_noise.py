@@ -19,15 +19,15 @@ from scipy import stats
 from app.core import (
     GridData,
     finish_releases,
-    registry,
     release_mean,
     release_variance,
     start_releases,
 )
-from app.core import noise as noise_mod
-from app.core.counts import prepare_counts
-from app.core.noise import OpenDPNoise, calibrate_scale, laplace_many
-from app.core.release import statistic_range
+from app.core.data.counts import prepare_counts
+from app.core.data.results import statistic_range
+from app.core.mechanisms import registry
+from app.core.noise import laplace as noise_mod
+from app.core.noise.laplace import OpenDPNoise, calibrate_scale, laplace_many
 from research.noise import SeededNoise
 
 ALPHA = 1e-4

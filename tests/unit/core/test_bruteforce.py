@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from app.core import plan_mean, plan_variance
-from app.core.bounds import (
+from app.core.mechanisms.bounds import (
     mean_clip_bias,
     mean_sensitivity,
     variance_clip_bias,

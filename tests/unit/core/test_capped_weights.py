@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from app.core import GridData, plan_mean, release_mean
-from app.core.counts import prepare_counts
-from app.core.mean_capped import capped_half_widths, interval_k
+from app.core.data.counts import prepare_counts
+from app.core.mechanisms.mean_capped import capped_half_widths, interval_k
 from tests.unit.core.helpers import ZeroNoise
 
 U = 7.0

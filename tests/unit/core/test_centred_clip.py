@@ -1,4 +1,5 @@
-"""centred_clip (app/core/mean_centred.py): options, gate, plan, exact sensitivity, draws."""
+"""centred_clip (app/core/mechanisms/mean_centred.py): options, gate, plan, exact
+sensitivity, draws."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import pytest
 from scipy.optimize import minimize
 
 from app.core import GridData, plan_mean, release_mean, validate_options
-from app.core import mean_centred as mc
-from app.core.float_sums import float_sum_sensitivity
-from app.core.noise import calibrate_scale
+from app.core.mechanisms import mean_centred as mc
+from app.core.mechanisms.float_sums import float_sum_sensitivity
+from app.core.noise.laplace import calibrate_scale
 from tests.unit.core.helpers import ZeroNoise
 
 U = 65.0

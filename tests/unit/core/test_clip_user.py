@@ -13,9 +13,9 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from app.core.bounds import joint_clip_error
-from app.core.clip_user import clip_user, plan_kept
-from app.core.grid_errors import grid_joint_errors, scalar_error_fn
+from app.core.mechanisms.bounds import joint_clip_error
+from app.core.planning.clip_user import clip_user, plan_kept
+from app.core.planning.grid_errors import grid_joint_errors, scalar_error_fn
 from app.synth.heavy_hitters import heavy_hitter_occupancy
 from tests.unit.core.clip_user_reference import (
     assert_same,

@@ -1,4 +1,4 @@
-"""The compiled Clip-User stages (app/core/clip_user_kernel.py) take exactly the Python
+"""The compiled Clip-User stages (app/core/planning/clip_user_kernel.py) take exactly the Python
 loop's decisions: same removals in the same order, same K, same per-grid state, on small
 random occupancies full of ties, on city-like ones with users in many grids, and on
 ones where a user's grids change or get blocked between its visits (the kernel's cached
@@ -11,9 +11,9 @@ import math
 import numpy as np
 import pytest
 
-from app.core.clip_user import clip_user
-from app.core.clip_user_greedy import suppress_users
-from app.core.occupancy import validate_occupancy
+from app.core.data.occupancy import validate_occupancy
+from app.core.planning.clip_user import clip_user
+from app.core.planning.clip_user_greedy import suppress_users
 from tests.unit.core.clip_user_reference import random_occupancy
 
 
@@ -138,7 +138,7 @@ def test_whole_plan_is_the_same_with_the_python_loop(monkeypatch: pytest.MonkeyP
     rng = np.random.default_rng(11)
     g, u, c = city_occupancy(rng, n_users=300, n_grids=40, per_user=8)
     fast = clip_user(g, u, c, 30.0, 0.5)
-    import app.core.clip_user as cu
+    import app.core.planning.clip_user as cu
 
     monkeypatch.setattr(
         cu, "suppress_users", lambda *a, **k: suppress_users(*a, **k, compiled=False)
@@ -149,7 +149,7 @@ def test_whole_plan_is_the_same_with_the_python_loop(monkeypatch: pytest.MonkeyP
 @pytest.mark.parametrize("seed", range(3))
 def test_clip_user_kept_equals_plan_kept(seed: int) -> None:
     """The planner's direct kept counts are plan_kept of the full plan, row for row."""
-    from app.core.clip_user import clip_user_kept, plan_kept
+    from app.core.planning.clip_user import clip_user_kept, plan_kept
 
     rng = np.random.default_rng(900 + seed)
     for _ in range(40):

@@ -15,7 +15,7 @@ from app.core import (
     release_mean,
     release_variance,
 )
-from app.core.bounds import (
+from app.core.mechanisms.bounds import (
     mean_clip_bias,
     mean_sensitivity,
     variance_clip_bias,

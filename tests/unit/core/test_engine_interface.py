@@ -18,8 +18,8 @@ from app.core import (
     validate_options,
     worst_case_optimal_d,
 )
-from app.core.bounds import joint_clip_error
-from app.core.variance import head_moments
+from app.core.mechanisms.bounds import joint_clip_error
+from app.core.mechanisms.variance import head_moments
 from tests.unit.core.helpers import BOUNDED, U, ZeroNoise, random_grid
 
 
@@ -192,7 +192,7 @@ def test_quote_respects_min_epsilon() -> None:
 def test_the_registry_declares_each_mechanism_once_with_its_constructor() -> None:
     """Every named mean and variance mechanism carries its constructor; ``quote``'s
     candidates are exactly the bounded ones; ``auto`` and the joint ones have none."""
-    from app.core.registry import (
+    from app.core.mechanisms.registry import (
         BOUNDED_CANDIDATES,
         JOINT_MECHANISMS,
         VARIANCE_MECHANISMS,

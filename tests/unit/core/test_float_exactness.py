@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from app.core import GridData, release_joint, release_mean, release_variance
-from app.core.float_sums import split_shares
-from app.core.mean_window import split_share
+from app.core.mechanisms.float_sums import split_shares
+from app.core.mechanisms.mean_window import split_share
 from tests.unit.core.helpers import ZeroNoise
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.counts import prepare_counts
-from app.core.grouping import (
+from app.core.data.counts import prepare_counts
+from app.core.mechanisms.grouping import (
     array_gain,
     bestfit,
     levy_m_ub,

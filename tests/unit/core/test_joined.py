@@ -1,4 +1,4 @@
-"""Grids joined for the window path (app/core/joined.py): the columns of the grids in order,
+"""Grids joined for the window path (app/core/data/joined.py): the columns of the grids in order,
 unreadable caps marked -1, and any subset taken in any order equal to joining it anew."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from app.core import GridData
-from app.core.joined import JoinedGrids
+from app.core.data.joined import JoinedGrids
 
 
 def _grids(rng: np.random.Generator, n: int) -> tuple[list[GridData], list[np.ndarray]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.core.occupancy import stable_order, unique_inverse, validate_occupancy
+from app.core.data.occupancy import stable_order, unique_inverse, validate_occupancy
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays
 from app.releases.adaptive import coverage

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core.partition import adaptive_partition, narrowest_width
+from app.core.planning.partition import adaptive_partition, narrowest_width
 
 # A toy hierarchy: cell = 10·parent + digit; resolution = number of digits (root: 1 digit).
 FINEST, COARSEST = 3, 1

@@ -24,8 +24,8 @@ from app.core import (
     plan_variance,
     release_mean,
 )
-from app.core import noise as noise_module
-from app.core.noise import LAPLACE_K
+from app.core.noise import laplace as noise_module
+from app.core.noise.laplace import LAPLACE_K
 from research.noise import SeededNoise
 from tests.unit.core.helpers import random_grid
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import app.core.pseudo_user as pu
+import app.core.planning.pseudo_user as pu
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 5])

@@ -23,9 +23,9 @@ from app.core import (
     release_mean,
     release_variance,
 )
-from app.core.bounds import optimal_split, sum_exceeds
-from app.core.interval import isolated_head_sums
-from app.core.release import LN20, Release
+from app.core.data.results import LN20, Release
+from app.core.mechanisms.bounds import optimal_split, sum_exceeds
+from app.core.mechanisms.interval import isolated_head_sums
 from app.synth.itms import itms_grid
 from research.noise import SeededNoise
 

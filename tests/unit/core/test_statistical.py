@@ -14,7 +14,7 @@ import pytest
 from scipy import stats
 
 from app.core import GridData, release_mean, release_variance
-from app.core.interval import (
+from app.core.mechanisms.interval import (
     QUANTILE_STEPS,
     private_interval,
     private_quantile,

@@ -1,4 +1,4 @@
-"""The second thread (app/core/threads.py): both results, both finished, errors raised,
+"""The second thread (app/core/noise/threads.py): both results, both finished, errors raised,
 and a call from the second thread itself runs in turn instead of waiting for itself."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.core.threads import in_parallel
+from app.core.noise.threads import in_parallel
 
 
 def test_both_run_and_the_second_on_another_thread() -> None:

@@ -15,9 +15,9 @@ import itertools
 import numpy as np
 import pytest
 
-from app.core.counts import prepare_counts
-from app.core.grid import GridData
-from app.core.variance_window import (
+from app.core.data.counts import prepare_counts
+from app.core.data.grid import GridData
+from app.core.mechanisms.variance_window import (
     VARIANCE_WINDOW_FRACTIONS,
     mixture_variance_sensitivity,
     plan_variance_window,

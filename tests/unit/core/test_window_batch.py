@@ -9,15 +9,15 @@ import numpy as np
 import pytest
 
 from app.core import GridData, finish_batch, finish_releases, start_many, start_releases
-from app.core.float_sums import (
+from app.core.engine.many_grids import GridError
+from app.core.mechanisms.float_sums import (
     float_sum_sensitivities,
     float_sum_sensitivity,
     float_variance_sensitivities,
     float_variance_sensitivity,
 )
-from app.core.noise import calibrate_scale
-from app.core.noise_many import calibrate_scales
-from app.core.slot_engine import GridError
+from app.core.noise.laplace import calibrate_scale
+from app.core.noise.many import calibrate_scales
 from research.noise import SeededNoise
 
 U = 30.0

@@ -15,10 +15,10 @@ import numpy as np
 import pytest
 
 from app.core import GridData, release_mean
-from app.core.counts import prepare_counts
-from app.core.float_sums import exact_sum, float_sum_sensitivity
-from app.core.interval import isolated_head_sums
-from app.core.mean_window import (
+from app.core.data.counts import prepare_counts
+from app.core.mechanisms.float_sums import exact_sum, float_sum_sensitivity
+from app.core.mechanisms.interval import isolated_head_sums
+from app.core.mechanisms.mean_window import (
     SPREAD_BETA,
     WINDOW_FRACTIONS,
     clipped_bound,
@@ -28,7 +28,7 @@ from app.core.mean_window import (
     window_spread,
     window_weights,
 )
-from app.core.noise import calibrate_choice_scale, calibrate_scale
+from app.core.noise.laplace import calibrate_choice_scale, calibrate_scale
 from tests.security.audit_choices import noisy_max_law
 from tests.unit.core.helpers import ZeroNoise
 

@@ -16,9 +16,9 @@ import math
 import numpy as np
 import pytest
 
-from app.core.counts import prepare_counts
-from app.core.grid import GridData
-from app.core.mean_window import (
+from app.core.data.counts import prepare_counts
+from app.core.data.grid import GridData
+from app.core.mechanisms.mean_window import (
     SPREAD_BETA,
     WINDOW_FRACTIONS,
     clipped_bound,
@@ -27,7 +27,7 @@ from app.core.mean_window import (
     window_spread,
     window_weights,
 )
-from app.core.noise import calibrate_choice_scale
+from app.core.noise.laplace import calibrate_choice_scale
 from tests.security.audit_choices import noisy_max_law
 
 U = 30.0

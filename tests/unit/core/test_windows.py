@@ -10,16 +10,16 @@ import numpy as np
 import pytest
 
 from app.core import GridData, plan_mean, plan_variance, release_mean, release_variance
-from app.core.auto import expected_error
-from app.core.counts import prepare_counts
-from app.core.mean_window import (
+from app.core.data.counts import prepare_counts
+from app.core.mechanisms.auto import expected_error
+from app.core.mechanisms.mean_window import (
     WINDOW_FRACTIONS,
     split_share,
     window_penalties,
     window_scores,
     window_weights,
 )
-from app.core.variance_window import mixture_variance, mixture_variance_sensitivity
+from app.core.mechanisms.variance_window import mixture_variance, mixture_variance_sensitivity
 from tests.unit.core.helpers import ZeroNoise, random_grid
 
 U = 10.0

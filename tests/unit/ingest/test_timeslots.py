@@ -9,7 +9,7 @@ from zoneinfo import ZoneInfo
 import numpy as np
 import pytest
 
-from app.ingest.timeslots import (
+from app.time.slots import (
     TimestampParser,
     format_local,
     get_zone,

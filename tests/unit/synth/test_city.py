@@ -10,8 +10,8 @@ import h3
 import numpy as np
 import pytest
 
-from app.ingest.timeslots import parse_timestamp
 from app.synth.city import CityConfig, records_csv, synthetic_city
+from app.time.slots import parse_timestamp
 
 SMALL = CityConfig(n_buses=40, n_hours=3)
 

@@ -1,0 +1,1 @@
+"""The `dpgate` command: serving, the demo, keys, budgets, ingestion and publishing."""

@@ -1,0 +1,5 @@
+"""``python -m app.cli``: the ``dpgate`` command."""
+
+from app.cli.main import main
+
+raise SystemExit(main())

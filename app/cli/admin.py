@@ -1,0 +1,170 @@
+"""``dpgate keys create|list|revoke`` (on the database) and ``dpgate budget reset`` (through
+a running server, so the reset is recorded with an admin key)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from app.cli.support import DefaultsHelp, settings_or_refusal
+
+
+@contextmanager
+def _admin_session() -> Iterator[Any]:
+    """A transaction on the migrated database of ``DPGATE_DATABASE_URL`` (else the embedded one)."""
+    from app.db.embedded import database_url
+    from app.db.engine import make_engine, make_sessionmaker
+    from app.db.migrate import upgrade
+
+    url = database_url(settings_or_refusal().database_url)
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        with make_sessionmaker(engine).begin() as session:
+            yield session
+    finally:
+        engine.dispose()
+
+
+def _keys_create(args: argparse.Namespace) -> int:
+    from app.keys.service import create_key
+
+    with _admin_session() as session:
+        key, secret = create_key(
+            session, name=args.name, role=args.role, epsilon_quota=args.epsilon_quota
+        )
+        print(f"created {key.role} key {key.id} ({key.name}):")
+    print(secret)
+    return 0
+
+
+def _keys_list(args: argparse.Namespace) -> int:
+    from functools import partial
+
+    from app.keys.service import list_keys
+    from app.ledger.service import key_spent
+
+    with _admin_session() as session:
+        keys = list_keys(session, partial(key_spent, session))
+    if args.json:
+        import orjson
+
+        print(orjson.dumps({"keys": [k.model_dump() for k in keys]}).decode())
+        return 0
+    print(f"{'id':>5}  {'role':<8} {'state':<8} {'quota':>10} {'spent':>12}  {'prefix':<12} name")
+    for k in keys:
+        quota = "-" if k.epsilon_quota is None else f"{k.epsilon_quota:g}"
+        state = "revoked" if k.revoked else "active"
+        print(
+            f"{k.id:>5}  {k.role:<8} {state:<8} {quota:>10} {k.epsilon_spent:>12.6g}  "
+            f"{k.prefix:<12} {k.name}"
+        )
+    return 0
+
+
+def _keys_revoke(args: argparse.Namespace) -> int:
+    from app.keys.service import revoke_key
+    from app.kit.errors import DPGateError
+
+    try:
+        with _admin_session() as session:
+            revoke_key(session, args.id)
+    except DPGateError as exc:
+        print(f"dpgate keys revoke: {exc.message}", file=sys.stderr)
+        return 1
+    print(f"revoked key {args.id}: every server process refuses it within 1 s")
+    return 0
+
+
+def _budget_reset(args: argparse.Namespace) -> int:
+    import httpx
+
+    import dpgate
+
+    if not args.key:
+        print("dpgate budget reset: give an admin key (--key or DPGATE_API_KEY)", file=sys.stderr)
+        return 2
+    try:
+        with dpgate.Client(args.url, args.key) as client:
+            epoch = client.reset_budget(args.dataset, args.reason)
+    except (dpgate.DpgateError, httpx.HTTPError) as exc:
+        print(f"dpgate budget reset: {exc}", file=sys.stderr)
+        return 1
+    print(f"dataset {args.dataset}: budget epoch {epoch} opened")
+    return 0
+
+
+def add_keys(sub: argparse._SubParsersAction) -> None:
+    keys = sub.add_parser(
+        "keys",
+        help="create, list and revoke API keys",
+        description="Manage API keys directly in the database of DPGATE_DATABASE_URL "
+        "(migrated first).",
+    ).add_subparsers(dest="keys", required=True, metavar="{create,list,revoke}")
+    create = keys.add_parser(
+        "create",
+        help="create a key and print it (shown once)",
+        description="Create a key and print its secret: it is shown once, only its hash is stored.",
+        formatter_class=DefaultsHelp,
+    )
+    create.add_argument(
+        "--role", choices=("admin", "analyst"), required=True, help="what the key may do"
+    )
+    create.add_argument("--name", required=True, help="who or what the key is for")
+    create.add_argument(
+        "--epsilon-quota",
+        type=float,
+        default=None,
+        help="most epsilon the key may spend in total (default: no quota)",
+    )
+    create.set_defaults(func=_keys_create)
+    listing = keys.add_parser(
+        "list",
+        help="list every key with its role, quota, spend and state",
+        description="Every key (never its secret): id, role, active or revoked, quota, "
+        "epsilon spent, the secret's first characters and name.",
+        formatter_class=DefaultsHelp,
+    )
+    listing.add_argument(
+        "--json", action="store_true", help="print GET /keys's JSON answer instead of a table"
+    )
+    listing.set_defaults(func=_keys_list)
+    revoke = keys.add_parser(
+        "revoke",
+        help="revoke a key by id",
+        description="Revoke a key: every server process refuses it (401) within 1 s. "
+        "The last active admin key is kept (create another one first).",
+        formatter_class=DefaultsHelp,
+    )
+    revoke.add_argument("id", type=int, help="the key's id (dpgate keys list)")
+    revoke.set_defaults(func=_keys_revoke)
+
+
+def add_budget(sub: argparse._SubParsersAction) -> None:
+    budget = sub.add_parser(
+        "budget", help="manage a dataset's privacy budget through a running server"
+    ).add_subparsers(dest="budget", required=True, metavar="{reset}")
+    reset = budget.add_parser(
+        "reset",
+        help="open a new budget epoch of a dataset (POST /datasets/{id}/budget/reset)",
+        description="Ask a running server to open a new budget epoch of a dataset: every "
+        "user's spend starts again from 0; the old entries are kept, and the reset is "
+        "recorded with the admin key and the reason. Retried safely (Idempotency-Key).",
+        formatter_class=DefaultsHelp,
+    )
+    reset.add_argument("--dataset", type=int, required=True, help="the dataset's id")
+    reset.add_argument(
+        "--reason", required=True, help="why (recorded with the reset, for the audit)"
+    )
+    reset.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
+    reset.add_argument(
+        "--key",
+        default=os.environ.get("DPGATE_API_KEY"),
+        help="an admin key (default: the DPGATE_API_KEY variable, which keeps it out of "
+        "the shell's history)",
+    )
+    reset.set_defaults(func=_budget_reset)

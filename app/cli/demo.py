@@ -1,0 +1,293 @@
+"""``dpgate demo``: a dataset, two keys and a running server on the embedded database.
+
+On the database of :func:`app.config.get_settings` (by default the embedded Postgres
+of :mod:`app.db.embedded`, data in ``./dpgate-postgres``) the demo
+
+1. brings the schema to the newest revision;
+2. finds its dataset by name, or creates it and loads it in **one transaction**
+   through the same service layer as ``POST /datasets`` and
+   ``POST /datasets/{id}/records`` (so a crash leaves no half-loaded dataset and a
+   second run in the same directory simply reuses the first run's data):
+
+   * default: a synthetic ITMS-like city (:func:`app.synth.city.synthetic_city`,
+     seed 0: 300 buses, 7 H3 cells at resolution 8, 6 hours, ``U = 65`` km/h,
+     time zone Asia/Kolkata);
+   * ``--data PATH``: a CapMetrics day (``vehicle_id, timestamp, latitude,
+     longitude, speed``; ``U = 30`` m/s, America/Chicago, zero speeds dropped);
+3. creates a fresh admin and a fresh analyst key;
+4. prints them with three ready-to-paste ``curl`` commands (list grids, a DP mean
+   of the busiest grid, the budget) and serves with uvicorn.
+"""
+
+from __future__ import annotations
+
+import shlex
+import socket
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from app.config import Settings, get_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
+    from app.datasets.models import Dataset
+    from app.datasets.schemas import DatasetCreate
+    from app.uploads.service import UploadOptions
+
+__all__ = ["DemoSetup", "demo_commands", "port_problem", "prepare_demo", "run_demo"]
+
+SYNTH_NAME = "demo: synthetic ITMS-like city (seed 0)"
+SYNTH_SEED = 0
+CAPMETRICS_U = 30.0
+CAPMETRICS_ZONE = "America/Chicago"
+_CHUNK = 1 << 20
+
+
+@dataclass(frozen=True)
+class DemoSetup:
+    """What the demo prints: the dataset, its busiest grid and the two new keys."""
+
+    dataset_id: int
+    dataset_name: str
+    grid_id: str
+    grid_users: int
+    grid_records: int
+    n_grids: int
+    n_records: int
+    admin_key: str
+    analyst_key: str
+    reused: bool
+    upload: dict[str, object] | None
+
+
+def _file_chunks(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            yield chunk
+
+
+def _dataset_spec(
+    data: Path | None,
+) -> tuple[DatasetCreate, UploadOptions, Callable[[], Iterator[bytes]]]:
+    """The dataset to create, the upload options and a factory of the CSV's byte chunks."""
+    from app.datasets.schemas import DatasetCreate
+    from app.ingest.csv_records import ColumnMap
+    from app.uploads.service import UploadOptions
+
+    if data is None:
+        spec = DatasetCreate(
+            name=SYNTH_NAME,
+            value_bound=65.0,
+            h3_resolution=8,
+            timeslot_minutes=60,
+            timezone="Asia/Kolkata",
+            budget_per_user=10.0,
+            max_epsilon_per_query=10.0,
+        )
+
+        def chunks() -> Iterator[bytes]:
+            from app.cli.demo_city import synthetic_city_csv
+
+            data_bytes = synthetic_city_csv(SYNTH_SEED).encode()
+            for i in range(0, len(data_bytes), _CHUNK):
+                yield data_bytes[i : i + _CHUNK]
+
+        return spec, UploadOptions(), chunks
+    spec = DatasetCreate(
+        name=f"demo: CapMetrics {data.name}",
+        value_bound=CAPMETRICS_U,
+        h3_resolution=8,
+        timeslot_minutes=60,
+        timezone=CAPMETRICS_ZONE,
+        budget_per_user=10.0,
+        max_epsilon_per_query=10.0,
+        value_filters_public=True,  # zero speeds are dropped (SECURITY.md: value filters)
+    )
+    options = UploadOptions(
+        columns=ColumnMap("vehicle_id", "timestamp", "latitude", "longitude", "speed"),
+        drop_zero=True,
+    )
+    return spec, options, lambda: _file_chunks(data)
+
+
+def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, int]:
+    """``(grid_id, n_users, n_records, n_grids)`` of the grid with the most records."""
+    from app.datasets import service
+
+    best: tuple[int, int, str] | None = None
+    offset, total = 0, 0
+    while True:
+        page = service.list_grids(session, dataset, limit=10_000, offset=offset)
+        total = page.total
+        for g in page.grids:
+            key = (g.n_records, g.n_users, g.grid_id)
+            if best is None or key[:2] > best[:2]:
+                best = key
+        if page.next is None:
+            break
+        offset = page.next
+    if best is None:
+        raise RuntimeError("the demo dataset has no grid")
+    return best[2], best[1], best[0], total
+
+
+def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetup:
+    """Migrate, load (or reuse) the demo dataset and create an admin and an analyst key."""
+    from app.datasets import service
+    from app.db.embedded import export_database_url
+    from app.db.engine import make_engine, make_sessionmaker
+    from app.db.migrate import upgrade
+    from app.instance.service import resolve_hashing_secret
+    from app.keys.service import create_key
+    from app.uploads.service import upload_records
+
+    path = None if data is None else Path(data)
+    if path is not None and not path.is_file():
+        raise FileNotFoundError(f"no such data file: {path}")
+    url = export_database_url(settings.database_url)
+    upgrade(url)
+    spec, options, chunks = _dataset_spec(path)
+    engine = make_engine(url)
+    try:
+        secret = resolve_hashing_secret(settings, engine)
+        sessions = make_sessionmaker(engine)
+        upload: dict[str, object] | None = None
+        with sessions.begin() as session:
+            existing = [d for d in service.list_datasets(session) if d.name == spec.name]
+            dataset = existing[0] if existing else None
+            reused = dataset is not None and service.dataset_detail(session, dataset).n_records > 0
+            if dataset is None:
+                dataset = service.create_dataset(session, spec)
+            if not reused:
+                upload, _ = upload_records(
+                    session,
+                    dataset.id,
+                    chunks(),
+                    options,
+                    hash_secret=secret,
+                )
+            dataset_id, name = dataset.id, dataset.name
+        with sessions.begin() as session:
+            dataset = service.get_dataset(session, dataset_id)
+            grid_id, grid_users, grid_records, n_grids = _busiest_grid(session, dataset)
+            n_records = service.dataset_detail(session, dataset).n_records
+            _, admin = create_key(session, name="demo admin", role="admin")
+            _, analyst = create_key(session, name="demo analyst", role="analyst")
+    finally:
+        engine.dispose()
+    return DemoSetup(
+        dataset_id=dataset_id,
+        dataset_name=name,
+        grid_id=grid_id,
+        grid_users=grid_users,
+        grid_records=grid_records,
+        n_grids=n_grids,
+        n_records=n_records,
+        admin_key=admin,
+        analyst_key=analyst,
+        reused=reused,
+        upload=upload,
+    )
+
+
+def demo_commands(base_url: str, setup: DemoSetup) -> list[str]:
+    """Three ``curl`` commands with the analyst key: grids, a DP mean, the budget."""
+    auth = shlex.quote(f"Authorization: Bearer {setup.analyst_key}")
+    urls = [
+        f"{base_url}/datasets/{setup.dataset_id}/grids?limit=5",
+        f"{base_url}/grids/{setup.grid_id}/mean?epsilon=1&mechanism=auto",
+        f"{base_url}/datasets/{setup.dataset_id}/budget",
+    ]
+    return [f"curl -s -H {auth} {shlex.quote(u)}" for u in urls]
+
+
+def _banner(setup: DemoSetup, base_url: str) -> str:
+    loaded = (
+        "reused from an earlier run"
+        if setup.reused
+        else f"loaded now: {setup.upload.get('accepted') if setup.upload else 0} records accepted"
+    )
+    lines = [
+        f"dpgate demo — dataset {setup.dataset_id} {setup.dataset_name!r} ({loaded})",
+        f"  {setup.n_records} records in {setup.n_grids} grids (H3 cell x hour); busiest grid "
+        f"{setup.grid_id}: {setup.grid_users} users, {setup.grid_records} records",
+        "",
+        f"admin key:   {setup.admin_key}",
+        f"analyst key: {setup.analyst_key}",
+        "",
+        "Try (analyst key):",
+        *demo_commands(base_url, setup),
+        "",
+        f"API docs: {base_url}/docs   (Ctrl-C stops the server)",
+    ]
+    return "\n".join(lines)
+
+
+def bind_listener(host: str, port: int) -> socket.socket | str:
+    """A socket listening on ``host:port`` as uvicorn would open it (``SO_REUSEADDR``), or
+    why it cannot be had. The demo holds it from the first check until it serves on it,
+    so nothing can take the port while the data loads."""
+    try:
+        infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
+    except (socket.gaierror, UnicodeError, OverflowError) as exc:
+        return f"cannot resolve host {host!r}: {exc}"
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return sock
+
+
+def port_problem(host: str, port: int) -> str | None:
+    """Why the server could not listen on ``host:port`` (None when it can)."""
+    listener = bind_listener(host, port)
+    if isinstance(listener, str):
+        return listener
+    listener.close()
+    return None
+
+
+def run_demo(*, host: str, port: int, data: str | None) -> int:
+    """``dpgate demo``: prepare, print keys and curl commands, then serve (blocks).
+
+    The port is taken first: when it cannot be, nothing is created or printed but the
+    reason, and the exit status is 2 (the keys and curl lines would otherwise point at
+    whatever holds the port)."""
+    import uvicorn
+
+    from app.observability.logs import logging_config
+
+    listener = bind_listener(host, port)
+    if isinstance(listener, str):
+        print(
+            f"dpgate demo: {listener}. Is another server running there? "
+            "Choose another port with --port.",
+            file=sys.stderr,
+        )
+        return 2
+    with listener:
+        settings = get_settings()
+        setup = prepare_demo(settings, data)
+        shown = "127.0.0.1" if host in ("0.0.0.0", "::", "") else host  # noqa: S104
+        base = f"http://{shown}:{port}"
+        print(_banner(setup, base), flush=True)
+        config = uvicorn.Config(
+            "app.main:create_server_app",
+            factory=True,
+            host=host,
+            port=port,
+            log_config=logging_config(settings.log_format, "warning"),
+            log_level="warning",
+            access_log=False,
+        )
+        uvicorn.Server(config).run(sockets=[listener])
+    return 0

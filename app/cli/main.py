@@ -1,0 +1,221 @@
+"""The ``dpgate`` command: serve, migrate, keys, budget, ingest, demo, experiments."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from app import __version__
+from app.cli.admin import add_budget, add_keys
+from app.cli.ingest import add_ingest
+from app.cli.publish import add_publish
+from app.cli.support import DefaultsHelp, StartupRefused, settings_or_refusal
+from app.config import Settings
+
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
+
+
+def _log_config(level: str = "info") -> dict[str, Any]:
+    """Log lines in ``DPGATE_LOG_FORMAT`` from now on (migrations included)."""
+    from app.observability.logs import configure_logging
+
+    return configure_logging(settings_or_refusal().log_format, level)
+
+
+@contextmanager
+def _metrics_directory(workers: int) -> Iterator[None]:
+    """With several workers, a fresh directory where each keeps its metrics (so a scrape
+    of any worker reports them all), removed at exit; an operator's own
+    ``PROMETHEUS_MULTIPROC_DIR`` is used as it is."""
+    from app.observability.metrics import MULTIPROC_ENV
+
+    if workers <= 1 or os.environ.get(MULTIPROC_ENV):
+        yield
+        return
+    path = tempfile.mkdtemp(prefix="dpgate-metrics-")
+    os.environ[MULTIPROC_ENV] = path  # read by every worker as it imports the client library
+    try:
+        yield
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _preparedsettings_or_refusal() -> Settings:
+    """Valid settings, the database migrated, and its hashing secret the pinned one."""
+    from app.db.embedded import export_database_url
+    from app.db.migrate import upgrade
+    from app.instance.service import SecretMismatch, check_hashing_secret
+
+    settings = settings_or_refusal()
+    upgrade(export_database_url(settings.database_url))
+    try:
+        check_hashing_secret(settings)
+    except SecretMismatch as exc:
+        raise StartupRefused(str(exc)) from None
+    return settings
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    log_config = _log_config(args.log_level)
+    with _metrics_directory(args.workers):
+        _preparedsettings_or_refusal()
+        uvicorn.run(
+            "app.main:create_server_app",
+            factory=True,
+            host=args.host,
+            port=args.port,
+            workers=args.workers,
+            log_config=log_config,
+            log_level=args.log_level,
+            access_log=False,  # dpgate.access writes one line per request, with its id
+            timeout_keep_alive=5,
+        )
+    return 0
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    _log_config()
+    _preparedsettings_or_refusal()
+    print("database is at the newest revision")
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from app.cli.demo import run_demo
+
+    return run_demo(host=args.host, port=args.port, data=args.data)
+
+
+RESEARCH_HINT = "dpgate experiments needs the research extra: pip install -e '.[research]'"
+
+
+def _experiments(args: argparse.Namespace) -> int:
+    try:
+        from research.runner import run_from_args
+    except ImportError:
+        print(RESEARCH_HINT, file=sys.stderr)
+        return 2
+    return run_from_args(args)  # says itself when the extra's libraries are missing
+
+
+def _add_experiments(sub: argparse._SubParsersAction) -> None:
+    """``dpgate experiments``: the ``research`` package's own options, imported lazily
+    (its heavy libraries load only when an experiment runs)."""
+    exp = sub.add_parser(
+        "experiments",
+        help="reproduce the seed papers' figures and the peers comparison (research extra)",
+        description="Run one experiment (or all) and write PNG figures and markdown tables. "
+        "Needs pip install -e '.[research]'; the same as python -m research.",
+        formatter_class=DefaultsHelp,
+    )
+    try:
+        from research.runner import build_parser as experiments_parser
+    except ImportError:  # a runtime-only install without the research package
+        exp.add_argument("args", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    else:
+        experiments_parser(exp)
+    exp.set_defaults(func=_experiments)
+
+
+def _add_serve(sub: argparse._SubParsersAction) -> None:
+    serve = sub.add_parser(
+        "serve",
+        help="migrate the database, then serve the API",
+        description="Bring the database of DPGATE_DATABASE_URL to the newest schema "
+        "revision, check its hashing secret, then serve the API with uvicorn. Log lines "
+        "follow DPGATE_LOG_FORMAT (json or text).",
+        formatter_class=DefaultsHelp,
+    )
+    serve.add_argument(
+        "--host",
+        default=os.environ.get("DPGATE_HOST", "127.0.0.1"),
+        help="address to listen on (DPGATE_HOST)",
+    )
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("DPGATE_PORT", "8000")),
+        help="port to listen on (DPGATE_PORT)",
+    )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="server processes (each with its own pools; metrics are summed over all)",
+    )
+    serve.add_argument(
+        "--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged"
+    )
+    serve.set_defaults(func=_serve)
+
+
+def _add_demo(sub: argparse._SubParsersAction) -> None:
+    demo = sub.add_parser(
+        "demo",
+        help="load a demo dataset into the database, print keys and curl commands, serve",
+        description="Load a synthetic ITMS-like city (or a CapMetrics day with --data) into "
+        "the database of DPGATE_DATABASE_URL (default: an embedded Postgres in "
+        "./dpgate-postgres), create an admin and an "
+        "analyst key, print them with ready-to-paste curl commands, and serve. Running it "
+        "again in the same directory reuses the loaded dataset.",
+        formatter_class=DefaultsHelp,
+    )
+    demo.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    demo.add_argument("--port", type=int, default=8000, help="port to listen on")
+    demo.add_argument(
+        "--data",
+        default=None,
+        help="a CapMetrics CSV (vehicle_id,timestamp,speed,...,latitude,longitude) to load "
+        "instead: U = 30 m/s, America/Chicago, zero speeds dropped (default: the synthetic "
+        "city)",
+    )
+    demo.set_defaults(func=_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="dpgate", description=__doc__)
+    parser.add_argument(
+        "--version", action="version", version=f"dpgate {__version__}", help="print the version"
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_serve(sub)
+    sub.add_parser(
+        "migrate",
+        help="bring the database to the newest revision",
+        description="Bring the database of DPGATE_DATABASE_URL to the newest schema "
+        "revision (and pin its hashing secret), without serving.",
+    ).set_defaults(func=_migrate)
+    add_keys(sub)
+    add_budget(sub)
+    add_ingest(sub)
+    add_publish(sub)
+    _add_demo(sub)
+    _add_experiments(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except StartupRefused as exc:
+        message = f"dpgate: refusing to start: {exc}"
+        if logging.getLogger().handlers:  # configured: the line in DPGATE_LOG_FORMAT
+            logging.getLogger("dpgate.cli").error(message)
+        else:
+            print(message, file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+"""``dpgate publish``: release every slot of one local day in one release, for a scheduler.
+
+It talks to a running server through the Python client (``dpgate``). The day's slots
+are counted in the dataset's timezone (23 or 25 hourly slots on a daylight-saving day).
+The request carries an ``Idempotency-Key`` made from the dataset, the day and the
+options, so a run repeated (by hand, or by a scheduler after a timeout) is answered
+from the stored release and charged once. Exit codes say what a scheduler should do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+from zoneinfo import ZoneInfo
+
+from app.cli.support import DefaultsHelp
+
+EXIT_OK = 0  # released, or already released (answered from the stored release)
+EXIT_FAILED = 1  # anything else: read the message
+EXIT_USAGE = 2  # bad flags (argparse) or a request the server refused as invalid (400)
+EXIT_REFUSED = 3  # budget or quota exhausted, or the key may not: do not retry as is
+EXIT_NO_DATA = 4  # no dataset, or no grid in that day yet: retry once the data is in
+EXIT_UNAVAILABLE = 5  # server unreachable or busy after retries: retry later
+
+EXIT_CODES = (
+    "exit codes: 0 released (or already released: charged once); 1 other failure; "
+    "2 bad flags or a request the server refused as invalid; 3 budget or quota "
+    "exhausted, or the key lacks the role (do not retry as is); 4 no such dataset or no "
+    "data for that day yet (retry later); 5 server unreachable or busy (retry later)"
+)
+
+
+def add_publish(sub: Any) -> None:
+    publish = sub.add_parser(
+        "publish",
+        help="release every slot of one local day in one release (for cron)",
+        description="Release every slot of one local day of a dataset in one release, "
+        "through a running server; run twice, charged once. " + EXIT_CODES,
+        formatter_class=DefaultsHelp,
+    )
+    publish.add_argument(
+        "--url", default=os.environ.get("DPGATE_URL"), help="the server (env DPGATE_URL)"
+    )
+    publish.add_argument(
+        "--key", default=os.environ.get("DPGATE_KEY"), help="an API key (env DPGATE_KEY)"
+    )
+    publish.add_argument("--dataset", type=int, required=True, help="the dataset's id")
+    publish.add_argument(
+        "--day", type=date.fromisoformat, required=True, help="the local day, YYYY-MM-DD"
+    )
+    budget = publish.add_mutually_exclusive_group(required=True)
+    budget.add_argument("--max-user-cost", type=float, help="the most any user pays in all")
+    budget.add_argument("--epsilon", type=float, help="the epsilon of every grid")
+    publish.add_argument(
+        "--partition",
+        choices=("fixed", "adaptive"),
+        default="fixed",
+        help="one resolution, or each area at the finest its traffic supports",
+    )
+    publish.add_argument("--min-users", type=int, default=10, help="skip smaller grids")
+    publish.add_argument(
+        "--h3-resolution", type=int, default=None, help="coarser cells (default: the dataset's)"
+    )
+    publish.add_argument(
+        "--coarsest-resolution", type=int, default=None, help="adaptive only (default: res-3)"
+    )
+    publish.add_argument(
+        "--statistics",
+        nargs="+",
+        choices=("mean", "variance"),
+        default=["mean", "variance"],
+        help="the statistics of every grid",
+    )
+    publish.add_argument("--timeout", type=float, default=600.0, help="seconds per attempt")
+    publish.set_defaults(func=_publish)
+
+
+def day_slots(day: date, timezone: str, slot_minutes: int) -> int:
+    """The slots of ``slot_minutes`` in the local ``day`` (DST days are shorter or longer)."""
+    zone = ZoneInfo(timezone)
+    # in UTC: Python subtracts two times of one zone by their wall clocks
+    start = datetime.combine(day, time(0), zone).astimezone(UTC)
+    end = datetime.combine(day + timedelta(days=1), time(0), zone).astimezone(UTC)
+    return int((end - start) / timedelta(minutes=slot_minutes))
+
+
+def publish_body(args: argparse.Namespace, slots: int) -> dict[str, Any]:
+    body = {
+        "slot_start": f"{args.day.isoformat()}T00:00:00",
+        "slots": slots,
+        "epsilon": args.epsilon,
+        "max_user_cost": args.max_user_cost,
+        "partition": args.partition,
+        "min_users": args.min_users,
+        "h3_resolution": args.h3_resolution,
+        "coarsest_resolution": args.coarsest_resolution,
+        "statistics": args.statistics,
+    }
+    return {k: v for k, v in body.items() if v is not None}
+
+
+def idempotency_key(dataset_id: int, body: dict[str, Any]) -> str:
+    text = json.dumps({"dataset": dataset_id, **body}, sort_keys=True)
+    return "publish-" + hashlib.sha256(text.encode()).hexdigest()[:40]
+
+
+def _progress(release: dict[str, Any]) -> None:
+    """One line per slot on the terminal (stderr): its grids and how many were released."""
+    per_slot: dict[str, int] = {}
+    for grid in release.get("grids", []):
+        per_slot[grid["slot_start"]] = per_slot.get(grid["slot_start"], 0) + 1
+    for slot, n in sorted(per_slot.items()):
+        print(f"  {slot}  {n} grid(s) released", file=sys.stderr)
+
+
+def _publish(args: argparse.Namespace) -> int:
+    import httpx
+
+    import dpgate
+
+    if not args.url or not args.key:
+        print("dpgate publish: give --url and --key (or DPGATE_URL, DPGATE_KEY)", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with dpgate.Client(args.url, args.key, timeout=args.timeout) as client:
+            dataset = client.request("GET", f"/datasets/{args.dataset}")
+            minutes = int(dataset["timeslot_minutes"])
+            body = publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+            release = client.request(
+                "POST",
+                f"/datasets/{args.dataset}/releases",
+                json=body,
+                idempotent_key=idempotency_key(args.dataset, body),
+            )
+    except (dpgate.BudgetExhausted, dpgate.Forbidden, dpgate.Unauthenticated) as exc:
+        print(f"dpgate publish: refused: {exc}", file=sys.stderr)
+        return EXIT_REFUSED
+    except dpgate.NotFound as exc:
+        print(f"dpgate publish: {exc}", file=sys.stderr)
+        return EXIT_NO_DATA
+    except dpgate.InvalidRequest as exc:
+        print(f"dpgate publish: invalid request: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (dpgate.Unavailable, dpgate.RateLimited, dpgate.RequestTimeout) as exc:
+        print(f"dpgate publish: unavailable: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    except dpgate.DpgateError as exc:
+        print(f"dpgate publish: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except httpx.TransportError as exc:  # refused, reset, timed out
+        print(f"dpgate publish: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return EXIT_UNAVAILABLE
+    _progress(release)
+    cached = " (already released: nothing charged)" if release.get("cached") else ""
+    print(
+        f"release {release['release_id']}: {args.day} dataset {args.dataset}, "
+        f"{release.get('slots', 1)} slots, {len(release['grids'])} grids, epsilon "
+        f"{release['epsilon']:.4g} per grid, max user cost {release['max_user_cost']:.4g}"
+        f"{cached}"
+    )
+    return EXIT_OK

@@ -1,0 +1,142 @@
+"""The first step of a slot release for many grids at once (docs/math.md §9.4.9).
+
+:func:`start_many` is :func:`app.core.engine.single_grid.start_releases` for every grid
+of a release:
+the grids on which ``auto`` takes the window path run together in arrays
+(:mod:`app.core.engine.window_batch`), the others one by one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from app.core.data.checks import check_bound, check_epsilon
+from app.core.data.grid import GridData
+from app.core.data.joined import GridInput, JoinedGrids
+from app.core.engine.batch import PendingBatch
+from app.core.engine.single_grid import start_releases
+from app.core.engine.window_batch import WindowGrids, fits, start_window_releases
+from app.core.mechanisms import registry
+from app.core.mechanisms.auto import auto_path
+from app.core.mechanisms.draft import PendingRelease
+from app.core.mechanisms.option_spec import OptionValue
+from app.core.noise.laplace import NoiseSource, default_noise
+
+__all__ = ["GridError", "start_many"]
+
+
+class GridError(ValueError):
+    """A grid of :func:`start_many` that cannot be released: ``index`` says which."""
+
+    def __init__(self, index: int, exc: ValueError) -> None:
+        super().__init__(str(exc))
+        self.index = index
+
+
+WINDOW_PATH = {"mean": "user_window", "variance": "window"}
+
+
+def start_many(
+    statistics: Sequence[str],
+    grids: Sequence[GridInput],
+    caps: Sequence[np.ndarray],
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    *,
+    noise: NoiseSource | None = None,
+    joined: JoinedGrids | None = None,
+    **options: OptionValue,
+) -> PendingBatch:
+    """The rows of :func:`start_releases` of each grid, grid after grid and each grid's
+    ``statistics`` in order (``caps[i]`` for ``grids[i]``; a grid is a :class:`GridData`
+    or has ``counts``, ``values`` and a ``grid`` that is one). The grids on which ``auto``
+    takes the window path are run together in arrays
+    (:func:`app.core.engine.window_batch.start_window_releases`, docs/math.md §9.4.9): the same
+    rows, bit for bit given the same private choices. ``joined``: the grids and caps as
+    :class:`JoinedGrids`, when the caller has them so. Raises :class:`GridError` for a
+    grid that cannot be released."""
+    for statistic in statistics:
+        if statistic not in registry.STATISTICS:
+            raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+    U, eps = check_bound(U), check_epsilon(eps)
+    source = default_noise() if noise is None else noise
+    batched: list[int] = []
+    known: WindowGrids | None = None
+    if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
+        if joined is None:
+            joined = JoinedGrids.of(grids, caps)
+        elif joined.n_grids != len(grids):
+            raise ValueError("the joined grids are not these grids")
+        batched, known = _window_grids(statistics, joined, U, eps)
+    window = PendingBatch.of([], U)
+    if batched and joined is not None:
+        if known is None:
+            joined = joined.take(batched)
+        window = start_window_releases(statistics, joined, U, eps, source, known)
+    chosen = set(batched)
+    alone: list[PendingRelease] = []
+    first_row: list[int] = []  # per grid, its first row in (window rows, then the others)
+    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
+        if i in chosen:
+            continue
+        try:
+            started = start_releases(
+                statistics, _grid_data(grid), U, eps, mechanism, caps=cap, noise=source, **options
+            )
+        except ValueError as exc:
+            raise GridError(i, exc) from exc
+        alone += started
+    S = len(statistics)
+    w = k = 0
+    for i in range(len(grids)):
+        if i in chosen:
+            first_row.append(w * S)
+            w += 1
+        else:
+            first_row.append(len(window) + k * S)
+            k += 1
+    order = [r + s for r in first_row for s in range(S)]
+    return PendingBatch.concat([window, PendingBatch.of(alone, U)], order)
+
+
+def _grid_data(grid: GridInput) -> GridData:
+    if isinstance(grid, GridData):
+        return grid
+    made = getattr(grid, "grid", None)  # the grid store's cached engine grid
+    if isinstance(made, GridData):
+        return made
+    return GridData.from_counts_and_values(grid.counts, grid.values)
+
+
+def _window_grids(
+    statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float
+) -> tuple[list[int], WindowGrids | None]:
+    """The grids whose every statistic ``auto`` runs on its window path (checked counts),
+    and their :class:`WindowGrids` when every grid is (else ``None``); none when a grid's
+    values fail :meth:`GridData.validate` (each is then checked alone)."""
+    if not fits(joined, U):
+        return [], None
+    # per grid: no negative cap (nor unreadable caps: -1), some user with a record kept
+    at = joined.user_grid()
+    eff = np.minimum(joined.counts, joined.caps)
+    negative = np.bincount(at[joined.caps < 0], minlength=joined.n_grids) > 0
+    active = np.bincount(at[eff > 0], minlength=joined.n_grids) > 0
+    fit = np.flatnonzero(active & ~negative).tolist()
+    if not fit:
+        return [], None
+    fitting = joined if len(fit) == joined.n_grids else joined.take(fit)
+    wg = WindowGrids.of(fitting)
+    # auto's path is a function of (median count, active users): once per distinct pair
+    pairs, which = np.unique(np.stack([wg.median, wg.L]), axis=1, return_inverse=True)
+    on_path = np.array(
+        [
+            all(auto_path(s, k, n, eps) == WINDOW_PATH[s] for s in statistics)
+            for k, n in pairs.T.tolist()
+        ],
+        dtype=bool,
+    )
+    chosen = [i for i, ok in zip(fit, on_path[which.reshape(-1)].tolist(), strict=True) if ok]
+    return chosen, (wg if len(chosen) == joined.n_grids else None)

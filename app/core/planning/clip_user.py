@@ -1,0 +1,317 @@
+"""Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15) over many grids.
+
+Releasing every grid at ``eps`` costs user ``l`` ``eps`` per grid where ``l`` still
+has kept records, so the whole release is ``G₁ eps``-DP with ``G₁`` the most grids
+any user occupies (004 Cor. II.1, docs/math.md §6.1). Clip-User suppresses every record of
+chosen users in chosen grids to lower that factor to ``K`` without letting any
+touched grid's worst-case error ``E_g`` (004 eq. 13, docs/math.md §4.2) rise above
+``E = max_g E_g`` (004 eq. 12) or a given target. Everything here is a function
+of the public occupancy ``m_{g,l}`` and ``U``; no value is looked at, so planning
+costs no privacy budget (docs/math.md §1.4).
+
+The pseudo-user step (004 §V-B3, eq. 15) then clips every kept user of grid ``g``
+to ``Γ_l(m) = min(Γ_l, m)`` with the integer ``m ∈ [Γ_*, Γ*]`` minimising
+``E_g(m)``, which gives the new largest error ``Ē``.
+
+Interpretation of 004 Alg. 1 used here (docs/math.md §6.2 says where it departs from
+the paper, and why):
+
+* ``E_g`` of a grid with kept counts ``Γ`` is ``joint_clip_error(U, eps, Γ*, ΣΓ, n)``
+  from :mod:`app.core.mechanisms.bounds`: exact piecewise sensitivities (004 Prop. III.1,
+  Lemma III.3) and the corrected variance bias (004 Thm IV.2 as fixed in docs/math.md §3.2),
+  with ``n`` always the grid's *original* record count. During Clip-User a kept
+  user has ``Γ = m_{g,l}`` and a removed one ``Γ = 0``.
+* Stage ``t`` (Alg. 1 lines 6–19): ``L(t)`` is fixed at the start of the stage as
+  the users whose current grid count ``G_l`` equals the current maximum, taken in
+  ascending user id. Each of them is visited once. For the visited user ``l`` and
+  every grid ``g`` it still occupies, ``E_g(l)`` is the error of ``g`` with ``l``
+  removed and all earlier removals kept. The grid with the **smallest** ``E_g(l)``
+  is picked (Alg. 1 line 11; the ``argmax`` of 004 eq. 14 is a typo, docs/math.md §6.2),
+  ties to the smallest grid id. If that error exceeds ``E`` (``E_g(l) > E``; equal
+  is allowed) the whole algorithm halts and ``l`` keeps all its grids (line 14);
+  otherwise ``l`` is removed from that grid and ``G_l`` drops by one. Removals
+  already made earlier in the halting stage stay, as in Alg. 1 (only the failing
+  user is reset), even though they cannot lower ``K`` any more.
+* When a stage finishes without halting, every user of ``L(t)`` has dropped by one
+  grid, so the next stage's ``L(t+1)`` is those users together with the users
+  that were already one grid below.
+* A removal that would leave a grid with no kept user is never a candidate; nor,
+  with ``protect_min_error_grid``, is any removal from the grid with the smallest
+  initial ``E_g`` (ties to the smallest grid id; 004 §VI-A3). A user with no
+  candidate grid cannot be suppressed, which halts the algorithm like an error
+  above ``E``.
+* No stage is run once the maximum grid count is 1: grids are never emptied, so
+  ``K >= 1`` whatever happens, and removing users from their last grid would only
+  raise errors without lowering ``K``. (Alg. 1 read literally would go on
+  removing such users until one fails; ``K`` is the same either way.)
+* ``error_target``: when given, it replaces ``E`` as the threshold (004 footnote
+  3). Grids that Clip-User never touches keep their initial error, which may
+  exceed the target.
+
+``K`` is returned as ``max_l G_l`` after the removals, so charging ``eps`` per kept
+grid costs no user more than ``K eps`` (004 Prop. V.1). The pseudo-user step
+never removes a user from a grid (``m >= Γ_*``), so it does not change ``K``.
+
+The work is split by step: :mod:`app.core.data.occupancy` checks and indexes the
+occupancy, :mod:`app.core.planning.clip_user_greedy` runs the stages of Alg. 1 (efficiently:
+docs/math.md §6.4), :mod:`app.core.planning.pseudo_user` is 004 eq. 15 and
+:mod:`app.core.planning.grid_errors` evaluates 004 eq. 13 for them, bit for bit as
+``bounds.joint_clip_error``. This module plans (:func:`clip_user`), records the plan
+(:class:`ClipUserPlan`) and applies it to an occupancy (:func:`plan_kept`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+
+from app.core.data.checks import check_bound, check_epsilon
+from app.core.data.occupancy import Occupancy, int_columns, validate_occupancy
+from app.core.planning.clip_user_greedy import Suppression, suppress_users
+from app.core.planning.grid_errors import check_split, grid_joint_errors
+from app.core.planning.pseudo_user import pseudo_user_step
+
+__all__ = [
+    "ClipUserPlan",
+    "FrozenMap",
+    "clip_user",
+    "clip_user_kept",
+    "load_clip_user_kernels",
+    "plan_kept",
+]
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+class FrozenMap(Mapping[_K, _V]):
+    """A read-only, picklable mapping (plans may be cached or sent between processes)."""
+
+    __slots__ = ("_data",)
+    _data: dict[_K, _V]  # set once in __init__ (the slot is declared above)
+
+    def __init__(self, data: Mapping[_K, _V]) -> None:
+        object.__setattr__(self, "_data", dict(data))
+
+    def __getitem__(self, key: _K) -> _V:
+        return self._data[key]
+
+    def __iter__(self) -> Iterator[_K]:
+        return iter(self._data)
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._data!r})"
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("FrozenMap is read-only")
+
+    def __reduce__(self) -> tuple[type[FrozenMap[_K, _V]], tuple[dict[_K, _V]]]:
+        return (FrozenMap, (self._data,))
+
+
+@dataclass(frozen=True)
+class ClipUserPlan:
+    """Outcome of Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15).
+
+    Attributes:
+        G1: most grids any user occupies before Clip-User (004 Cor. II.1).
+        K: most grids any user still occupies after Clip-User; releasing every
+            grid at ``eps`` is ``K eps``-DP (004 Prop. V.1).
+        E: the error threshold used: ``max_g E_g`` before any removal (004 eq. 12)
+            or the caller's ``error_target``.
+        E_bar: ``max_g E_g(m_g)`` after the pseudo-user step (004 eq. 15), or
+            ``max(grid_errors)`` when the step is off.
+        removed: suppressed ``(grid, user)`` pairs, in removal order.
+        m: per grid, the pseudo-user clip ``m_g`` (largest kept count when off).
+        grid_errors: per grid, ``E_g`` after the removals, before the pseudo-user step.
+        grid_errors_bar: per grid, ``E_g(m_g)`` after the pseudo-user step.
+    """
+
+    G1: int
+    K: int
+    E: float
+    E_bar: float
+    removed: tuple[tuple[int, int], ...]
+    m: Mapping[int, int]
+    grid_errors: Mapping[int, float]
+    grid_errors_bar: Mapping[int, float]
+
+
+def clip_user(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    *,
+    error_target: float | None = None,
+    protect_min_error_grid: bool = False,
+    split: str = "half",
+    pseudo_user: bool = True,
+) -> ClipUserPlan:
+    """Plan Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15, docs/math.md §6.2–§6.3).
+
+    Args:
+        grids, users, counts: equal-length integer arrays, one row per occupied
+            ``(grid, user)`` pair with its record count ``m_{g,l} >= 1``. Ids are
+            arbitrary non-negative integers; "smallest grid id" and "ascending user
+            id" are numeric orders.
+        U: public bound on values (``[0, U]``).
+        eps: budget of each grid's joint mean+variance release (004 eq. 13).
+        error_target: threshold replacing ``E = max_g E_g`` (004 footnote 3).
+        protect_min_error_grid: never remove from the grid with the smallest
+            initial ``E_g`` (004 §VI-A3).
+        split: ``"half"`` (``eps/2`` each, 004 eq. 13) or ``"optimal"`` (docs/math.md §4.3).
+        pseudo_user: run the pseudo-user step (004 §V-B3); when off ``m_g`` is the
+            largest kept count of ``g`` (no clipping).
+
+    Returns:
+        A :class:`ClipUserPlan`. See the module docstring for how Alg. 1 is read.
+
+    Raises:
+        ValueError: bad shapes, non-integer or negative ids, counts < 1, duplicate
+            pairs, empty occupancy, ``U`` or ``eps`` not finite and > 0, unknown
+            ``split``, or ``error_target`` NaN or negative.
+    """
+    run = _run(
+        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, pseudo_user
+    )
+    occ, sup = run.occ, run.sup
+    removed = tuple(
+        zip(
+            occ.grid_ids[occ.ginv[run.removed_rows]].tolist(),
+            occ.user_ids[occ.uinv[run.removed_rows]].tolist(),
+            strict=True,
+        )
+    )
+    gid = occ.grid_ids.tolist()
+    return ClipUserPlan(
+        G1=sup.G1,
+        K=sup.K,
+        E=sup.E,
+        E_bar=float(run.errs_bar.max()),
+        removed=removed,
+        m=FrozenMap(dict(zip(gid, run.m.tolist(), strict=True))),
+        grid_errors=FrozenMap(dict(zip(gid, run.errs.tolist(), strict=True))),
+        grid_errors_bar=FrozenMap(dict(zip(gid, run.errs_bar.tolist(), strict=True))),
+    )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """Clip-User's outcome as arrays over the checked occupancy ``occ``."""
+
+    occ: Occupancy
+    sup: Suppression
+    removed_rows: np.ndarray  # input rows removed, in removal order
+    m: np.ndarray  # per grid (``occ.grid_ids`` order)
+    errs: np.ndarray
+    errs_bar: np.ndarray
+
+
+def _run(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    error_target: float | None,
+    protect_min_error_grid: bool,
+    split: str,
+    pseudo_user: bool,
+) -> _Run:
+    U = check_bound(U)
+    eps = check_epsilon(eps)
+    check_split(split)
+    occ = validate_occupancy(grids, users, counts)
+    target = None if error_target is None else _check_target(error_target)
+    sup = suppress_users(
+        occ, U, eps, split, error_target=target, protect_min_error_grid=protect_min_error_grid
+    )
+    c, ginv, order_u, n_per_grid = occ.counts, occ.ginv, occ.order_u, occ.n_per_grid
+
+    # Kept state after Clip-User.
+    removed_rows = order_u[np.asarray(sup.removed_pos, dtype=np.int64)]
+    kept_mask = np.ones(c.size, dtype=bool)
+    kept_mask[removed_rows] = False
+    S_a = np.asarray(sup.kept_total, dtype=np.int64)
+    top1_a = np.asarray(sup.kept_max, dtype=np.int64)
+    errs = grid_joint_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
+
+    if pseudo_user:
+        m_a, errs_bar = pseudo_user_step(
+            U, eps, ginv[kept_mask], c[kept_mask], n_per_grid, split=split
+        )
+    else:
+        m_a, errs_bar = top1_a, errs
+    return _Run(occ, sup, removed_rows, m_a, errs, errs_bar)
+
+
+def clip_user_kept(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    *,
+    error_target: float | None = None,
+    protect_min_error_grid: bool = False,
+    split: str = "half",
+) -> np.ndarray:
+    """``plan_kept(clip_user(...), grids, users, counts)`` computed directly: the kept
+    count ``Γ`` of each input row (0 where removed, ``min(count, m_g)`` otherwise),
+    without building the plan's per-pair tuples and maps (a day release has 10⁶ pairs)."""
+    run = _run(grids, users, counts, U, eps, error_target, protect_min_error_grid, split, True)
+    kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
+    kept[run.removed_rows] = 0
+    return kept
+
+
+def _check_target(error_target: float) -> float:
+    target = float(error_target)
+    if math.isnan(target) or target < 0:
+        raise ValueError(f"error_target must be a number >= 0, got {error_target!r}")
+    return target
+
+
+def plan_kept(plan: ClipUserPlan, grids: object, users: object, counts: object) -> np.ndarray:
+    """Kept count ``Γ`` of each listed pair under ``plan`` (004 §V-B2, eq. 15).
+
+    ``0`` for a pair Clip-User removed, ``min(count, m_g)`` otherwise. The arrays
+    are the occupancy the plan was made from (any order, any subset of it).
+    Returns an int64 array aligned with the input rows.
+    """
+    g, u, c = int_columns(grids, users, counts)
+    if g.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    plan_grids = np.fromiter(plan.m.keys(), dtype=np.int64, count=len(plan.m))
+    plan_m = np.fromiter(plan.m.values(), dtype=np.int64, count=len(plan.m))
+    sort = np.argsort(plan_grids)
+    plan_grids, plan_m = plan_grids[sort], plan_m[sort]
+    idx = np.searchsorted(plan_grids, g)
+    idx_c = np.minimum(idx, plan_grids.size - 1)
+    if np.any(plan_grids[idx_c] != g):
+        raise ValueError("a listed grid is not part of the plan")
+    kept: np.ndarray = np.minimum(c, plan_m[idx_c])
+    if plan.removed:
+        rem = np.asarray(plan.removed, dtype=np.int64).reshape(-1, 2)
+        # Dense indices over the ids seen in rows and removals, then one int64 key.
+        _, gi = np.unique(np.concatenate((g, rem[:, 0])), return_inverse=True)
+        uids, ui = np.unique(np.concatenate((u, rem[:, 1])), return_inverse=True)
+        key = gi.astype(np.int64) * np.int64(uids.size) + ui
+        kept[np.isin(key[: g.size], key[g.size :])] = 0
+    return kept
+
+
+def load_clip_user_kernels() -> None:
+    """Run Clip-User's compiled stages once (rows by grid, as occupancy's ``stable_order``
+    gives them; user 0 in both grids, so the stages run), with the argument types a
+    release passes: from numba's on-disk cache, so that no request pays a compile."""
+    clip_user_kept(np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([1, 1, 2]), 1.0, 1.0)

@@ -1,0 +1,2 @@
+"""HTTP plumbing: dependencies, query parameters, limits, error handlers, middleware,
+OpenAPI constraints."""

@@ -1,0 +1,50 @@
+"""The one parser of numeric ids in paths (datasets, keys).
+
+An id is written in ASCII digits only, without a sign, spaces or leading zeros, and
+lies in ``[1, 2^31 - 1]`` (what the database's integer keys hold): ``/datasets/7``.
+Any other spelling (``07``, ``+7``, ``7.0``, ``٧`` (Arabic-Indic seven), `` 7``) names
+no resource and answers 404 ``not_found``, the same on every path, so one resource
+has exactly one address.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+from fastapi import Depends, Path
+
+from app.kit.errors import NotFound
+
+MAX_ID = 2**31 - 1
+_CANONICAL = re.compile(r"[1-9][0-9]{0,9}")  # re.ASCII is implied by the explicit class
+
+
+def parse_path_id(text: str | int, what: str = "resource") -> int:
+    """``text`` as an id, or ``NotFound`` when it is not the id's one spelling."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    elif isinstance(text, str) and _CANONICAL.fullmatch(text):
+        value = int(text)
+    else:
+        raise NotFound(f"no {what} {str(text)[:40]!r}")
+    if not 1 <= value <= MAX_ID:
+        raise NotFound(f"no {what} {value}")
+    return value
+
+
+_DESCRIPTION = "A positive integer in ASCII digits, without sign or leading zeros."
+
+
+def _dataset_id(dataset_id: Annotated[str, Path(description=_DESCRIPTION)]) -> int:
+    return parse_path_id(dataset_id, "dataset")
+
+
+def _key_id(key_id: Annotated[str, Path(description=_DESCRIPTION)]) -> int:
+    return parse_path_id(key_id, "key")
+
+
+#: A path's ``{dataset_id}``, parsed by :func:`parse_path_id`.
+DatasetId = Annotated[int, Depends(_dataset_id)]
+#: A path's ``{key_id}``, parsed by :func:`parse_path_id`.
+KeyId = Annotated[int, Depends(_key_id)]
