@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from typing import Any
 
 import httpx
@@ -215,3 +216,21 @@ def test_the_data_package_is_valid_and_its_csv_matches_it(app) -> None:
         package = frictionless.Package(descriptor)
         rows = package.get_resource("grids").read_rows()
         assert len(rows) == 2 and {r["unit"] for r in rows} == {"km/h"}
+
+
+def test_the_catalogue_lists_each_public_release_with_its_links(client: TestClient) -> None:
+    anonymous = TestClient(client.app)
+    empty = anonymous.get("/")
+    assert empty.status_code == 200 and "No release is public yet" in empty.text
+    assert "default-src 'self'" in empty.headers["content-security-policy"]
+    _, rid = released(client)
+    _, private = released(client)
+    publish(client, rid)
+    page = anonymous.get("/").text
+    assert f"/releases/{rid}?format=csv" in page and f"/map#release={rid}" in page
+    assert f"/releases/{rid}?format=datapackage" in page and private not in page
+    assert "Tue 2024-03-05, 10:00–11:00 (UTC+00:00)" in page
+    assert "mean, variance (km/h)" in page and "at most 1 per user" in page
+    hrefs = re.findall(r'href="([^"]*)"', page)
+    assert hrefs and all(h.startswith(("/", "http://testserver/")) for h in hrefs), hrefs
+    assert "<script" not in page
