@@ -35,13 +35,19 @@ _NO_GRIDS = b'"grids":null'
 GRIDS_SHAPE = 2
 
 
+def around_grids(head: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The JSON of ``head`` before and after the value of its ``grids``."""
+    encoded = orjson.dumps({**head, "grids": None})
+    at = encoded.index(_NO_GRIDS)  # the first one is the key: in a string it is escaped
+    return encoded[:at] + b'"grids":', encoded[at + len(_NO_GRIDS) :]
+
+
 def with_grids_json(head: dict[str, Any], grids_json: bytes) -> bytes:
     """The JSON of ``head`` with ``grids_json`` spliced in as its ``grids`` (``head``
     has ``"grids": None`` in their place): a release's grids are served as stored,
     never decoded and encoded again (a day: 240 MB)."""
-    encoded = orjson.dumps({**head, "grids": None})
-    at = encoded.index(_NO_GRIDS)  # the first one is the key: in a string it is escaped
-    return b"".join((encoded[:at], b'"grids":', grids_json, encoded[at + len(_NO_GRIDS) :]))
+    before, after = around_grids(head)
+    return b"".join((before, grids_json, after))
 
 
 class SlotRelease(Base):

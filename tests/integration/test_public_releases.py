@@ -68,6 +68,12 @@ def test_publishing_opens_every_format_to_readers_without_a_key(client: TestClie
         anonymous.get(f"/releases/{rid}", params={"format": f}).headers["etag"] for f in FORMATS
     }
     assert len(etags) == len(FORMATS)
+    # JSON goes as stored zstd frames to a client that takes them, the same once decoded
+    plain = anonymous.get(f"/releases/{rid}", headers={"Accept-Encoding": "identity"})
+    packed = anonymous.get(f"/releases/{rid}", headers={"Accept-Encoding": "gzip, zstd"})
+    assert packed.headers["content-encoding"] == "zstd" and "content-encoding" not in plain.headers
+    assert packed.content == plain.content == before["json"]
+    assert packed.headers["etag"] != plain.headers["etag"]
     # publishing spent nothing: the ledger is as it was
     assert client.get(f"/datasets/{ds}/ledger").json() == ledger
     # a key that is sent must be a valid one, public release or not
