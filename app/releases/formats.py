@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 import h3
+import orjson
 from fastapi.responses import JSONResponse, Response
 
 GEOJSON_MEDIA_TYPE = "application/geo+json"
@@ -144,11 +145,8 @@ def grid_properties(
 
 def cell_polygon(h3_cell: str) -> dict[str, Any]:
     """A GeoJSON Polygon of the cell's boundary: lon/lat, closed, counter-clockwise."""
-    shape = h3.cells_to_geo([h3_cell])
-    return {
-        "type": "Polygon",
-        "coordinates": [[[lon, lat] for lon, lat in ring] for ring in shape["coordinates"]],
-    }
+    ring = [[lon, lat] for lat, lon in h3.cell_to_boundary(h3_cell)]
+    return {"type": "Polygon", "coordinates": [[*ring, ring[0]]]}
 
 
 def release_geojson(release: Mapping[str, Any], unit: str | None) -> dict[str, Any]:
@@ -296,7 +294,8 @@ def release_response(
     """The HTTP response for ``format=fmt`` (a ``ReleaseFormat`` or its value)."""
     fmt = ReleaseFormat(fmt)
     if fmt is ReleaseFormat.geojson:
-        return JSONResponse(release_geojson(release, ctx.unit), media_type=GEOJSON_MEDIA_TYPE)
+        body = orjson.dumps(release_geojson(release, ctx.unit))
+        return Response(body, media_type=GEOJSON_MEDIA_TYPE)
     if fmt is ReleaseFormat.csv:
         safe_id = "".join(c for c in str(release["release_id"]) if c.isalnum() or c in "-_")
         return Response(
