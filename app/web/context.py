@@ -33,7 +33,8 @@ from app.releases.repository import ReleaseRepository
 FOOTPRINT_TTL_S = 60.0  # the footprint grows with uploads: a process re-reads it this often
 MAX_SLOT_CELLS = 50_000
 PAGE = 10_000
-_footprints: dict[tuple[int, tuple[int, ...]], tuple[float, bytes]] = {}
+#: per application (its database): (dataset, resolutions) -> (when read, body)
+Footprints = dict[tuple[int, tuple[int, ...]], tuple[float, bytes]]
 
 router = APIRouter(tags=["map"], route_class=CheckedRoute)
 JSON = "application/json"
@@ -62,13 +63,14 @@ def _resolutions(release: SlotRelease, dataset: Dataset) -> tuple[int, ...]:
     return tuple(range(min(coarsest, finest), finest + 1))
 
 
-def _footprint(session: Session, release_id: str) -> bytes:
+def _footprint(session: Session, release_id: str, cache: Footprints) -> bytes:
     release, dataset = _release(session, release_id)
+    public = b'{"public":true,' if release.public else b'{"public":false,'
     levels = _resolutions(release, dataset)
     key = (dataset.id, levels)
-    hit = _footprints.get(key)
+    hit = cache.get(key)
     if hit is not None and time.monotonic() - hit[0] < FOOTPRINT_TTL_S:
-        return hit[1]
+        return public + hit[1]
     cells = session.scalars(
         select(Grid.h3_cell)
         .where(Grid.dataset_id == dataset.id, Grid.slot_minutes == 0)
@@ -83,18 +85,12 @@ def _footprint(session: Session, release_id: str) -> bytes:
         include={"id", "name", "timezone", "value_bound", "value_unit", "h3_resolution",
                  "timeslot_minutes", "privacy_unit"}
     )  # fmt: skip
-    body = orjson.dumps(
-        {
-            "dataset": info,
-            "public": release.public,
-            "footprint": cells,
-            "rings": {c: boundary(c) for c in sorted(ringed)},
-        }
-    )
-    if len(_footprints) > 64:
-        _footprints.clear()
-    _footprints[key] = (time.monotonic(), body)
-    return body
+    rings = {c: boundary(c) for c in sorted(ringed)}
+    body = orjson.dumps({"dataset": info, "footprint": cells, "rings": rings})[1:]
+    if len(cache) > 64:
+        cache.clear()
+    cache[key] = (time.monotonic(), body)
+    return public + body
 
 
 @router.get(
@@ -107,7 +103,10 @@ def _footprint(session: Session, release_id: str) -> bytes:
     "release: without a key when it is public.",
 )
 async def release_footprint(request: Request, access: ReaderOrPublic) -> Response:
-    body = await request.app.state.database.run(_footprint, access.release_id)
+    state = request.app.state
+    if not hasattr(state, "footprints"):
+        state.footprints = {}
+    body = await state.database.run(_footprint, access.release_id, state.footprints)
     return Response(body, media_type=JSON, headers=HEADERS)
 
 
