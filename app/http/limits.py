@@ -123,12 +123,14 @@ async def _send_413(send: Send, limit: int) -> None:
 
 class RateLimiter:
     """A token bucket per key (an API key's id, a client's address; per server process):
-    ``per_minute`` requests a minute, as many at once. At most ``max_buckets`` are kept:
+    ``per_minute`` requests a minute, as many at once (or ``burst``). At most ``max_buckets`` are kept:
     past that, the full ones are forgotten (a full bucket is what a new one is)."""
 
-    def __init__(self, per_minute: float, *, max_buckets: int = 100_000) -> None:
+    def __init__(
+        self, per_minute: float, *, burst: float | None = None, max_buckets: int = 100_000
+    ) -> None:
         self.rate = per_minute / 60.0
-        self.capacity = max(float(per_minute), 1.0)
+        self.capacity = max(float(per_minute if burst is None else burst), 1.0)
         self.max_buckets = max_buckets
         self._buckets: dict[object, tuple[float, float]] = {}
         self._lock = threading.Lock()
@@ -180,7 +182,7 @@ class AnonymousLimitMiddleware:
     def __init__(self, app: ASGIApp, *, per_minute: int, per_second: int) -> None:
         self.app = app
         self.per_address = RateLimiter(per_minute) if per_minute else None
-        self.everyone = RateLimiter(per_second * 60.0) if per_second else None
+        self.everyone = RateLimiter(per_second * 60.0, burst=per_second) if per_second else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (
