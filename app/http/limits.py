@@ -123,8 +123,9 @@ async def _send_413(send: Send, limit: int) -> None:
 
 class RateLimiter:
     """A token bucket per key (an API key's id, a client's address; per server process):
-    ``per_minute`` requests a minute, as many at once (or ``burst``). At most ``max_buckets`` are kept:
-    past that, the full ones are forgotten (a full bucket is what a new one is)."""
+    ``per_minute`` requests a minute, as many at once (or ``burst``). At most
+    ``max_buckets`` are kept: past that, the full ones are forgotten (a full bucket is
+    what a new one is)."""
 
     def __init__(
         self, per_minute: float, *, burst: float | None = None, max_buckets: int = 100_000
