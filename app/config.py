@@ -60,6 +60,19 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(
         default=0, ge=0, description="Requests per minute per key; 0 switches it off."
     )
+    anonymous_rate_limit_per_minute: int = Field(
+        default=600,
+        ge=0,
+        description="Requests a minute per client address without a key (the catalogue, "
+        "public releases, the map), per server process; 0 switches it off. Behind a proxy, "
+        "let uvicorn trust its X-Forwarded-For (FORWARDED_ALLOW_IPS).",
+    )
+    anonymous_requests_per_second: int = Field(
+        default=200,
+        ge=0,
+        description="Requests a second without a key that one server process answers in "
+        "all, whatever their addresses (then 429); 0 switches it off.",
+    )
     grid_cache_bytes: int = Field(default=256 * 1024 * 1024, ge=0)
     db_pool_size: int = Field(
         default=5,

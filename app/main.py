@@ -22,7 +22,12 @@ from app.db.unit import Database
 from app.db.watch import make_watch
 from app.health.endpoints import router as health_router
 from app.http.error_handlers import install_error_handlers
-from app.http.limits import UPLOAD_PATH, BodyLimitMiddleware, RateLimiter
+from app.http.limits import (
+    UPLOAD_PATH,
+    AnonymousLimitMiddleware,
+    BodyLimitMiddleware,
+    RateLimiter,
+)
 from app.http.openapi_constraints import install_openapi_constraints
 from app.ingest.kernels import load_ingest_kernels
 from app.instance.service import resolve_hashing_secret
@@ -33,6 +38,7 @@ from app.observability.endpoints import install_observability
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
 from app.releases.endpoints import router as releases_router
+from app.releases.public import router as public_releases_router
 from app.uploads.endpoints import router as uploads_router
 from app.web.endpoints import install_pages
 
@@ -42,9 +48,10 @@ Every released answer is charged to each data subject it uses, in a ledger that
 cannot be overspent. Authenticate with `Authorization: Bearer <key>`.
 Every error has the shape `{"error": {"code": ..., "message": ...}}`.
 
-Pages: these docs (`/docs`) and a map of a stored release (`/map`: it asks for a key and
-a release id; `/map#release=<release_id>&key=<key>` draws it straight away). Both load
-nothing from outside this server.
+Pages: the catalogue of public releases (`/`), these docs (`/docs`) and a map of a stored
+release (`/map`: a public release draws without a key, another asks for one;
+`/map#release=<release_id>&key=<key>` draws it straight away). They load nothing from
+outside this server. Readers without a key are rate limited per address.
 """
 
 
@@ -134,6 +141,11 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         read_timeout=settings.body_timeout_seconds,
         deadline=settings.body_deadline_seconds,
     )
+    app.add_middleware(
+        AnonymousLimitMiddleware,
+        per_minute=settings.anonymous_rate_limit_per_minute,
+        per_second=settings.anonymous_requests_per_second,
+    )
     install_error_handlers(app)
     install_observability(app)  # outermost middleware: ids and metrics for every answer
     install_openapi_constraints(app)
@@ -146,6 +158,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         ledger_router,
         plans_router,
         releases_router,
+        public_releases_router,
     ):
         app.include_router(router)
     install_pages(app)

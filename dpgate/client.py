@@ -41,7 +41,8 @@ def _params(values: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class Client:
-    """A dpgate server at ``base_url``, called with the API key ``key``.
+    """A dpgate server at ``base_url``, called with the API key ``key`` (None: no key, for
+    public releases and the public listing only).
 
     Every error answer raises its :class:`dpgate.DpgateError` subclass. A 503
     (``unavailable``) is retried up to ``max_retries`` times after its ``Retry-After``
@@ -52,7 +53,7 @@ class Client:
     def __init__(
         self,
         base_url: str,
-        key: str,
+        key: str | None = None,
         *,
         timeout: float = 60.0,
         max_retries: int = 3,
@@ -63,7 +64,10 @@ class Client:
         self.max_retry_wait = max_retry_wait
         self._http = httpx.Client(
             base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {key}", "User-Agent": "dpgate-python"},
+            headers={
+                "User-Agent": "dpgate-python",
+                **({} if key is None else {"Authorization": f"Bearer {key}"}),
+            },
             timeout=timeout,
             transport=transport,
         )
@@ -234,6 +238,19 @@ class Client:
             self._answer(response)  # raises the typed error
         return response.text
 
+    def public_releases(self, dataset_id: int | str | None = None) -> list[dict[str, Any]]:
+        """Every public release (of one dataset, or all), newest first: no key needed."""
+        params = {} if dataset_id is None else {"dataset": dataset_id}
+        return list(self._pages("/public/releases", "releases", params))
+
+    def set_public(self, release_id: str, public: bool = True) -> dict[str, Any]:
+        """Make a release public (read by anyone without a key) or private again (admin;
+        spends nothing)."""
+        answer: dict[str, Any] = self.request(
+            "PATCH", f"/releases/{release_id}", json={"public": public}
+        )
+        return answer
+
     def budget(self, dataset_id: int | str, window: str | None = None) -> Budget:
         """The budget state; ``window`` (a local date) picks a budget window."""
         params = {} if window is None else {"window": window}
@@ -255,7 +272,8 @@ class Client:
     def create_key(
         self, name: str, role: str = "analyst", epsilon_quota: float | None = None
     ) -> dict[str, Any]:
-        """A new key: ``{"id", "key", "role"}`` (the secret ``key`` is shown once)."""
+        """A new key: ``{"id", "key", "role"}`` (the secret ``key`` is shown once). Roles:
+        ``admin``, ``analyst``, ``viewer`` (reads everything, never spends)."""
         body = {"name": name, "role": role, "epsilon_quota": epsilon_quota}
         answer: dict[str, Any] = self.request("POST", "/keys", json=body)
         return answer

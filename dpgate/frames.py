@@ -4,7 +4,8 @@ pandas and GeoPandas are optional (``pip install 'dpgate[analysis]'`` brings bot
 server never imports this module. Columns follow the release CSV
 (``GET /releases/{id}?format=csv``): each 95% interval is two numeric columns
 ``*_ci95_lo`` / ``*_ci95_hi`` (NaN without an interval), ``slot_start`` a time-zone
-aware timestamp in the dataset's local offset. Everything here is post-processing of
+aware timestamp in the dataset's local offset, ``unit`` the values' unit (the dataset's
+``value_unit``). Everything here is post-processing of
 released answers: it costs no privacy budget.
 """
 
@@ -44,6 +45,7 @@ ANSWER_COLUMNS = (
     "worst_case_error",
     "n_users",
     "n_users_charged",
+    "unit",
     "cached",
 )
 RELEASE_COLUMNS = (
@@ -58,6 +60,7 @@ RELEASE_COLUMNS = (
     "variance",
     "variance_ci95_lo",
     "variance_ci95_hi",
+    "unit",
 )
 _NAN = float("nan")
 
@@ -94,20 +97,27 @@ def _release_row(release: Release, grid: Any) -> dict[str, Any]:
         "slot_start": grid.slot_start or getattr(release, "slot_start", None),
         "n_users": grid.n_users,
     }
-    for statistic in ("mean", "variance"):
-        answer = getattr(grid, statistic)
+    units = set()
+    for statistic in ("mean", "variance", "user_mean"):
+        answer = getattr(grid, statistic, None)
+        if answer is None and statistic == "user_mean":
+            continue  # its columns only when released, as in the CSV
         lo, hi = _interval(None if answer is None else answer.ci95)
         row[statistic] = _NAN if answer is None else answer.estimate
         row[f"{statistic}_ci95_lo"], row[f"{statistic}_ci95_hi"] = lo, hi
+        units.add(None if answer is None else answer.unit)
+    row["unit"] = next((u for u in units if u is not None), None)
     return row
 
 
 def release_dataframe(release: Release) -> pandas.DataFrame:
     """One row per released grid, columns ``RELEASE_COLUMNS``."""
     pd = _require("pandas")
-    frame = pd.DataFrame(
-        [_release_row(release, g) for g in release.grids], columns=list(RELEASE_COLUMNS)
-    )
+    rows = [_release_row(release, g) for g in release.grids]
+    extra = [
+        c for c in ("user_mean", "user_mean_ci95_lo", "user_mean_ci95_hi") if rows and c in rows[0]
+    ]
+    frame = pd.DataFrame(rows, columns=[*RELEASE_COLUMNS[:-1], *extra, "unit"])
     # each slot_start carries its own offset (a DST change can fall inside a release)
     frame["slot_start"] = [pd.NaT if s is None else pd.Timestamp(s) for s in frame["slot_start"]]
     frame["n_users"] = frame["n_users"].astype("Int64")

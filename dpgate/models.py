@@ -39,6 +39,7 @@ class Dataset(_Model):
     budget_per_user: float | None = None
     max_epsilon_per_query: float | None = None
     on_exhausted: str | None = None
+    value_unit: str | None = None
 
 
 class Grid(_Model):
@@ -68,6 +69,7 @@ class StatisticAnswer(_Model):
     n_users_charged: int
     cached: bool
     query_id: str | None = None
+    unit: str | None = None
 
 
 class Quote(_Model):
@@ -87,6 +89,7 @@ class ReleaseGrid(_Model):
     n_users: int | None = None
     mean: StatisticAnswer | None = None
     variance: StatisticAnswer | None = None
+    user_mean: StatisticAnswer | None = None
     expected_error: float | None = None
     expected_ci95_width: float | None = None
 

@@ -1,4 +1,5 @@
-"""Run ``dpgate serve`` in a subprocess (several workers) for end-to-end tests."""
+"""Run ``dpgate serve`` in a subprocess (several workers) for end-to-end tests, or an
+application in a thread of this process (:class:`ThreadedServer`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import uvicorn
+from fastapi import FastAPI
 
 from tests.conftest import ADMIN_KEY
 
@@ -186,3 +190,27 @@ async def flood_and_kill(
     kill()
     await asyncio.gather(*tasks)
     return answered, cut
+
+
+class ThreadedServer:
+    """uvicorn serving ``app`` on a free loopback port from a background thread."""
+
+    def __init__(self, app: FastAPI) -> None:
+        port = free_port()
+        self.url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self) -> ThreadedServer:
+        self.thread.start()
+        deadline = time.monotonic() + 30
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.05)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)

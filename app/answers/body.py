@@ -26,9 +26,11 @@ def answer_body(
     epoch: int,
     *,
     privacy_unit: str,
+    unit: str | None,
 ) -> dict[str, Any]:
     """The API.md statistic answer for ``release`` (its own epsilon share is reported);
-    ``privacy_unit`` is the dataset's (``app.time.budget_windows.privacy_unit``)."""
+    ``privacy_unit`` is the dataset's (``app.time.budget_windows.privacy_unit``), ``unit``
+    its ``value_unit``."""
     (body,) = _bodies(
         [grid.public_id],
         [statistic],
@@ -48,6 +50,7 @@ def answer_body(
         options=options,
         epoch=epoch,
         privacy_unit=privacy_unit,
+        unit=unit,
     )
     return body
 
@@ -61,6 +64,7 @@ def answer_bodies(
     epoch: int,
     *,
     privacy_unit: str,
+    unit: str | None,
 ) -> list[dict[str, Any]]:
     """The statistic answer of each row of ``rows`` (row ``i`` released on grid
     ``grid_ids[i]``), as :func:`answer_body` gives it. The rows share one ``options``
@@ -85,6 +89,7 @@ def answer_bodies(
         options=options,
         epoch=epoch,
         privacy_unit=privacy_unit,
+        unit=unit,
     )
 
 
@@ -108,6 +113,7 @@ def _bodies(
     options: dict[str, Any],
     epoch: int,
     privacy_unit: str,
+    unit: str | None,
 ) -> list[dict[str, Any]]:
     """One answer per row of the columns. A release's ``epsilon`` is its own share when
     below the whole (levy's interval step, a joint release's half), else the amount
@@ -132,6 +138,7 @@ def _bodies(
             "n_users": n,
             "n_users_charged": n_chg,
             "privacy_unit": privacy_unit,
+            "unit": unit,
             "cached": False,
             "epoch": epoch,
             "options": options,

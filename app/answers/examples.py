@@ -30,7 +30,7 @@ def _release_example(statistic: str) -> dict[str, Any]:
     eps = parse_epsilon(EXAMPLE_EPSILON)
     options = core.validate_options(statistic, "auto", {})
     return answer_body(
-        _ExampleGrid(), statistic, "auto", eps, options, release, 1, privacy_unit="user"
+        _ExampleGrid(), statistic, "auto", eps, options, release, 1, privacy_unit="user", unit="m/s"
     )
 
 

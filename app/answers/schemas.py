@@ -91,6 +91,10 @@ class StatisticAnswer(BaseModel):
         "add up: a user present on d days of a `day` dataset is protected at d times "
         "`budget_per_user` over those days together (docs/math.md §10.4)."
     )
+    unit: str | None = Field(
+        description="The values' unit (the dataset's `value_unit`; a variance is in its "
+        "square); null when the dataset states none."
+    )
     cached: bool = Field(
         description="True when this is a stored answer returned again: nothing was charged."
     )

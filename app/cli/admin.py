@@ -112,7 +112,10 @@ def add_keys(sub: argparse._SubParsersAction) -> None:
         formatter_class=DefaultsHelp,
     )
     create.add_argument(
-        "--role", choices=("admin", "analyst"), required=True, help="what the key may do"
+        "--role",
+        choices=("admin", "analyst", "viewer"),
+        required=True,
+        help="what the key may do (a viewer reads everything and never spends)",
     )
     create.add_argument("--name", required=True, help="who or what the key is for")
     create.add_argument(

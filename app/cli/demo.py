@@ -87,6 +87,7 @@ def _dataset_spec(
             timezone="Asia/Kolkata",
             budget_per_user=10.0,
             max_epsilon_per_query=10.0,
+            value_unit="km/h",  # ITMS-like speeds
         )
 
         def chunks() -> Iterator[bytes]:
@@ -106,6 +107,7 @@ def _dataset_spec(
         budget_per_user=10.0,
         max_epsilon_per_query=10.0,
         value_filters_public=True,  # zero speeds are dropped (SECURITY.md: value filters)
+        value_unit="m/s",  # GTFS-Realtime's position.speed
     )
     options = UploadOptions(
         columns=ColumnMap("vehicle_id", "timestamp", "latitude", "longitude", "speed"),

@@ -12,7 +12,7 @@ from app.datasets.schemas import (
     DatasetOut,
     GridList,
 )
-from app.http.deps import AdminKey, AnalystKey, SessionDep
+from app.http.deps import AdminKey, ReaderKey, SessionDep
 from app.http.query_params import CheckedRoute
 from app.kit.errors import (
     Forbidden,
@@ -45,7 +45,7 @@ def create_dataset(body: DatasetCreate, _: AdminKey, session: SessionDep) -> Dat
     responses=responses(Unauthenticated, Forbidden),
     summary="List datasets",
 )
-def list_datasets(_: AnalystKey, session: SessionDep) -> DatasetList:
+def list_datasets(_: ReaderKey, session: SessionDep) -> DatasetList:
     return DatasetList(datasets=[service.dataset_out(d) for d in service.list_datasets(session)])
 
 
@@ -55,7 +55,7 @@ def list_datasets(_: AnalystKey, session: SessionDep) -> DatasetList:
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="One dataset, with its user, grid and record counts",
 )
-def get_dataset(dataset_id: DatasetId, _: AnalystKey, session: SessionDep) -> DatasetDetail:
+def get_dataset(dataset_id: DatasetId, _: ReaderKey, session: SessionDep) -> DatasetDetail:
     return service.dataset_detail(session, service.get_dataset(session, dataset_id))
 
 
@@ -70,7 +70,7 @@ def get_dataset(dataset_id: DatasetId, _: AnalystKey, session: SessionDep) -> Da
 )
 def list_grids(
     dataset_id: DatasetId,
-    _: AnalystKey,
+    _: ReaderKey,
     session: SessionDep,
     slot_start: Annotated[
         str | None,

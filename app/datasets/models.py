@@ -40,6 +40,8 @@ class Dataset(Base):
     # "none", "day", "week" or "month": budget_per_user per user and window
     # (app.time.budget_windows)
     budget_window: Mapped[str] = mapped_column(String(8), default="none", server_default="none")
+    # echoed as ``unit`` in every statistic answer, export and map (migration 0015)
+    value_unit: Mapped[str | None] = mapped_column(String(40), nullable=True)
     epoch: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 

@@ -19,6 +19,12 @@ BUDGET_WINDOW_DESCRIPTION = (
 )
 
 
+VALUE_UNIT_DESCRIPTION = (
+    "The values' unit (e.g. `m/s`, `km/h`), echoed as `unit` in every statistic answer, "
+    "release export and map (a variance is in its square); null: not stated."
+)
+
+
 class DatasetCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
@@ -48,6 +54,13 @@ class DatasetCreate(JsonBody):
     )
 
     budget_window: BudgetWindow = Field(default="none", description=BUDGET_WINDOW_DESCRIPTION)
+    value_unit: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=40,
+        pattern=r"^[^\x00-\x1f\x7f]+$",  # one printable line: it lands in CSV and HTML
+        description=VALUE_UNIT_DESCRIPTION,
+    )
 
     @field_validator("timeslot_minutes")
     @classmethod
@@ -76,6 +89,7 @@ class DatasetOut(BaseModel):
     on_exhausted: str
     value_filters_public: bool
     budget_window: BudgetWindow = Field(description=BUDGET_WINDOW_DESCRIPTION)
+    value_unit: str | None = Field(description=VALUE_UNIT_DESCRIPTION)
     privacy_unit: str = Field(
         description="What one unit of protection is: `user`, or `user-day`, `user-week`, "
         "`user-month` with a budget window."

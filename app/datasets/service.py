@@ -85,6 +85,7 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             on_exhausted=spec.on_exhausted,
             value_filters_public=spec.value_filters_public,
             budget_window=spec.budget_window,
+            value_unit=spec.value_unit,
             epoch=1,
         )
     )
@@ -146,6 +147,7 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         on_exhausted=dataset.on_exhausted,
         value_filters_public=dataset.value_filters_public,
         budget_window=dataset.budget_window,  # type: ignore[arg-type]  # checked at creation
+        value_unit=dataset.value_unit,
         privacy_unit=privacy_unit(dataset),
         epoch=dataset.epoch,
         created_at=dataset.created_at,

@@ -21,6 +21,7 @@ from fastapi.security import HTTPBearer
 from sqlalchemy.orm import Session
 
 from app.keys.service import (
+    READER_ROLES,
     KeyIdentity,
     bearer_digest,
     cached_identity,
@@ -94,3 +95,5 @@ class KeyAuth(HTTPBearer):
 
 AnalystKey = Annotated[KeyIdentity, Depends(KeyAuth("admin", "analyst"))]
 AdminKey = Annotated[KeyIdentity, Depends(KeyAuth("admin"))]
+#: reads only (datasets, grid listings, budgets, releases): viewers too, who never spend
+ReaderKey = Annotated[KeyIdentity, Depends(KeyAuth(*READER_ROLES))]

@@ -1,7 +1,9 @@
-"""Request body limits (size and stall time, ASGI middleware) and a per-key rate limiter."""
+"""Request body limits (size and stall time, ASGI middleware), a per-key rate limiter and
+the limits of readers without a key (per client address and per process)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import threading
@@ -120,20 +122,92 @@ async def _send_413(send: Send, limit: int) -> None:
 
 
 class RateLimiter:
-    """A token bucket per API key (per server process): ``per_minute`` requests a minute."""
+    """A token bucket per key (an API key's id, a client's address; per server process):
+    ``per_minute`` requests a minute, as many at once (or ``burst``). At most
+    ``max_buckets`` are kept: past that, the full ones are forgotten (a full bucket is
+    what a new one is)."""
 
-    def __init__(self, per_minute: int) -> None:
+    def __init__(
+        self, per_minute: float, *, burst: float | None = None, max_buckets: int = 100_000
+    ) -> None:
         self.rate = per_minute / 60.0
-        self.capacity = float(per_minute)
-        self._buckets: dict[int, tuple[float, float]] = {}
+        self.capacity = max(float(per_minute if burst is None else burst), 1.0)
+        self.max_buckets = max_buckets
+        self._buckets: dict[object, tuple[float, float]] = {}
         self._lock = threading.Lock()
 
-    def check(self, key_id: int) -> None:
+    def allows(self, key: object) -> bool:
+        """Take a token for ``key``; False when it has none left."""
         now = time.monotonic()
         with self._lock:
-            tokens, last = self._buckets.get(key_id, (self.capacity, now))
+            tokens, last = self._buckets.get(key, (self.capacity, now))
             tokens = min(self.capacity, tokens + (now - last) * self.rate)
-            if tokens < 1.0:
-                self._buckets[key_id] = (tokens, now)
-                raise RateLimited(f"rate limit of {int(self.capacity)} requests a minute reached")
-            self._buckets[key_id] = (tokens - 1.0, now)
+            allowed = tokens >= 1.0
+            self._buckets[key] = (tokens - 1.0 if allowed else tokens, now)
+            if len(self._buckets) > self.max_buckets:
+                full = now - self.capacity / self.rate
+                self._buckets = {k: v for k, v in self._buckets.items() if v[1] > full}
+        return allowed
+
+    def check(self, key_id: int) -> None:
+        if not self.allows(key_id):
+            raise RateLimited(f"rate limit of {int(self.capacity)} requests a minute reached")
+
+
+#: Operations' paths, never limited (probes and scrapers come without a key).
+UNLIMITED_PATHS = frozenset({"/healthz", "/readyz", "/version", "/metrics"})
+_AUTHORIZATION = b"authorization"
+
+
+def client_address(scope: Scope) -> str:
+    """The client's address (the proxy's ``X-Forwarded-For`` when uvicorn trusts it:
+    ``FORWARDED_ALLOW_IPS``); an IPv6 client by its /64, which one host usually holds."""
+    client = scope.get("client")
+    host = client[0] if client else ""
+    if ":" in host:
+        try:
+            return str(ipaddress.IPv6Network(f"{host}/64", strict=False))
+        except ValueError:
+            return host
+    return host
+
+
+class AnonymousLimitMiddleware:
+    """Readers without a key (the catalogue, public releases, the map): each client
+    address has ``per_minute`` requests a minute, and the process answers at most
+    ``per_second`` of them a second in all; past either, 429 ``rate_limited`` at once,
+    before any routing or database work, so public traffic cannot starve the key holders
+    or the ledger. Requests with an ``Authorization`` header (their keys have their own
+    limit) and the operations' paths are not counted."""
+
+    def __init__(self, app: ASGIApp, *, per_minute: int, per_second: int) -> None:
+        self.app = app
+        self.per_address = RateLimiter(per_minute) if per_minute else None
+        self.everyone = RateLimiter(per_second * 60.0, burst=per_second) if per_second else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"] in UNLIMITED_PATHS
+            or any(name == _AUTHORIZATION for name, _ in scope["headers"])
+        ):
+            await self.app(scope, receive, send)
+            return
+        if self.per_address is not None and not self.per_address.allows(client_address(scope)):
+            await _send_429(send, "too many requests from this address without a key")
+        elif self.everyone is not None and not self.everyone.allows(None):
+            await _send_429(send, "too many readers without a key right now")
+        else:
+            await self.app(scope, receive, send)
+
+
+async def _send_429(send: Send, why: str) -> None:
+    message = f"{why}; retry in a second (a key has its own limit)"
+    body = json.dumps({"error": {"code": RateLimited.code, "message": message}}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"retry-after", b"1"),
+        (b"content-length", str(len(body)).encode()),
+    ]
+    await send({"type": "http.response.start", "status": 429, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -4,7 +4,7 @@ from functools import partial
 
 from fastapi import APIRouter, Response, status
 
-from app.http.deps import AdminKey, AnalystKey, SessionDep
+from app.http.deps import AdminKey, ReaderKey, SessionDep
 from app.http.query_params import CheckedRoute
 from app.keys import service
 from app.keys.schemas import KeyCreate, KeyCreated, KeyList, KeyMe
@@ -51,7 +51,7 @@ def list_keys(_: AdminKey, session: SessionDep) -> KeyList:
     responses=responses(Unauthenticated, Forbidden),
     summary="The calling key: quota, spend and what is left",
 )
-def key_me(key: AnalystKey, session: SessionDep) -> KeyMe:
+def key_me(key: ReaderKey, session: SessionDep) -> KeyMe:
     return service.key_me(session, key, partial(key_spent, session))
 
 

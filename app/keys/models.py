@@ -8,7 +8,7 @@ from sqlalchemy.orm import Mapped, mapped_column
 
 from app.db.base import Base, Epsilon, UTCDateTime, utcnow
 
-ROLES = ("admin", "analyst")
+ROLES = ("admin", "analyst", "viewer")  # a viewer reads and never spends
 
 
 class ApiKey(Base):

@@ -3,7 +3,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from app.kit.json_numbers import JsonBody
 
@@ -12,14 +12,23 @@ class KeyCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(min_length=1, max_length=200)
-    role: Literal["admin", "analyst"]
+    role: Literal["admin", "analyst", "viewer"] = Field(
+        description="`admin`, `analyst`, or `viewer`: reads datasets, grid listings, budgets "
+        "and releases, and never spends (403 on queries, quotes, previews and releases)."
+    )
     epsilon_quota: float | None = Field(
         default=None,
         gt=0,
         allow_inf_nan=False,
         le=1e6,
-        description="Total epsilon this key may spend; null for no quota.",
+        description="Total epsilon this key may spend; null for no quota (and for a viewer).",
     )
+
+    @model_validator(mode="after")
+    def _viewer_spends_nothing(self) -> KeyCreate:
+        if self.role == "viewer" and self.epsilon_quota is not None:
+            raise ValueError("a viewer never spends: leave epsilon_quota null")
+        return self
 
 
 class KeyCreated(BaseModel):

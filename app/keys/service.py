@@ -26,6 +26,8 @@ from app.kit.errors import Conflict, Forbidden, NotFound, Unauthenticated
 log = logging.getLogger("dpgate.keys")
 
 KEY_PREFIX = "dpg_"
+#: who may read datasets, grid listings, budgets and every release
+READER_ROLES = ("admin", "analyst", "viewer")
 
 
 def hash_key(secret: str) -> str:

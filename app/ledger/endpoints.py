@@ -5,7 +5,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from app.datasets.service import get_dataset
-from app.http.deps import AdminKey, AnalystKey, SessionDep
+from app.http.deps import AdminKey, ReaderKey, SessionDep
 from app.http.query_params import CheckedRoute
 from app.idempotency.service import RequestIdentity, json_body_sha256, run_idempotent
 from app.kit.errors import (
@@ -47,7 +47,7 @@ WINDOW = Annotated[
 )
 def get_budget(
     dataset_id: DatasetId,
-    _: AnalystKey,
+    _: ReaderKey,
     session: SessionDep,
     window: WINDOW = None,
 ) -> dict:

@@ -37,6 +37,7 @@ class GridContext:
     slot_start: datetime
     budget_window: str
     timezone: str
+    value_unit: str | None
     window: date = ALL_TIME
 
     @property
@@ -97,6 +98,7 @@ _LOOKUP = (
         Grid.slot_start,
         Dataset.budget_window,
         Dataset.timezone,
+        Dataset.value_unit,
         _STORED,
     )
     .join(Dataset, Dataset.id == Grid.dataset_id)
@@ -109,10 +111,10 @@ _LOOKUP_SQL = str(_LOOKUP.compile(dialect=PGDialect_psycopg()))
 def _found(row: Any) -> Found | None:
     if row is None:
         return None
-    ctx = GridContext(*row[:12])
+    ctx = GridContext(*row[:13])
     if ctx.budget_window != "none":
         ctx = replace(ctx, window=window_of(ctx, ctx.slot_start))
-    return ctx, row[12]
+    return ctx, row[13]
 
 
 class AnswerLookup:

@@ -68,8 +68,8 @@ def fingerprint(
 
 
 def _cached(stored: Mapping[str, Any], ctx: GridContext) -> dict[str, Any]:
-    # answers stored before privacy_unit existed get it filled in (always "user" then)
-    return {"privacy_unit": ctx.privacy_unit, **stored, "cached": True}
+    # answers stored before privacy_unit or unit existed get them filled in
+    return {"privacy_unit": ctx.privacy_unit, "unit": ctx.value_unit, **stored, "cached": True}
 
 
 def _parse_query(
@@ -246,6 +246,7 @@ class ReleaseStep:
             release,
             ctx.epoch,
             privacy_unit=ctx.privacy_unit,
+            unit=ctx.value_unit,
         )
         record = AnswerRecord(
             public_id=answer["query_id"],

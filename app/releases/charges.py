@@ -120,15 +120,15 @@ def charge_release(
 
 
 def with_privacy_unit(answer: dict[str, Any], dataset: Dataset) -> dict[str, Any]:
-    """A stored release's answer with ``privacy_unit`` in each statistic answer (releases
-    stored before it existed lack it; it was ``user`` then)."""
-    unit = privacy_unit(dataset)
+    """A stored release's answer with ``privacy_unit`` and ``unit`` in each statistic
+    answer (releases stored before them lack them; ``privacy_unit`` was ``user`` then)."""
+    filled = {"privacy_unit": privacy_unit(dataset), "unit": dataset.value_unit}
     grids = [
         {
             **grid,
             **{
-                s: {"privacy_unit": unit, **grid[s]}
-                for s in ("mean", "variance")
+                s: {**filled, **grid[s]}
+                for s in ("mean", "variance", "user_mean")
                 if isinstance(grid.get(s), dict)
             },
         }

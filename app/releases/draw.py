@@ -125,6 +125,7 @@ def draw_grids(
         {"release": release_id, **mech_opts},
         epoch,
         privacy_unit=privacy_unit(dataset),
+        unit=dataset.value_unit,
     )
     out = []
     for j, (i, users, kept) in enumerate(

@@ -1,4 +1,5 @@
-"""Whole-timeslot releases (Clip-User, docs/math.md): plan preview, release, stored release."""
+"""Whole-timeslot releases (Clip-User, docs/math.md): plan preview, release, listing
+(reading one, public or not: ``app.releases.public``)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,17 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from app.answers.schemas import StatisticAnswer
-from app.http.deps import AnalystKey, SessionDep
+from app.http.deps import AnalystKey, ReaderKey, SessionDep
 from app.http.query_params import CheckedRoute
 from app.kit.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.kit.gc_pause import gc_paused
 from app.kit.ids import DatasetId
 from app.observability.metrics import record_release
 from app.releases import listing, service
-from app.releases.formats import FORMAT_RESPONSES, ReleaseFormat, release_response
 from app.releases.models import with_grids_json
 from app.releases.schemas import (
     GridRelease,
     PreviewOut,
-    ReleaseBody,
     ReleaseIn,
     ReleaseList,
     ReleaseOut,
@@ -108,7 +107,7 @@ def preview_release(dataset_id: str, body: ReleaseIn, _: AnalystKey, session: Se
 )
 def list_releases(
     dataset_id: DatasetId,
-    _: AnalystKey,
+    _: ReaderKey,
     session: SessionDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="Releases per page.")] = 100,
     offset: Annotated[
@@ -116,24 +115,3 @@ def list_releases(
     ] = 0,
 ) -> ReleaseList:
     return listing.list_releases(session, dataset_id, limit=limit, offset=offset)
-
-
-@router.get(
-    "/releases/{release_id}",
-    response_model=ReleaseBody,
-    responses={**FORMAT_RESPONSES, **responses(Unauthenticated, Forbidden, NotFound)},
-    summary="A stored release, as JSON, GeoJSON or CSV",
-)
-def get_release(
-    release_id: str,
-    _: AnalystKey,
-    session: SessionDep,
-    format: Annotated[
-        ReleaseFormat,
-        Query(description="`json` (default), `geojson` (one H3 hexagon per grid) or `csv`."),
-    ] = ReleaseFormat.json,
-) -> Any:
-    with gc_paused():  # a day release is ~10^6 objects: no collector walks meanwhile
-        if format is ReleaseFormat.json:  # its stored bytes, as ReleaseBody (extra allowed)
-            return Response(service.release_json_bytes(session, release_id), media_type=JSON)
-        return release_response(service.release_json(session, release_id), format)

@@ -8,6 +8,7 @@ import numpy as np
 import orjson
 from sqlalchemy import (
     JSON,
+    Boolean,
     ForeignKey,
     Index,
     Integer,
@@ -15,6 +16,8 @@ from sqlalchemy import (
     SmallInteger,
     String,
     UniqueConstraint,
+    false,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -27,18 +30,24 @@ from app.releases.packing import pack, unpack
 ORJSON_OPTIONS = orjson.OPT_NON_STR_KEYS
 _NO_GRIDS = b'"grids":null'
 #: The shape of the grids this code writes, served as stored (``grids_shape``, migration
-#: 0014): every statistic answer with ``privacy_unit``, every grid with ``h3_resolution``,
-#: ``slot_start`` and ``n_users``. Raise it when a grid or answer field is added.
-GRIDS_SHAPE = 1
+#: 0014): every statistic answer with ``privacy_unit`` and ``unit`` (2), every grid with
+#: ``h3_resolution``, ``slot_start`` and ``n_users``. Raise it when a field is added.
+GRIDS_SHAPE = 2
+
+
+def around_grids(head: dict[str, Any]) -> tuple[bytes, bytes]:
+    """The JSON of ``head`` before and after the value of its ``grids``."""
+    encoded = orjson.dumps({**head, "grids": None})
+    at = encoded.index(_NO_GRIDS)  # the first one is the key: in a string it is escaped
+    return encoded[:at] + b'"grids":', encoded[at + len(_NO_GRIDS) :]
 
 
 def with_grids_json(head: dict[str, Any], grids_json: bytes) -> bytes:
     """The JSON of ``head`` with ``grids_json`` spliced in as its ``grids`` (``head``
     has ``"grids": None`` in their place): a release's grids are served as stored,
     never decoded and encoded again (a day: 240 MB)."""
-    encoded = orjson.dumps({**head, "grids": None})
-    at = encoded.index(_NO_GRIDS)  # the first one is the key: in a string it is escaped
-    return b"".join((encoded[:at], b'"grids":', grids_json, encoded[at + len(_NO_GRIDS) :]))
+    before, after = around_grids(head)
+    return b"".join((before, grids_json, after))
 
 
 class SlotRelease(Base):
@@ -59,6 +68,20 @@ class SlotRelease(Base):
         UniqueConstraint("dataset_id", "epoch", "fingerprint"),
         # GET /datasets/{id}/releases, newest first (migration 0008)
         Index("ix_slot_releases_dataset_id_created_at", "dataset_id", "created_at", "id"),
+        # GET /public/releases, newest first, of all datasets and of one (migration 0015)
+        Index(
+            "ix_slot_releases_public_created_at",
+            "created_at",
+            "id",
+            postgresql_where=text("public"),
+        ),
+        Index(
+            "ix_slot_releases_public_dataset_id_created_at",
+            "dataset_id",
+            "created_at",
+            "id",
+            postgresql_where=text("public"),
+        ),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -76,6 +99,8 @@ class SlotRelease(Base):
     # GRIDS_SHAPE when stored by this code; 0: stored before 0014, upgraded when served
     grids_shape: Mapped[int] = mapped_column(SmallInteger, server_default="0")
     key_id: Mapped[int] = mapped_column(ForeignKey("api_keys.id"))
+    # read by anyone without a key (PATCH /releases/{id}, migration 0015)
+    public: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
     def store(self, answer: dict[str, Any], kept: KeptSets) -> bytes:

@@ -49,7 +49,8 @@ from app.releases.draw import (
 from app.releases.expected import expected_error
 from app.releases.formats import upgraded
 from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
-from app.releases.models import GRIDS_SHAPE, SlotRelease, with_grids_json
+from app.releases.models import GRIDS_SHAPE, SlotRelease, around_grids, with_grids_json
+from app.releases.packing import pack
 from app.releases.planning import (
     SlotPlan,
     largest_affordable,
@@ -250,6 +251,17 @@ def release_json_bytes(session: Session, release_id: str) -> bytes:
     """:func:`release_json`'s JSON, by :func:`_served_stored`."""
     answer, grids_json = _served_stored(*_stored(session, release_id))
     return orjson.dumps(answer) if grids_json is None else with_grids_json(answer, grids_json)
+
+
+def release_json_zstd(session: Session, release_id: str) -> bytes | None:
+    """:func:`release_json_bytes`' JSON as zstd frames (``Content-Encoding: zstd``), the
+    grids' frame sent as stored, never unpacked (a day: 13 MB, not 243); None for a
+    release stored in an older shape."""
+    stored, dataset = _stored(session, release_id)
+    if stored.grids_shape != GRIDS_SHAPE:
+        return None
+    before, after = around_grids({**_served({**stored.head, "grids": []}, dataset), "grids": None})
+    return b"".join((pack(before), stored.grids, pack(after)))
 
 
 def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:

@@ -1,4 +1,5 @@
-"""``/docs`` (Swagger UI) and ``/map``, with every asset served by dpgate itself.
+"""``/`` (the catalogue), ``/docs`` (Swagger UI) and ``/map``, with every asset served by
+dpgate itself.
 
 Swagger UI's files come from the pinned ``swagger-ui-bundle-v2`` wheel (Apache-2.0, its
 licence ships in the wheel's metadata); the map's files live in ``app/static/map``. Both
@@ -13,15 +14,19 @@ import hashlib
 import html
 import re
 from pathlib import Path
+from typing import Annotated
 from urllib.parse import urlsplit
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, FastAPI, Query, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import FileResponse, HTMLResponse
 from fastapi.staticfiles import StaticFiles
 from swagger_ui_bundle import swagger_ui_path
 
-from app.web.cells import router as cells_router
+from app.http.deps import SessionDep
+from app.releases.public import base_url
+from app.web.catalogue import catalogue_page
+from app.web.context import router as context_router
 
 STATIC_DIR = Path(__file__).resolve().parent.parent / "static"
 STATIC_URL = "/static"
@@ -66,6 +71,15 @@ def _page_headers(csp: str) -> dict[str, str]:
     }
 
 
+@router.get("/", include_in_schema=False)
+def catalogue(
+    request: Request, session: SessionDep, offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0
+) -> HTMLResponse:
+    """The catalogue of public releases (no key, no script)."""
+    page = catalogue_page(session, base_url(request), offset)
+    return HTMLResponse(page, headers=_page_headers(content_security_policy()))
+
+
 @router.get("/docs", include_in_schema=False)
 def swagger_ui(request: Request) -> HTMLResponse:
     """Swagger UI from the packaged copy; the ``APIKey`` scheme gives it Authorize."""
@@ -104,7 +118,7 @@ def release_map(request: Request) -> FileResponse | HTMLResponse:
 def install_pages(app: FastAPI) -> None:
     """Mount the pages and their static files (call with ``docs_url=None, redoc_url=None``)."""
     app.include_router(router)
-    app.include_router(cells_router)
+    app.include_router(context_router)
     # The more specific mount first: Starlette matches mounts in order.
     app.mount(SWAGGER_URL, StaticFiles(directory=str(swagger_ui_path)), name="swagger-ui")
     app.mount(STATIC_URL, StaticFiles(directory=STATIC_DIR), name="static")

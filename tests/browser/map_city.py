@@ -27,9 +27,9 @@ EPSILON = 2.888888888888  # a per-grid epsilon people should read as 2.9
 VALUE_BOUND = 30.0
 
 
-def city_csv() -> str:
+def city_csv(hours: list[datetime] = HOURS) -> str:
     lines = ["user_id,timestamp,lat,lon,value"]
-    for hour in HOURS:
+    for hour in hours:
         for c, cell in enumerate(CELLS):
             lat, lon = h3.cell_to_latlng(cell)
             d = h3.grid_distance(CENTRE, cell)
@@ -52,19 +52,30 @@ class City:
         return httpx.Client(base_url=base_url, headers=headers, trust_env=False)
 
 
-def make_city(base_url: str) -> City:
-    """The dataset, an analyst key and one release per hour (08:00 made last)."""
-    with httpx.Client(
-        base_url=base_url, headers={"Authorization": f"Bearer {ADMIN_KEY}"}, trust_env=False
-    ) as admin:
-        body = {**DATASET_DEFAULTS, "name": "Austin buses", "value_bound": VALUE_BOUND}
+def admin_client(base_url: str) -> httpx.Client:
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    return httpx.Client(base_url=base_url, headers=headers, trust_env=False, timeout=60)
+
+
+def make_dataset(base_url: str, hours: list[datetime] = HOURS, **fields: object) -> int:
+    """The city's dataset (values in m/s), its records at ``hours``; its id."""
+    with admin_client(base_url) as admin:
+        body = {**DATASET_DEFAULTS, "name": "Austin buses", "value_bound": VALUE_BOUND,
+                "value_unit": "m/s", **fields}  # fmt: skip
         dataset = admin.post("/datasets", json=body)
         assert dataset.status_code == 201, dataset.text
         ds = dataset.json()["id"]
         upload = admin.post(
-            f"/datasets/{ds}/records", content=city_csv(), headers={"content-type": "text/csv"}
+            f"/datasets/{ds}/records", content=city_csv(hours), headers={"content-type": "text/csv"}
         )
         assert upload.status_code == 200 and upload.json()["rejected"] == 0, upload.text
+    return int(ds)
+
+
+def make_city(base_url: str) -> City:
+    """The dataset, an analyst key and one release per hour (08:00 made last)."""
+    ds = make_dataset(base_url)
+    with admin_client(base_url) as admin:
         key = admin.post("/keys", json={"name": "map", "role": "analyst", "epsilon_quota": None})
         assert key.status_code == 201, key.text
     city = City(ds, key.json()["key"], [])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import quote
 
@@ -17,7 +18,9 @@ from tests.browser.map_city import (
     RELEASED,
     SKIPPED,
     City,
+    admin_client,
     make_city,
+    make_dataset,
 )
 
 DRAWN = "['drawn', 'error'].includes(document.body.dataset.state) && document.body.dataset.state"
@@ -59,82 +62,106 @@ def hover(page: Page, selector: str) -> str:
     return page.evaluate("document.getElementById('tooltip').textContent")
 
 
-def test_map_draws_the_footprint_and_every_released_cell(
+def cells_drawn(page: Page) -> list[list]:
+    return page.evaluate(
+        "[...document.querySelectorAll('#map path.cell')].map(p => [p.dataset.gridId,"
+        " p.getAttribute('fill'), p.dataset.certainty, p.getBBox().width])"
+    )
+
+
+def phone(page: Page, on: bool) -> None:
+    """A 375 px wide phone screen (or the desktop's again)."""
+    if on:
+        page.send(
+            "Emulation.setDeviceMetricsOverride",
+            {"width": 375, "height": 800, "deviceScaleFactor": 2, "mobile": True},
+        )
+    else:
+        page.send("Emulation.clearDeviceMetricsOverride")
+
+
+def test_a_public_release_draws_without_a_key_on_desktop_and_phone(
     page: Page, live_url: str, tmp_path: Path
 ) -> None:
     city = make_city(live_url)
     release_id = city.releases[1]  # 08:00
     with city.client(live_url) as api:
         release = api.get(f"/releases/{release_id}").json()
-        footprint = api.get(
-            f"/datasets/{city.dataset_id}/grids", params={"slot_start": HOURS[1].isoformat()}
-        ).json()["grids"]
+    with admin_client(live_url) as admin:
+        assert admin.patch(f"/releases/{release_id}", json={"public": True}).status_code == 200
     grids = {g["grid_id"]: g for g in release["grids"]}
-    assert {g["h3_cell"] for g in grids.values()} == set(RELEASED)
-    assert {g["h3_cell"] for g in footprint} == set(RELEASED) | set(SKIPPED)
 
-    status = open_map(page, live_url, city, release_id)
-    shot = page.screenshot(tmp_path / "map.png", full_page=True)
-    assert f"{len(grids)} cells drawn, {len(SKIPPED)} with too few buses" in status
-
-    # Every released cell, by its grid id; the whole footprint; the skipped cells hatched.
-    cells = page.evaluate(
-        "[...document.querySelectorAll('#map path.cell')].map(p => [p.dataset.gridId,"
-        " p.getAttribute('fill'), p.dataset.certainty, p.getBBox().width])"
-    )
+    page.navigate(f"{live_url}/map#release={quote(release_id)}")
+    status = wait_drawn(page, release_id)
+    page.screenshot(tmp_path / "map-public.png", full_page=True)
+    assert f"{len(grids)} cells drawn, {len(SKIPPED)} with too few users" in status
+    assert "Tue 2024-03-05, 08:00–09:00 (UTC+00:00)" in status
+    cells = cells_drawn(page)
     assert sorted(c[0] for c in cells) == sorted(grids)
     assert all(c[3] > 10 for c in cells), "hexagons drawn too small to see"
-    drawn_footprint = page.evaluate(
-        "[...document.querySelectorAll('#map path.footprint')].map(p => p.dataset.cell)"
-    )
-    assert sorted(drawn_footprint) == sorted(g["h3_cell"] for g in footprint)
+    # the context: every cell ever occupied, drawn as one path; the slot's thin cells hatched
+    assert int(page.evaluate("document.body.dataset.footprint")) == len(RELEASED) + len(SKIPPED)
     skipped = page.evaluate(
         "[...document.querySelectorAll('#map path.skipped')].map(p => p.dataset.cell)"
     )
     assert sorted(skipped) == SKIPPED
-    # Uncertainty: a cell is washed out exactly when its interval is over 20% of 0..U.
-    for grid_id, _, certainty, _ in cells:
+    for grid_id, _, certainty, _ in cells:  # washed out when the interval is over 20% of U
         ci = grids[grid_id]["mean"]["ci95"]
         expected = "none" if ci is None else "wide" if ci[1] - ci[0] > 6.0 else "sure"
         assert certainty == expected, (grid_id, ci)
-    n_hatched = sum(c[2] == "none" for c in cells)
-    assert page.evaluate("document.querySelectorAll('#map path.hatch').length") == n_hatched
-    # A fixed scale: same mean, same colour, whatever the release's own range.
-    assert len({c[1] for c in cells}) >= 3
-    # Each hexagon (large enough here) shows its mean, rounded as far as it is sure.
-    labels = page.evaluate(
-        "[...document.querySelectorAll('#map text.value')].map(t => t.textContent)"
-    )
-    shown = {c[0]: c[2] for c in cells}
-    expected = [
-        f"{g['mean']['estimate']:.1f}" if shown[i] == "sure" else f"≈{g['mean']['estimate']:.0f}"
-        for i, g in grids.items()
-    ]
-    assert sorted(labels) == sorted(expected)
+    labels = page.evaluate("[...document.querySelectorAll('#map text.value')].length")
+    assert labels == len(grids), "each hexagon with room shows its value"
 
     legend = text_of(page, "#legend")
-    assert "m/s" in legend and "km/h" in legend and "0 to 30 m/s" in legend
-    assert "too few buses" in legend
+    means = [g["mean"]["estimate"] for g in grids.values()]
+    assert "Mean (m/s): colours fitted to" in legend and "km/h" not in legend
+    lo, hi = (float(x) for x in legend.split("fitted to ")[1].split(" m/s")[0].split("–"))
+    assert lo <= min(means) and max(means) <= hi and hi - lo < 30, (lo, hi)
     facts = text_of(page, "#facts")
     assert "ε = 2.9 per cell" in facts and "cost per user at most 2.9" in facts
     assert str(EPSILON)[:6] not in facts + status, "numbers must be rounded for people"
-    assert "100% of the slot's records" not in facts and "% of the slot's records" in facts
-    assert "Tue 2024-03-05, 08:00–09:00 (UTC+00:00)" in facts
-    assert page.evaluate("location.hash") == f"#release={release_id}"  # the key is gone
+    link = page.evaluate("document.getElementById('public-link').value")
+    assert link == f"{live_url}/map#release={release_id}"
+    assert page.evaluate("document.getElementById('share').hidden") is False
 
     first = release["grids"][0]
     tip = hover(page, f'#map path.cell[data-grid-id="{first["grid_id"]}"]')
-    mean = first["mean"]["estimate"]
-    assert f"Mean speed {mean:.1f} m/s ({mean * 3.6:.0f} km/h)" in tip
+    assert f"Mean {first['mean']['estimate']:.1f} m/s" in tip and "08:00–09:00" in tip
     assert f"{first['n_users']} users" in tip and first["h3_cell"] in tip
-    page.screenshot(tmp_path / "map-hover.png")
-    tip = hover(page, f'#map path.skipped[data-cell="{SKIPPED[0]}"]')
-    assert "Too few buses" in tip and "3 users" in tip
 
+    # the whole range on request, said in the legend
+    page.evaluate("document.getElementById('fixed-scale').click()")
+    page.wait_for("document.getElementById('legend').textContent.includes('whole range')")
+    assert "0–30 m/s" in text_of(page, "#legend")
+    page.evaluate("document.getElementById('fixed-scale').click()")
+
+    phone(page, True)
+    page.navigate("about:blank")
+    page.navigate(f"{live_url}/map#release={quote(release_id)}")
+    wait_drawn(page, release_id)
+    shot = page.screenshot(tmp_path / "map-public-phone.png", full_page=True)
+    assert page.evaluate("document.documentElement.scrollWidth") <= 375, "no sideways scrolling"
+    assert page.evaluate("document.getElementById('map').getBoundingClientRect().width") > 300
+    phone(page, False)
     outside = [u for u in page.requested_urls() if not u.startswith(live_url + "/")]
     assert not outside, f"the map asked for something the server does not serve: {outside}"
     assert page.errors() == [], "the map page logged errors"
     assert shot.stat().st_size > 20_000, "the screenshot looks blank"
+
+
+def test_a_private_release_asks_for_a_key(page: Page, live_url: str, tmp_path: Path) -> None:
+    city = make_city(live_url)
+    page.navigate(f"{live_url}/map#release={quote(city.releases[0])}")
+    page.wait_for("document.body.dataset.state === 'needs-key'", what="the request for a key")
+    assert "not public: enter an API key" in text_of(page, "#status")
+    page.screenshot(tmp_path / "map-needs-key.png", full_page=True)
+    page.evaluate(
+        f"document.getElementById('key').value = {city.key!r};"
+        "document.getElementById('open-release').requestSubmit()"
+    )
+    wait_drawn(page, city.releases[0])
+    assert page.evaluate("document.getElementById('share').hidden") is True
+    assert page.evaluate("location.hash") == f"#release={city.releases[0]}"  # no key there
 
 
 def test_map_lists_the_releases_and_steps_through_the_hours(
@@ -155,10 +182,7 @@ def test_map_lists_the_releases_and_steps_through_the_hours(
     wait_drawn(page, city.releases[2])
     assert "09:00–10:00" in text_of(page, "#facts")
     assert page.evaluate("document.getElementById('next-slot').disabled") is True
-    assert page.evaluate("document.getElementById('releases').value") == city.releases[2]
     page.screenshot(tmp_path / "map-0900.png", full_page=True)
-    # 09:00 is the most accurate release: its wide or missing intervals are washed out or
-    # hatched, and their labels rounded to whole m/s.
     uncertain = page.evaluate(
         "document.querySelectorAll('#map path.cell:not([data-certainty=\"sure\"])').length"
     )
@@ -167,29 +191,43 @@ def test_map_lists_the_releases_and_steps_through_the_hours(
         " t.textContent.startsWith('≈')).length"
     )
     assert uncertain > 0 and approximate == uncertain
-
-    for _ in range(2):
-        page.evaluate("document.getElementById('prev-slot').click()")
-        page.wait_for(
-            "document.getElementById('facts').textContent.includes('"
-            f"{'08:00' if _ == 0 else '07:00'}–')",
-            what="the previous hour",
-        )
-    wait_drawn(page, city.releases[0])
-    assert page.evaluate("document.getElementById('prev-slot').disabled") is True
-
-    # Choosing a release in the list draws it.
     page.evaluate(
         "(() => { const s = document.getElementById('releases');"
-        f" s.value = '{city.releases[1]}'; s.dispatchEvent(new Event('change')); }})()"
+        f" s.value = '{city.releases[0]}'; s.dispatchEvent(new Event('change')); }})()"
     )
-    wait_drawn(page, city.releases[1])
-    assert "08:00–09:00" in text_of(page, "#facts")
+    wait_drawn(page, city.releases[0])
+    assert "07:00–08:00" in text_of(page, "#facts")
+    assert page.evaluate("document.getElementById('prev-slot').disabled") is True
+    assert page.errors() == [], "the map page logged errors"
 
-    # The release's own range, on request: the legend says so.
-    page.evaluate("document.getElementById('stretch').click()")
-    page.wait_for("document.getElementById('legend').textContent.includes('stretched')")
-    page.screenshot(tmp_path / "map-stretched.png", full_page=True)
+
+def test_a_day_release_opens_on_its_first_slot_with_cells_in_local_time(
+    page: Page, live_url: str, tmp_path: Path
+) -> None:
+    """A day of Chicago on the day clocks move forward (23 hours): buttons, facts and
+    tooltips say 08:00 and 09:00 local time (UTC−05:00), never the UTC hours 13:00, 14:00."""
+    utc = [datetime(2024, 3, 10, h, tzinfo=UTC) for h in (13, 14)]  # 08:00, 09:00 CDT
+    ds = make_dataset(live_url, utc, timezone="America/Chicago")
+    with admin_client(live_url) as admin:
+        body = {"slot_start": "2024-03-10T00:00:00", "slots": 23, "epsilon": 2.0,
+                "statistics": ["mean"], "objective": "interval"}  # fmt: skip
+        made = admin.post(f"/datasets/{ds}/releases", json=body)
+        assert made.status_code == 200, made.text
+        release_id = made.json()["release_id"]
+        key = admin.post("/keys", json={"name": "v", "role": "viewer"}).json()["key"]
+    page.navigate(f"{live_url}/map#release={quote(release_id)}&key={quote(key)}")
+    status = wait_drawn(page, release_id)
+    page.screenshot(tmp_path / "map-day.png", full_page=True)
+    assert "Sun 2024-03-10, 08:00–09:00 (UTC−05:00)" in status
+    assert "(one of 23)" in text_of(page, "#facts")
+    assert "09:00" in text_of(page, "#next-slot") and "13:00" not in page.evaluate(
+        "document.body.innerText"
+    )
+    tip = hover(page, "#map path.cell")
+    assert "08:00–09:00" in tip and "13:00" not in tip
+    page.evaluate("document.getElementById('next-slot').click()")
+    page.wait_for("document.getElementById('status').textContent.includes('09:00–10:00')")
+    assert int(page.evaluate("document.body.dataset.grids")) == len(RELEASED)
     assert page.errors() == [], "the map page logged errors"
 
 

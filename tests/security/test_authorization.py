@@ -29,7 +29,8 @@ from tests.security.support import ADMIN, RAW_USERS, World, assert_error, bearer
 
 APP_DIR = Path(__file__).resolve().parents[2] / "app"
 
-# Every operation and the least role it needs ("anyone", "analyst" or "admin").
+# Every operation and the least role it needs ("anyone", "viewer", "analyst" or "admin";
+# "public": anyone for a public release, a viewer otherwise).
 ROLES = {
     ("GET", "/healthz"): "anyone",
     ("GET", "/readyz"): "anyone",
@@ -37,25 +38,28 @@ ROLES = {
     ("GET", "/metrics"): "admin",  # DPGATE_METRICS=admin, the default
     ("POST", "/keys"): "admin",
     ("GET", "/keys"): "admin",
-    ("GET", "/keys/me"): "analyst",
+    ("GET", "/keys/me"): "viewer",
     ("DELETE", "/keys/{key_id}"): "admin",
-    ("GET", "/datasets"): "analyst",
+    ("GET", "/datasets"): "viewer",
     ("POST", "/datasets"): "admin",
-    ("GET", "/datasets/{dataset_id}"): "analyst",
-    ("GET", "/datasets/{dataset_id}/grids"): "analyst",
+    ("GET", "/datasets/{dataset_id}"): "viewer",
+    ("GET", "/datasets/{dataset_id}/grids"): "viewer",
     ("POST", "/datasets/{dataset_id}/records"): "admin",
     ("GET", "/grids/{grid_id}/mean"): "analyst",
     ("GET", "/grids/{grid_id}/variance"): "analyst",
     ("GET", "/grids/{grid_id}/quote"): "analyst",
-    ("GET", "/datasets/{dataset_id}/budget"): "analyst",
+    ("GET", "/datasets/{dataset_id}/budget"): "viewer",
     ("GET", "/datasets/{dataset_id}/ledger"): "admin",
     ("POST", "/datasets/{dataset_id}/budget/reset"): "admin",
     ("POST", "/plans/preview"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases"): "analyst",
     ("POST", "/datasets/{dataset_id}/releases/preview"): "analyst",
-    ("GET", "/datasets/{dataset_id}/releases"): "analyst",
-    ("GET", "/releases/{release_id}"): "analyst",
-    ("POST", "/map/cells"): "analyst",
+    ("GET", "/datasets/{dataset_id}/releases"): "viewer",
+    ("GET", "/releases/{release_id}"): "public",
+    ("GET", "/releases/{release_id}/footprint"): "public",
+    ("GET", "/releases/{release_id}/occupancy"): "public",
+    ("PATCH", "/releases/{release_id}"): "admin",
+    ("GET", "/public/releases"): "anyone",
     ("GET", "/queries"): "analyst",
 }
 
@@ -96,12 +100,13 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
         params = {"epsilon": 0.01, "mechanism": "baseline"}
     elif path.endswith("/quote"):
         params = {"target_error": 5}
+    elif path.endswith("/occupancy"):
+        params = {"slot_start": world.slot_start}
     if method == "POST":
         body = {
             "/keys": {"name": "k", "role": "analyst"},
             "/datasets": {"name": "d", "value_bound": 1, "budget_per_user": 1},
             "/plans/preview": {"value_bound": 1, "epsilon": 1, "occupancy": [["g", "u", 1]]},
-            "/map/cells": {"cells": ["88489e3467fffff"]},
         }.get(path)
         if path.endswith("/reset"):
             body = {"reason": "authorisation test"}
@@ -110,6 +115,8 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
         elif path.endswith("/records"):
             content = b"user_id,timestamp,lat,lon,value\n"
             headers = {**headers, "content-type": "text/csv"}
+    if method == "PATCH":
+        body = {"public": False}
     if content is not None:
         return client.request(method, url, params=params, content=content, headers=headers)
     return client.request(method, url, params=params, json=body, headers=headers)
@@ -164,6 +171,16 @@ def test_admin_operations_refuse_analyst_keys(client: TestClient, world: World) 
         # the admin may do everything
         resp = _request(client, world, method, path, dict(ADMIN))
         assert resp.status_code < 300, (method, path, resp.text)
+
+
+def test_viewers_read_and_never_spend(client: TestClient, world: World) -> None:
+    viewer = client.post("/keys", json={"name": "v", "role": "viewer"}, headers=ADMIN).json()
+    for method, path in _operations(client):
+        resp = _request(client, world, method, path, dict(bearer(viewer["key"])))
+        if ROLES[(method, path)] in ("analyst", "admin"):
+            assert_error(resp, 403, "forbidden")
+        else:
+            assert resp.status_code < 300, (method, path, resp.text)
 
 
 def test_authentication_comes_before_validation(client: TestClient, world: World) -> None:
@@ -368,7 +385,9 @@ def test_no_endpoint_returns_raw_ids_or_records(client: TestClient) -> None:
         elif "release_id" in path:
             fills = [{"release_id": rel.json()["release_id"]}]
         for fill in fills:
-            query = {"epsilon": 0.5} if "epsilon" in params else {}
+            query: dict = {"epsilon": 0.5} if "epsilon" in params else {}
+            if "slot_start" in params and "release_id" in path:
+                query["slot_start"] = HOUR.isoformat()
             if "target_error" in params:
                 query["target_error"] = 3
             url = path.format(**{k: quote(str(v), safe="") for k, v in fill.items()})

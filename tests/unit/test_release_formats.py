@@ -1,4 +1,5 @@
-"""GeoJSON and CSV of a stored release, from hand-built releases in the API.md shape."""
+"""GeoJSON, CSV and the Data Package of a stored release, from hand-built releases in the
+API.md shape."""
 
 from __future__ import annotations
 
@@ -20,6 +21,16 @@ from app.releases.formats import STATISTICS
 CELL_A = h3.latlng_to_cell(30.2672, -97.7431, 8)
 CELL_B = h3.grid_ring(CELL_A, 1)[0]
 CELL_C = h3.latlng_to_cell(30.3300, -97.8000, 8)
+UNIT = "km/h"
+CONTEXT = formats.ExportContext(
+    dataset_name="Austin buses",
+    unit=UNIT,
+    privacy_unit="user-day",
+    timezone="America/Chicago",
+    value_bound=65.0,
+    slot_minutes=60,
+    base_url="https://data.example.org/dpgate",
+)
 
 
 def answer(estimate: float, ci95: list[float] | None, n_users: int, statistic: str) -> dict:
@@ -99,7 +110,7 @@ def signed_area(ring: list[list[float]]) -> float:
 
 def test_geojson_has_one_polygon_per_grid_on_its_h3_cell_in_lon_lat_order() -> None:
     release = make_release()
-    out = formats.release_geojson(release)
+    out = formats.release_geojson(release, UNIT)
     assert out["type"] == "FeatureCollection"
     assert [f["properties"]["grid_id"] for f in out["features"]] == ["g-a", "g-b", "g-c"]
     for feature, grid in zip(out["features"], release["grids"], strict=True):
@@ -121,7 +132,7 @@ def test_geojson_has_one_polygon_per_grid_on_its_h3_cell_in_lon_lat_order() -> N
 
 
 def test_geojson_properties_are_the_estimates_and_intervals() -> None:
-    out = formats.release_geojson(make_release())
+    out = formats.release_geojson(make_release(), UNIT)
     props = [f["properties"] for f in out["features"]]
     assert set(props[0]) == {
         "grid_id",
@@ -133,6 +144,7 @@ def test_geojson_properties_are_the_estimates_and_intervals() -> None:
         "mean_ci95",
         "variance",
         "variance_ci95",
+        "unit",
     }
     assert props[0] == {
         "grid_id": "g-a",
@@ -144,20 +156,21 @@ def test_geojson_properties_are_the_estimates_and_intervals() -> None:
         "mean_ci95": [4.5, 7.75],
         "variance": 12.0,
         "variance_ci95": [3.0, 21.5],
+        "unit": UNIT,
     }
     assert props[1]["mean_ci95"] is None and props[1]["mean"] == 0.1 + 0.2
     assert props[2]["n_users"] == 40 and props[2]["variance"] == 1e-17
 
 
 def test_geojson_without_variance_has_null_variance() -> None:
-    out = formats.release_geojson(mean_only(make_release()))
+    out = formats.release_geojson(mean_only(make_release()), UNIT)
     for f in out["features"]:
         assert f["properties"]["variance"] is None and f["properties"]["variance_ci95"] is None
         assert f["properties"]["mean"] is not None
 
 
 def test_geojson_summary_names_the_release_and_never_user_detail() -> None:
-    out = formats.release_geojson(make_release())
+    out = formats.release_geojson(make_release(), UNIT)
     assert out["release"] == {
         "release_id": "3f2a9c",
         "epsilon": 0.5,
@@ -170,7 +183,7 @@ def test_geojson_summary_names_the_release_and_never_user_detail() -> None:
 
 
 def test_geojson_of_an_empty_release_is_an_empty_collection() -> None:
-    out = formats.release_geojson({**make_release(), "grids": []})
+    out = formats.release_geojson({**make_release(), "grids": []}, UNIT)
     assert out["features"] == [] and out["type"] == "FeatureCollection"
 
 
@@ -187,7 +200,7 @@ def test_an_old_stored_release_is_upgraded_from_what_it_kept() -> None:
     assert [g["n_users"] for g in grids] == [31, 12, None]
     assert {g["slot_start"] for g in grids} == {"2026-11-20T14:00:00+00:00"}
     assert [g["h3_resolution"] for g in grids] == [8, 8, 8]
-    props = formats.grid_properties(grids[0])
+    props = formats.grid_properties(grids[0], ("mean", "variance"), UNIT)
     assert (props["n_users"], props["h3_resolution"]) == (31, 8)
 
 
@@ -201,8 +214,8 @@ def read_csv(text: str) -> tuple[list[str], list[dict[str, str]]]:
 
 def test_csv_has_one_row_per_grid_with_the_documented_columns() -> None:
     release = make_release()
-    header, rows = read_csv(formats.release_csv(release))
-    assert header == list(formats.CSV_COLUMNS)
+    header, rows = read_csv(formats.release_csv(release, UNIT))
+    assert header == list(formats.columns(release))
     assert [r["grid_id"] for r in rows] == ["g-a", "g-b", "g-c"]
     assert [r["h3_cell"] for r in rows] == [CELL_A, CELL_B, CELL_C]
     assert rows[0]["slot_start"] == "2026-11-20T08:00:00-06:00"
@@ -221,8 +234,8 @@ def test_csv_has_one_row_per_grid_with_the_documented_columns() -> None:
 
 def test_csv_matches_the_geojson_properties() -> None:
     release = make_release()
-    _, rows = read_csv(formats.release_csv(release))
-    features = formats.release_geojson(release)["features"]
+    _, rows = read_csv(formats.release_csv(release, UNIT))
+    features = formats.release_geojson(release, UNIT)["features"]
     for row, f in zip(rows, features, strict=True):
         p = f["properties"]
         for stat in ("mean", "variance"):
@@ -233,14 +246,14 @@ def test_csv_matches_the_geojson_properties() -> None:
 
 
 def test_csv_without_variance_leaves_its_columns_empty() -> None:
-    _, rows = read_csv(formats.release_csv(mean_only(make_release())))
+    _, rows = read_csv(formats.release_csv(mean_only(make_release()), UNIT))
     assert all(r["variance"] == r["variance_ci95_lo"] == r["variance_ci95_hi"] == "" for r in rows)
     assert all(r["mean"] != "" for r in rows)
 
 
 def test_csv_of_an_empty_release_is_the_header_only() -> None:
-    text = formats.release_csv({**make_release(), "grids": []})
-    assert text == ",".join(formats.CSV_COLUMNS) + "\r\n"
+    text = formats.release_csv({**make_release(), "grids": []}, UNIT)
+    assert text == ",".join(formats.columns(make_release())) + "\r\n"
 
 
 # --- The dispatch, as GET /releases/{id} wires it ------------------------------------
@@ -254,7 +267,7 @@ def release_client() -> TestClient:
 
     @app.get("/releases/{release_id}", responses=formats.FORMAT_RESPONSES)
     def get_release(release_id: str, format: formats.ReleaseFormat = formats.ReleaseFormat.json):
-        return formats.release_response(stored[release_id], format)
+        return formats.release_response(stored[release_id], format, CONTEXT)
 
     return TestClient(app)
 
@@ -266,11 +279,11 @@ def test_dispatch_serves_json_geojson_and_csv(release_client: TestClient) -> Non
     assert as_json.json() == release
     geo = release_client.get("/releases/3f2a9c", params={"format": "geojson"})
     assert geo.status_code == 200 and geo.headers["content-type"] == "application/geo+json"
-    assert geo.json() == formats.release_geojson(release)
+    assert geo.json() == formats.release_geojson(release, UNIT)
     as_csv = release_client.get("/releases/3f2a9c", params={"format": "csv"})
     assert as_csv.headers["content-type"] == "text/csv; charset=utf-8"
     assert as_csv.headers["content-disposition"] == 'inline; filename="release-3f2a9c.csv"'
-    assert as_csv.text == formats.release_csv(release)
+    assert as_csv.text == formats.release_csv(release, UNIT)
     assert release_client.get("/releases/3f2a9c", params={"format": "kml"}).status_code == 422
 
 
@@ -284,14 +297,65 @@ def test_dispatch_declares_the_media_types_in_openapi(release_client: TestClient
     }
     (param,) = [p for p in op["parameters"] if p["name"] == "format"]
     assert param["schema"]["$ref"] == "#/components/schemas/ReleaseFormat"
-    assert spec["components"]["schemas"]["ReleaseFormat"]["enum"] == ["json", "geojson", "csv"]
+    assert spec["components"]["schemas"]["ReleaseFormat"]["enum"] == [
+        "json",
+        "geojson",
+        "csv",
+        "datapackage",
+    ]
 
 
 def test_dispatch_refuses_an_unknown_format() -> None:
     with pytest.raises(ValueError, match="kml"):
-        formats.release_response(make_release(), "kml")
+        formats.release_response(make_release(), "kml", CONTEXT)
 
 
 def test_csv_filename_keeps_only_safe_characters() -> None:
-    resp = formats.release_response({**make_release(), "release_id": 'a"b\r\n/../c'}, "csv")
+    bad_id = {**make_release(), "release_id": 'a"b\r\n/../c'}
+    resp = formats.release_response(bad_id, "csv", CONTEXT)
     assert resp.headers["content-disposition"] == 'inline; filename="release-abc.csv"'
+
+
+def test_user_mean_has_columns_only_when_released_and_every_row_its_unit() -> None:
+    release = make_release()
+    assert "user_mean" not in formats.columns(release)
+    with_user_mean = {**release, "statistics": ["mean", "user_mean"]}
+    for grid in with_user_mean["grids"]:
+        grid["user_mean"] = answer(5.5, [5.0, 6.0], grid["n_users"], "user_mean")
+    header, rows = read_csv(formats.release_csv(with_user_mean, UNIT))
+    assert header[-4:] == ["user_mean", "user_mean_ci95_lo", "user_mean_ci95_hi", "unit"]
+    assert [(r["user_mean"], r["user_mean_ci95_hi"], r["unit"]) for r in rows] == [
+        ("5.5", "6.0", UNIT)
+    ] * 3
+    props = formats.release_geojson(with_user_mean, UNIT)["features"][0]["properties"]
+    assert props["user_mean_ci95"] == [5.0, 6.0] and props["unit"] == UNIT
+    _, rows = read_csv(formats.release_csv(release, None))
+    assert {r["unit"] for r in rows} == {""}
+
+
+def test_the_data_package_describes_the_csv_and_the_privacy_terms() -> None:
+    release = {**make_release(), "mechanism": "auto", "statistics": ["mean", "variance"],
+               "slot_start": "2026-11-20T08:00:00-06:00", "coverage": {"records": 0.9,
+               "users": 0.8}, "profile": None}  # fmt: skip
+    package = formats.release_datapackage(release, CONTEXT)
+    (resource,) = package["resources"]
+    assert resource["path"] == "https://data.example.org/dpgate/releases/3f2a9c?format=csv"
+    fields = resource["schema"]["fields"]
+    assert [f["name"] for f in fields] == list(formats.columns(release))
+    units = {f["name"]: f.get("unit") for f in fields}
+    assert units["mean_ci95_lo"] == UNIT and units["variance"] == "(km/h)²"
+    assert units["n_users"] is None and all(f["description"] for f in fields)
+    assert {f["name"]: f["type"] for f in fields}["slot_start"] == "datetime"
+    terms = package["privacy"]
+    assert (terms["privacy_unit"], terms["max_user_cost"], terms["epsilon"]) == (
+        "user-day",
+        1.0,
+        0.5,
+    )
+    assert terms["ci95"]["level"] == 0.95 and terms["coverage"] == {"records": 0.9, "users": 0.8}
+    assert "user-hash-must-not-leak" not in json.dumps(package)
+    profile = {"from": "2026-11-02", "to": "2026-11-27", "days": "weekdays", "n_days": 20}
+    typical = formats.release_datapackage({**release, "profile": profile}, CONTEXT)
+    typical_fields = {f["name"]: f for f in typical["resources"][0]["schema"]["fields"]}
+    assert typical_fields["slot_start"]["type"] == "string"
+    assert typical["privacy"]["profile"] == profile

@@ -1,9 +1,14 @@
-// The few dpgate requests the map makes, with the key as a bearer token.
+// The few dpgate requests the map makes: with the key as a bearer token, or with none
+// for a public release.
 const PAGE = 1000;
-const GRID_PAGE = 10000;
 const MAX_RELEASES = 3000; // the chooser and the steps cover a dataset's newest releases
 
-export class ApiError extends Error {}
+export class ApiError extends Error {
+  constructor(message, status) {
+    super(message);
+    this.status = status;
+  }
+}
 
 async function errorText(resp) {
   try {
@@ -15,24 +20,19 @@ async function errorText(resp) {
 
 export class Api {
   constructor(key) {
-    this.key = key;
+    this.key = key || "";
   }
 
-  async request(path, { params, body } = {}) {
+  async request(path, params) {
     const query = params ? `?${new URLSearchParams(params)}` : "";
-    const init = { headers: { Authorization: `Bearer ${this.key}` }, cache: "no-store" };
-    if (body !== undefined) {
-      init.method = "POST";
-      init.headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
-    }
+    const headers = this.key ? { Authorization: `Bearer ${this.key}` } : {};
     let resp;
     try {
-      resp = await fetch(path + query, init);
+      resp = await fetch(path + query, { headers, cache: "no-cache" });
     } catch (err) {
-      throw new ApiError(`could not reach the server: ${err}`);
+      throw new ApiError(`could not reach the server: ${err}`, 0);
     }
-    if (!resp.ok) throw new ApiError(await errorText(resp));
+    if (!resp.ok) throw new ApiError(await errorText(resp), resp.status);
     return resp.json();
   }
 
@@ -40,47 +40,29 @@ export class Api {
     return this.request(`/releases/${encodeURIComponent(id)}`);
   }
 
-  dataset(id) {
-    return this.request(`/datasets/${encodeURIComponent(id)}`);
+  // The dataset's facts and whole public footprint (cells with their boundaries).
+  footprint(id) {
+    return this.request(`/releases/${encodeURIComponent(id)}/footprint`);
   }
 
-  // Every page of a listing (or the first `most` rows): `field` of each, following `next`.
-  async allPages(path, field, params = {}, limit = PAGE, most = Infinity) {
+  // One slot's occupied cells (users, records) at the release's resolution.
+  async occupancy(id, slotStart) {
+    const path = `/releases/${encodeURIComponent(id)}/occupancy`;
+    return (await this.request(path, { slot_start: slotStart })).grids;
+  }
+
+  // The dataset's releases: every one with a key, the public ones without.
+  async releases(datasetId) {
+    const [path, params] = this.key
+      ? [`/datasets/${encodeURIComponent(datasetId)}/releases`, {}]
+      : ["/public/releases", { dataset: datasetId }];
     const rows = [];
     let offset = 0;
-    while (offset !== null && offset !== undefined && rows.length < most) {
-      const page = await this.request(path, { params: { ...params, limit, offset } });
-      rows.push(...page[field]);
+    while (offset !== null && offset !== undefined && rows.length < MAX_RELEASES) {
+      const page = await this.request(path, { ...params, limit: PAGE, offset });
+      rows.push(...page.releases);
       offset = page.next;
     }
     return rows;
-  }
-
-  releases(datasetId) {
-    const path = `/datasets/${encodeURIComponent(datasetId)}/releases`;
-    return this.allPages(path, "releases", {}, PAGE, MAX_RELEASES);
-  }
-
-  // The slot's public occupancy (cells with their users and records) at the release's
-  // resolution and slot length; coarser ones are asked for only when they differ.
-  footprint(dataset, slotStart, h3Resolution, slotMinutes) {
-    const params = { slot_start: slotStart };
-    if (h3Resolution !== undefined && h3Resolution !== dataset.h3_resolution) {
-      params.h3_resolution = h3Resolution;
-    }
-    if (slotMinutes !== undefined && slotMinutes !== dataset.timeslot_minutes) {
-      params.slot_minutes = slotMinutes;
-    }
-    return this.allPages(`/datasets/${dataset.id}/grids`, "grids", params, GRID_PAGE);
-  }
-
-  // Boundaries ([lon, lat] rings) of H3 cells: geometry only, from POST /map/cells.
-  async boundaries(cells) {
-    const out = {};
-    for (let i = 0; i < cells.length; i += 20000) {
-      const page = await this.request("/map/cells", { body: { cells: cells.slice(i, i + 20000) } });
-      Object.assign(out, page.cells);
-    }
-    return out;
   }
 }

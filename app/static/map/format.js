@@ -1,5 +1,5 @@
-// Numbers and times as a person reads them: rounded, with units.
-export const KMH_PER_MS = 3.6;
+// Numbers and times as a person reads them: rounded, with the dataset's unit, and every
+// time in the dataset's own time zone (Intl, built into the browser: nothing is loaded).
 
 // Two significant digits below 10, three above: ε = 0.89, cost 7.1, 12.5, 140.
 export function roundForPeople(x) {
@@ -9,23 +9,16 @@ export function roundForPeople(x) {
   return String(Number(x.toPrecision(digits)));
 }
 
-export function metresPerSecond(x) {
-  return Number.isFinite(x) ? `${x.toFixed(1)} m/s` : "—";
+const withUnit = (text, unit) => (unit ? `${text} ${unit}` : text);
+
+// "7.1 km/h" (one decimal: a speed, a count per hour)
+export function value(x, unit) {
+  return Number.isFinite(x) ? withUnit(x.toFixed(1), unit) : "—";
 }
 
-export function kilometresPerHour(x) {
-  return Number.isFinite(x) ? `${(x * KMH_PER_MS).toFixed(0)} km/h` : "—";
-}
-
-// "7.1 m/s (26 km/h)"
-export function speed(x) {
-  return Number.isFinite(x) ? `${metresPerSecond(x)} (${kilometresPerHour(x)})` : "—";
-}
-
-// "5.2–9.0 m/s (19–32 km/h)"
-export function speedInterval([lo, hi]) {
-  const kmh = (v) => (v * KMH_PER_MS).toFixed(0);
-  return `${lo.toFixed(1)}–${hi.toFixed(1)} m/s (${kmh(lo)}–${kmh(hi)} km/h)`;
+// "5.2–9.0 km/h"
+export function interval([lo, hi], unit) {
+  return withUnit(`${lo.toFixed(1)}–${hi.toFixed(1)}`, unit);
 }
 
 export function percent(share) {
@@ -38,33 +31,46 @@ export function plural(n, one, many = `${one}s`) {
   return `${n} ${n === 1 ? one : many}`;
 }
 
-// A slot start as the API writes it ("2024-03-05T08:00:00+01:00", local time with its
-// offset) read without the browser's own time zone: {date, time, offset}.
-export function localParts(iso) {
-  const m = /^(\d{4}-\d{2}-\d{2})T(\d{2}:\d{2})(?::\d{2}(?:\.\d+)?)?(Z|[+-]\d{2}:\d{2})?$/.exec(iso ?? "");
-  if (!m) return { date: iso ?? "", time: "", offset: "" };
-  return { date: m[1], time: m[2], offset: m[3] === "Z" ? "+00:00" : m[3] ?? "" };
+export const instant = (iso) => Date.parse(iso);
+
+// An instant (ms) in `timeZone`: {weekday, date, time, offset}, e.g. Tue, 2024-03-05,
+// 08:00, UTC−06:00 (the offset of that instant: DST days change it).
+export function localParts(ms, timeZone) {
+  const parts = Object.fromEntries(new Intl.DateTimeFormat("en-GB", {
+    timeZone, weekday: "short", year: "numeric", month: "2-digit", day: "2-digit",
+    hour: "2-digit", minute: "2-digit", hourCycle: "h23", timeZoneName: "longOffset",
+  }).formatToParts(new Date(ms)).map((p) => [p.type, p.value]));
+  const offset = parts.timeZoneName === "GMT" ? "UTC+00:00" : parts.timeZoneName.replace("GMT", "UTC").replace("-", "−");
+  return {
+    weekday: parts.weekday,
+    date: `${parts.year}-${parts.month}-${parts.day}`,
+    time: `${parts.hour}:${parts.minute}`,
+    offset,
+  };
 }
 
-function addMinutes(time, minutes) {
-  const [h, m] = time.split(":").map(Number);
-  const total = (h * 60 + m + minutes) % 1440;
-  return `${String(Math.floor(total / 60)).padStart(2, "0")}:${String(total % 60).padStart(2, "0")}`;
+const DAYS = { all: "day", weekdays: "weekday", weekends: "weekend day" };
+const WEEKDAYS = ["Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun"];
+
+// "typical weekday 08:00, 20 days" (a profile: one typical day over many dates)
+export function profileLabel(profile, timeOfDay) {
+  const days = Array.isArray(profile.days)
+    ? profile.days.map((d) => WEEKDAYS[d - 1]).join("/")
+    : DAYS[profile.days] ?? "day";
+  const over = profile.n_days ? `, ${plural(profile.n_days, "day")}` : "";
+  return `typical ${days} ${String(timeOfDay).slice(0, 5)}${over}`;
 }
 
-// "Tue 2024-03-05, 08:00–09:00 (UTC+01:00)"
-export function slotLabel(iso, minutes) {
-  const { date, time, offset } = localParts(iso);
-  if (!time) return date;
-  const weekday = new Date(`${date}T12:00:00Z`).toLocaleDateString("en-GB", {
-    weekday: "short", timeZone: "UTC",
-  });
-  const end = Number.isFinite(minutes) ? `–${addMinutes(time, minutes)}` : "";
-  return `${weekday} ${date}, ${time}${end}${offset ? ` (UTC${offset})` : ""}`;
+// "Tue 2024-03-05, 08:00–09:00 (UTC−06:00)" for the slot starting at `ms`
+export function slotLabel(ms, minutes, timeZone) {
+  const start = localParts(ms, timeZone);
+  const end = localParts(ms + minutes * 60000, timeZone);
+  return `${start.weekday} ${start.date}, ${start.time}–${end.time} (${start.offset})`;
 }
 
-// "08:00" (or "03-05 08:00" when the date differs from `sameDay`'s)
-export function shortSlot(iso, sameDay) {
-  const { date, time } = localParts(iso);
-  return date === localParts(sameDay).date ? time : `${date.slice(5)} ${time}`;
+// "08:00" (or "03-05 08:00" when the date differs from `sameDayMs`'s)
+export function shortSlot(ms, sameDayMs, timeZone) {
+  const here = localParts(ms, timeZone);
+  return here.date === localParts(sameDayMs, timeZone).date ? here.time
+    : `${here.date.slice(5)} ${here.time}`;
 }

@@ -1,7 +1,7 @@
-// Colours and the legend: a fixed scale over the value range, in m/s and km/h, and the
+// Colours and the legend: a scale fitted to the values (or over 0–U), in the dataset's unit, and the
 // swatches that say how sure each value is and where too few buses were.
 import { svgElement } from "./geo.js";
-import { KMH_PER_MS, roundForPeople } from "./format.js";
+import { roundForPeople } from "./format.js";
 
 // Viridis at ten evenly spaced points (perceptually uniform, colour-blind safe).
 const VIRIDIS = [
@@ -67,22 +67,34 @@ function swatch(y, fill, overlay) {
 
 function halo(y) {
   return [svgElement("rect", {
-    x: 14, y: y + 2, width: 14, height: 8, fill: "#ececec", stroke: "#d8d8d8",
-    "stroke-width": 4, "stroke-linejoin": "round",
+    x: 14, y: y + 2, width: 14, height: 8, fill: "#e4e4e4", stroke: "#d0d0d0",
+    "stroke-width": 2, "stroke-linejoin": "round",
   })];
 }
 
-// The legend for a colour scale [lo, hi] (m/s); `U` is the dataset's value bound.
-export function drawLegend(legend, [lo, hi], U, fixed) {
+// Round ends around [lo, hi] (the released values), so the colours use the whole ramp.
+export function fittedRange(values) {
+  if (!values.length) return null;
+  const lo = Math.min(...values), hi = Math.max(...values);
+  if (!(hi > lo)) return [Math.max(0, lo - 1), hi + 1];
+  const ticks = niceTicks(lo, hi);
+  const step = ticks.length > 1 ? ticks[1] - ticks[0] : hi - lo;
+  return [Math.max(0, Math.floor(lo / step) * step), Math.ceil(hi / step) * step];
+}
+
+// The legend of the colour scale [lo, hi] in `unit`: fitted to the values drawn, or the
+// dataset's whole range 0–U (`fixed`), as its title says.
+export function drawLegend(legend, [lo, hi], U, fixed, unit, what) {
   legend.replaceChildren();
   legend.setAttribute("viewBox", "0 0 370 176");
-  const w = 290, x0 = 12;
+  const w = 300, x0 = 12, u = unit ? ` ${unit}` : "";
   const grad = svgElement("linearGradient", { id: "mean-scale", x1: 0, x2: 1, y1: 0, y2: 0 });
   VIRIDIS.forEach((c, i) =>
     grad.append(svgElement("stop", { offset: i / (VIRIDIS.length - 1), "stop-color": c })));
   legend.append(svgElement("defs"), text(x0, 12, fixed
-    ? `Mean speed (scale fixed: 0 to ${roundForPeople(U)} m/s, the dataset's range)`
-    : "Mean speed (scale stretched to this release's values)", { class: "title" }));
+    ? `${what}${u ? ` (${unit})` : ""}: colours over 0–${roundForPeople(U)}${u}, the whole range`
+    : `${what}${u ? ` (${unit})` : ""}: colours fitted to ${roundForPeople(lo)}–${roundForPeople(hi)}${u}`,
+  { class: "title" }));
   legend.firstChild.append(grad);
   legend.append(svgElement("rect", {
     x: x0, y: 18, width: w, height: 14, fill: "url(#mean-scale)", stroke: "#999",
@@ -92,25 +104,22 @@ export function drawLegend(legend, [lo, hi], U, fixed) {
     legend.append(
       svgElement("line", { x1: x, x2: x, y1: 32, y2: 36, stroke: "#555" }),
       text(x, 47, roundForPeople(v), { "text-anchor": "middle", class: "tick" }),
-      text(x, 60, (v * KMH_PER_MS).toFixed(0), { "text-anchor": "middle", class: "tick kmh" }),
     );
   }
-  legend.append(text(x0 + w + 20, 47, "m/s", { class: "unit" }),
-    text(x0 + w + 20, 60, "km/h", { class: "unit kmh" }));
   const mid = colour((lo + hi) / 2, [lo, hi]);
   const washed = colour((lo + hi) / 2, [lo, hi], true);
   const rows = [
     [swatch, mid, "95% interval narrow: the colour can be trusted"],
     [swatch, washed,
-      `washed out: interval wider than ${roundForPeople(WIDE_SHARE * U)} m/s (20% of the range)`],
+      `washed out: interval wider than ${roundForPeople(WIDE_SHARE * U)}${u} (20% of the range)`],
     [swatch, washed, "hatched: no honest interval (hover for why)", "url(#hatch-none)"],
-    [swatch, "url(#too-few)", "too few buses: not released"],
-    [halo, null, "grey halo: where buses ran in this slot (public footprint)"],
+    [swatch, "url(#too-few)", "occupied in this slot, too few users: not released"],
+    [halo, null, "grey: every cell ever occupied (the dataset's footprint)"],
   ];
   rows.forEach(([draw, fill, label, overlay], i) => {
-    const y = 72 + 18 * i;
+    const y = 62 + 18 * i;
     legend.append(...draw(y, fill, overlay), text(x0 + 26, y + 10, label));
   });
-  legend.append(text(x0, 172, "Numbers: mean speed in m/s (≈ when uncertain); hover for more.",
+  legend.append(text(x0, 164, `Numbers: the value${u} (≈ when uncertain); hover or tap for more.`,
     { class: "hint" }));
 }

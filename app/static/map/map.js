@@ -1,13 +1,16 @@
-// dpgate release map: asks dpgate (with the key as a bearer token) for a stored release,
-// its dataset, the dataset's releases and the slot's public occupancy, and draws them as
-// SVG. No library and, unless a tile server is configured, nothing from anywhere else.
+// dpgate release map: asks dpgate for a stored release (with a key, or without one when
+// it is public), its dataset's footprint and each slot's occupancy, and draws them as SVG
+// in the dataset's local time. No library and, unless a tile server is configured,
+// nothing from anywhere else.
 import { Api, ApiError } from "./api.js";
-import { drawLegend } from "./legend.js";
-import { coverageText, drawSlot } from "./layers.js";
-import { plural, roundForPeople, shortSlot, slotLabel } from "./format.js";
+import { drawLegend, fittedRange } from "./legend.js";
+import { coverageText, drawSlot, statName } from "./layers.js";
+import {
+  instant, plural, profileLabel, roundForPeople, shortSlot, slotLabel,
+} from "./format.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { api: null, dataset: null, releases: [], steps: [], view: null };
+const state = { api: null, context: null, releases: [], steps: [], view: null };
 
 function setState(name, message) {
   document.body.dataset.state = name;
@@ -22,59 +25,68 @@ const hover = {
     const box = event.target.getBoundingClientRect();
     const x = event.clientX ?? box.right;
     const y = event.clientY ?? box.top;
-    tip.style.left = `${Math.min(x + 14, window.innerWidth - tip.offsetWidth - 8)}px`;
-    tip.style.top = `${Math.min(y + 14, window.innerHeight - tip.offsetHeight - 8)}px`;
+    tip.style.left = `${Math.max(4, Math.min(x + 14, window.innerWidth - tip.offsetWidth - 8))}px`;
+    tip.style.top = `${Math.max(4, Math.min(y + 14, window.innerHeight - tip.offsetHeight - 8))}px`;
   },
   hide() {
     $("tooltip").hidden = true;
   },
 };
 
-const instant = (iso) => Date.parse(iso);
+const minutesOf = (r, dataset) => r.slot_minutes ?? dataset.timeslot_minutes;
 
-// The starts of a release's slots (one unless it says otherwise).
-function slotStarts(slotStart, slots, minutes) {
-  const first = instant(slotStart);
-  return Array.from({ length: Math.max(slots ?? 1, 1) }, (_, k) =>
-    k === 0 ? slotStart : new Date(first + k * (minutes ?? 60) * 60000).toISOString());
+// The instants (ms) of a release's slots; none for a profile (a typical day).
+function slotsOf(r, dataset) {
+  const first = instant(r.slot_start);
+  if (r.profile || !Number.isFinite(first)) return [];
+  return Array.from({ length: Math.max(r.slots ?? 1, 1) },
+    (_, k) => first + k * minutesOf(r, dataset) * 60000);
 }
 
 // Every slot with a release, in time order; a slot released twice shows the newest.
-function stepsOf(releases) {
+function stepsOf(releases, dataset) {
   const bySlot = new Map();
   for (const r of releases) { // newest first
-    for (const slot of slotStarts(r.slot_start, r.slots, r.slot_minutes)) {
-      if (!bySlot.has(instant(slot))) bySlot.set(instant(slot), { release: r.release_id, slot });
+    for (const ms of slotsOf(r, dataset)) {
+      if (!bySlot.has(ms)) bySlot.set(ms, { release: r.release_id, ms });
     }
   }
-  return [...bySlot.entries()].sort((a, b) => a[0] - b[0]).map(([, step]) => step);
+  return [...bySlot.values()].sort((a, b) => a.ms - b.ms);
 }
 
-function releaseLabel(r) {
+function whenOf(r, dataset) {
+  if (r.profile) return profileLabel(r.profile, r.slot_start);
+  const ms = instant(r.slot_start);
+  return Number.isFinite(ms) ? slotLabel(ms, minutesOf(r, dataset), dataset.timezone) : r.slot_start;
+}
+
+function releaseLabel(r, dataset) {
   const extra = [r.partition !== "fixed" ? r.partition : "", r.slots > 1 ? `${r.slots} slots` : ""]
     .filter(Boolean).map((s) => ` · ${s}`).join("");
-  return `${slotLabel(r.slot_start, r.slot_minutes)} · ε ${roundForPeople(r.epsilon)} · ` +
-    `${plural(r.n_grids, "cell")}${extra}`;
+  return `${whenOf(r, dataset)} · ε ${roundForPeople(r.epsilon)} · ${plural(r.n_grids, "cell")}${extra}`;
 }
 
-function fillChooser(current) {
+function fillChooser(current, dataset) {
   const select = $("releases");
-  const sorted = [...state.releases].sort((a, b) => instant(a.slot_start) - instant(b.slot_start));
+  const order = (r) => (Number.isFinite(instant(r.slot_start)) ? instant(r.slot_start) : Infinity);
+  const sorted = [...state.releases].sort((a, b) => order(a) - order(b));
+  if (!sorted.some((r) => r.release_id === current.release_id)) sorted.push(current);
   select.replaceChildren(...sorted.map((r) => {
-    const option = new Option(releaseLabel(r), r.release_id, false, r.release_id === current);
-    option.title = `release ${r.release_id}, made ${r.created_at}`;
+    const option = new Option(releaseLabel(r, dataset), r.release_id, false, r.release_id === current.release_id);
+    option.title = `release ${r.release_id}${r.created_at ? `, made ${r.created_at}` : ""}`;
     return option;
   }));
 }
 
-function fillSteps(slot) {
-  const i = state.steps.findIndex((s) => instant(s.slot) === instant(slot));
+function fillSteps(ms, tz) {
+  const i = state.steps.findIndex((s) => s.ms === ms);
   for (const [id, step, arrow] of [["prev-slot", state.steps[i - 1], "◀"], ["next-slot", state.steps[i + 1], "▶"]]) {
     const button = $(id);
+    const label = step ? shortSlot(step.ms, ms, tz) : "";
     button.disabled = i < 0 || !step;
-    button.textContent = step ? (arrow === "◀" ? `◀ ${shortSlot(step.slot, slot)}` : `${shortSlot(step.slot, slot)} ▶`) : arrow;
+    button.textContent = step ? (arrow === "◀" ? `◀ ${label}` : `${label} ▶`) : arrow;
     button.dataset.release = step ? step.release : "";
-    button.dataset.slot = step ? step.slot : "";
+    button.dataset.slot = step ? String(step.ms) : "";
   }
 }
 
@@ -89,71 +101,95 @@ function fact(term, value) {
 function render() {
   const v = state.view;
   const r = v.release;
-  const means = v.grids.map((g) => g.mean?.estimate).filter(Number.isFinite);
-  const stretch = $("stretch").checked && means.length > 1;
-  v.range = stretch ? [Math.min(...means), Math.max(...means)] : [0, v.U];
+  const dataset = state.context.dataset;
+  const values = r.grids.map((g) => g[v.stat]?.estimate).filter(Number.isFinite);
+  const fixed = $("fixed-scale").checked || !values.length;
+  v.range = fixed ? [0, v.U] : fittedRange(values);
+  $("figure").hidden = false;
   const drawn = drawSlot($("map"), v, hover);
-  drawLegend($("legend"), v.range, v.U, !stretch);
+  drawLegend($("legend"), v.range, v.U, fixed, v.unit, statName(v.stat));
   Object.assign(document.body.dataset, {
-    grids: drawn.cells, footprint: drawn.footprint, skipped: drawn.skipped,
+    grids: drawn.cells, footprint: drawn.footprint, skipped: drawn.skipped, labels: drawn.labels,
   });
-  const minutes = r.slot_minutes ?? state.dataset.timeslot_minutes;
+  const unitName = dataset.privacy_unit;
   $("facts").replaceChildren(
-    ...fact("Dataset", `${state.dataset.name} (#${state.dataset.id})`),
-    ...fact("Slot", slotLabel(v.slot, minutes) + (r.slots > 1 ? ` (one of ${r.slots})` : "")),
-    ...fact("Released", `${plural(drawn.cells, "cell")}; ` + (drawn.skipped
-      ? `${drawn.skipped} more had too few buses (under ${r.min_users ?? "min_users"} users)`
-      : "every occupied cell had enough buses")),
+    ...fact("Dataset", dataset.name),
+    ...fact(r.profile ? "Typical day" : "Slot", v.slotText + (r.slots > 1 ? ` (one of ${r.slots})` : "")),
+    ...fact("Released", `${plural(drawn.cells, "cell")}` + (drawn.skipped
+      ? `; ${drawn.skipped} more had too few users (under ${r.min_users ?? "min_users"})` : "")),
     ...fact("Privacy", `ε = ${roundForPeople(r.epsilon)} per cell, ` +
-      `cost per user at most ${roundForPeople(r.max_user_cost)}`),
+      `cost per ${unitName} at most ${roundForPeople(r.max_user_cost)}`),
     ...fact("Coverage", coverageText(r, drawn)),
   );
   $("facts").hidden = false;
-  $("figure").hidden = false;
-  setState("drawn", `Release ${r.release_id}: ${plural(drawn.cells, "cell")} drawn, ` +
-    `${drawn.skipped} with too few buses.`);
+  const share = $("share");
+  share.hidden = !state.context.public;
+  $("public-link").value = `${location.origin}/map#release=${encodeURIComponent(r.release_id)}`;
+  setState("drawn", `${v.slotText}: ${plural(drawn.cells, "cell")} drawn` +
+    (drawn.skipped ? `, ${drawn.skipped} with too few users.` : "."));
 }
 
-async function openRelease(releaseId, key, slot) {
+// The slot to open: the one asked for, else the first with released cells.
+function openingSlot(release, slots, asked) {
+  if (asked !== undefined && slots.includes(asked)) return asked;
+  const withCells = new Set(release.grids.map((g) => instant(g.slot_start ?? release.slot_start)));
+  return slots.find((ms) => withCells.has(ms)) ?? slots[0];
+}
+
+async function openRelease(releaseId, key, askedSlot) {
   setState("loading", `Loading release ${releaseId}…`);
   hover.hide();
   try {
-    const api = state.api?.key === key ? state.api : new Api(key);
+    const api = state.api?.key === (key || "") ? state.api : new Api(key);
     const release = await api.release(releaseId);
-    if (api !== state.api || state.dataset?.id !== release.dataset_id ||
-        !state.releases.some((r) => r.release_id === releaseId)) {
-      [state.dataset, state.releases] = await Promise.all(
-        [api.dataset(release.dataset_id), api.releases(release.dataset_id)]);
-      state.steps = stepsOf(state.releases);
+    if (api !== state.api || state.context?.releaseId !== releaseId) {
+      const context = await api.footprint(releaseId);
+      const sameDataset = state.context?.dataset.id === context.dataset.id && api === state.api;
+      state.context = { ...context, releaseId };
+      if (!sameDataset || !state.releases.some((r) => r.release_id === releaseId)) {
+        state.releases = await api.releases(context.dataset.id).catch(() => []);
+        state.steps = stepsOf(state.releases, context.dataset);
+      }
     }
     state.api = api;
-    const minutes = release.slot_minutes ?? state.dataset.timeslot_minutes;
-    const slots = slotStarts(release.slot_start, release.slots, minutes);
-    const at = slots.find((s) => instant(s) === instant(slot ?? "")) ?? slots[0];
-    const grids = release.grids.filter((g) => instant(g.slot_start ?? release.slot_start) === instant(at));
-    const footprint = await api.footprint(state.dataset, at, release.h3_resolution, release.slot_minutes);
-    const cells = [...new Set([...footprint.map((f) => f.h3_cell), ...grids.map((g) => g.h3_cell)])];
-    const boundaries = await api.boundaries(cells);
+    const dataset = state.context.dataset;
+    const slots = slotsOf(release, dataset);
+    const at = release.profile ? undefined : openingSlot(release, slots, askedSlot);
+    const grids = at === undefined ? release.grids
+      : release.grids.filter((g) => instant(g.slot_start ?? release.slot_start) === at);
+    const occupancy = at === undefined ? []
+      : await api.occupancy(releaseId, new Date(at).toISOString());
+    const stats = ["mean", "user_mean", "variance"];
     state.view = {
-      release, grids, footprint, boundaries, slot: at,
-      U: state.dataset.value_bound, minUsers: release.min_users,
+      release, grids, occupancy, slot: at,
+      footprint: state.context.footprint, rings: state.context.rings,
+      U: dataset.value_bound, unit: dataset.value_unit, minUsers: release.min_users,
+      stat: stats.find((s) => release.grids.some((g) => g[s])) ?? "mean",
+      slotText: at === undefined ? whenOf(release, dataset)
+        : slotLabel(at, minutesOf(release, dataset), dataset.timezone),
       tileUrl: document.querySelector('meta[name="dpgate-tile-url"]')?.content,
     };
   } catch (err) {
     if (!(err instanceof ApiError)) throw err;
+    if (err.status === 401 && !key) {
+      setState("needs-key", `Release ${releaseId} is not public: enter an API key to draw it.`);
+      $("release").value = releaseId;
+      $("key").focus();
+      return;
+    }
     setState("error", `The release could not be loaded: ${err.message}`);
     return;
   }
   $("release").value = releaseId;
   history.replaceState(null, "", `#release=${encodeURIComponent(releaseId)}`);
-  fillChooser(releaseId);
-  fillSteps(state.view.slot);
+  fillChooser(state.view.release, state.context.dataset);
+  fillSteps(state.view.slot, state.context.dataset.timezone);
   $("browse").hidden = false;
   render();
 }
 
-// `#release=<id>&key=<key>`: draw straight away, then drop the key from the address bar
-// (and so from the history) while keeping the release id.
+// `#release=<id>&key=<key>`: draw straight away (without a key when the release is
+// public), then drop the key from the address bar (and so from the history).
 function openFromFragment() {
   const params = new URLSearchParams(window.location.hash.slice(1));
   const releaseId = params.get("release");
@@ -161,7 +197,19 @@ function openFromFragment() {
   if (releaseId) $("release").value = releaseId;
   if (key) $("key").value = key;
   if (key) history.replaceState(null, "", `#release=${encodeURIComponent(releaseId ?? "")}`);
-  if (releaseId && $("key").value) openRelease(releaseId, $("key").value);
+  if (releaseId) openRelease(releaseId, $("key").value.trim());
+}
+
+async function copyLink() {
+  const input = $("public-link");
+  try {
+    await navigator.clipboard.writeText(input.value);
+  } catch (_) { // no clipboard here (a plain-HTTP page): select it for the reader to copy
+    input.select();
+    document.execCommand?.("copy");
+  }
+  $("copy-link").textContent = "Copied";
+  setTimeout(() => { $("copy-link").textContent = "Copy"; }, 1500);
 }
 
 document.addEventListener("DOMContentLoaded", () => {
@@ -169,14 +217,15 @@ document.addEventListener("DOMContentLoaded", () => {
     event.preventDefault();
     openRelease($("release").value.trim(), $("key").value.trim());
   });
-  $("releases").addEventListener("change", (e) => openRelease(e.target.value, state.api.key));
+  $("releases").addEventListener("change", (e) => openRelease(e.target.value, state.api?.key));
   for (const id of ["prev-slot", "next-slot"]) {
     $(id).addEventListener("click", (e) => {
       const { release, slot } = e.currentTarget.dataset;
-      if (release) openRelease(release, state.api.key, slot);
+      if (release) openRelease(release, state.api?.key, Number(slot));
     });
   }
-  $("stretch").addEventListener("change", () => state.view && render());
+  $("fixed-scale").addEventListener("change", () => state.view && render());
+  $("copy-link").addEventListener("click", copyLink);
   window.addEventListener("hashchange", openFromFragment);
   openFromFragment();
 });
