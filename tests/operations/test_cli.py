@@ -43,7 +43,10 @@ def test_every_command_and_option_has_help() -> None:
     ("argv", "shown"),
     [
         (["serve"], ["(default: 8000)", "(default: 1)", "(default: info)", "DPGATE_HOST"]),
-        (["keys", "create"], ["--epsilon-quota", "(default: no quota)", "--role {admin,analyst}"]),
+        (
+            ["keys", "create"],
+            ["--epsilon-quota", "(default: no quota)", "--role {admin,analyst,viewer}"],
+        ),
         (["budget", "reset"], ["--reason", "(default: http://127.0.0.1:8000)", "DPGATE_API_KEY"]),
         (["demo"], ["(default: 8000)", "--data"]),
     ],
