@@ -83,7 +83,6 @@ def _gtfs_rt(args: argparse.Namespace) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        poller.close()
         engine.dispose()
     log.info(
         "stopped after %d poll(s): %d records added, %d already stored, %d rejected, "
@@ -111,8 +110,9 @@ def add_ingest(sub: argparse._SubParsersAction) -> None:
         "would: vehicle id = user, position.speed = value (m/s), vehicle.timestamp (else "
         "the header's) = time. A position already stored (same vehicle, same timestamp) "
         "is a duplicate, not a new record. A feed that is down or sends garbage is "
-        "logged and polled again; SIGINT or SIGTERM stops after the poll under way "
-        "(committed, or rolled back), exit 0. One log line per poll. Exit 1 when the "
+        "logged and polled again; --timeout bounds each whole fetch (connect, headers and "
+        "body). SIGINT or SIGTERM stops after the poll under way (committed, or rolled "
+        "back; its fetch gets at most 1 s more), exit 0. One log line per poll. Exit 1 when the "
         "only poll (no --every) failed, 2 when the dataset does not exist or refuses "
         "the value filters asked for.",
         formatter_class=DefaultsHelp,
@@ -132,7 +132,10 @@ def add_ingest(sub: argparse._SubParsersAction) -> None:
         help="with --every, stop after this many polls (default: until stopped)",
     )
     gtfs.add_argument(
-        "--timeout", type=_positive, default=30.0, help="seconds to wait for the feed"
+        "--timeout",
+        type=_positive,
+        default=30.0,
+        help="seconds one fetch of the feed may take in all (connect, headers and body)",
     )
     gtfs.add_argument(
         "--drop-zero",

@@ -135,9 +135,15 @@ def test_json_numbers_with_underscores_are_refused(pg_client: TestClient) -> Non
         assert "occupancy.1.2" in message and "integer" in message, message
     assert pg_client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
     assert len(pg_client.get("/datasets").json()) == 1
-    # an underscore in a text field is just text; a number written as a string still reads
+    # an underscore in a text field is just text; a number written as a string is refused
     made = pg_client.post(
         "/datasets", json={"name": "a_b", "value_bound": "10", "budget_per_user": 1}
+    )
+    assert "value_bound: must be a JSON number without quotes" in error(
+        made, 400, "invalid_request"
+    )
+    made = pg_client.post(
+        "/datasets", json={"name": "a_b", "value_bound": 10, "budget_per_user": 1}
     )
     assert made.status_code == 201, made.text
 
