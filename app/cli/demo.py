@@ -25,6 +25,7 @@ import shlex
 import socket
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -310,5 +311,6 @@ def run_demo(*, host: str, port: int, data: str | None) -> int:
             log_level="warning",
             access_log=False,
         )
-        uvicorn.Server(config).run(sockets=[listener])
+        with suppress(KeyboardInterrupt):  # re-raised after a graceful stop, as `serve`
+            uvicorn.Server(config).run(sockets=[listener])
     return 0

@@ -221,7 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         "spatio-temporal IoT data, with a privacy-budget ledger. Commands that talk to a "
         "server (budget, publish) take --url and --key, or DPGATE_URL and DPGATE_KEY; the "
         "others use the database of DPGATE_DATABASE_URL.",
-        epilog=EXIT_CODES + "; 130 or 143 stopped by SIGINT or SIGTERM.",
+        epilog=EXIT_CODES + "; 130 or 143 stopped by SIGINT or SIGTERM (a server, which "
+        "stops gracefully, 0).",
         formatter_class=_OneLineCommands,
     )
     parser.add_argument(
@@ -244,8 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-class Stopped(BaseException):
-    """SIGTERM, raised where the command is (as SIGINT raises ``KeyboardInterrupt``)."""
+class Stopped(KeyboardInterrupt):
+    """SIGTERM, raised where the command is, as SIGINT raises ``KeyboardInterrupt`` (a
+    server, which stops gracefully on either, then exits 0)."""
 
 
 def _terminate(signum: int, _frame: object) -> None:
@@ -257,10 +259,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = build_parser().parse_args(argv)
         return _run(args)
-    except KeyboardInterrupt:  # SIGINT (Ctrl-C): the command stops, quietly
-        return 128 + signal.SIGINT
     except Stopped:
         return 128 + signal.SIGTERM
+    except KeyboardInterrupt:  # SIGINT (Ctrl-C): the command stops, quietly
+        return 128 + signal.SIGINT
     finally:
         signal.signal(signal.SIGTERM, previous)
 
