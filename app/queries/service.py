@@ -247,6 +247,7 @@ class ReleaseStep:
             ctx.epoch,
             privacy_unit=ctx.privacy_unit,
             unit=ctx.value_unit,
+            where=ctx.where(),
         )
         record = AnswerRecord(
             public_id=answer["query_id"],
