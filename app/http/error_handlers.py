@@ -98,7 +98,7 @@ def _not_found_message(request: Request) -> str:
         bare = {**request.scope, "path": path.rstrip("/") or "/"}
         if any(r.matches(bare)[0] != Match.NONE for r in request.app.router.routes):
             return f"no such route; paths have no trailing slash: {bare['path'][:200]}"
-    return "no such route"
+    return "no such route: /docs lists every path of this API"
 
 
 #: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,

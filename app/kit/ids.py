@@ -39,7 +39,10 @@ def parse_path_id(text: str | int, what: str = "resource") -> int:
     elif isinstance(text, str) and _CANONICAL.fullmatch(text):
         value = int(text)
     else:
-        raise NotFound(f"no {what} {str(text)[:40]!r}")
+        raise NotFound(
+            f"no {what} {str(text)[:40]!r}: ids are ASCII digits without sign, spaces or "
+            "leading zeros (e.g. 7)"
+        )
     if not 1 <= value <= MAX_ID:
         raise NotFound(f"no {what} {value}")
     return value

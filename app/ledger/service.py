@@ -295,9 +295,7 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
 
     Keys without a quota are not touched: the ledger entries record every key's spend.
     """
-    if key.has_quota and not LedgerRepository(session).spend_quota(
-        key.id, budget.charged(epsilon)
-    ):
+    if key.has_quota and not LedgerRepository(session).spend_quota(key.id, budget.charged(epsilon)):
         raise _quota_refusal(session, key)
 
 

@@ -278,7 +278,9 @@ def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
         raise NotFound("no such release")
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
-        raise NotFound(f"no release {release_id[:40]!r}")
+        raise NotFound(
+            f"no release {release_id[:40]!r}: GET /datasets/{{dataset_id}}/releases lists them"
+        )
     return stored, get_dataset(session, stored.dataset_id)
 
 

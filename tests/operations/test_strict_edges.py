@@ -161,3 +161,14 @@ def test_epsilon_below_the_declared_minimum_is_refused(pg_client: TestClient, lo
         message = error(pg_client.get(f"/grids/{grid}/mean", params={"epsilon": value}))
         assert "at least 0.000001" in message and "sent" in message
     assert pg_client.get(f"/grids/{grid}/mean", params={"epsilon": "1e-6"}).status_code == 200
+
+
+def test_not_found_says_where_ids_come_from(pg_client: TestClient, loaded: int) -> None:
+    assert "GET /datasets/{dataset_id}/grids" in error(
+        pg_client.get("/grids/nope/mean", params={"epsilon": 1}), 404, "not_found"
+    )
+    assert "GET /datasets lists" in error(pg_client.get("/datasets/999"), 404, "not_found")
+    assert "e.g. 7" in error(pg_client.get("/datasets/07"), 404, "not_found")
+    assert "releases lists them" in error(pg_client.get("/releases/nope"), 404, "not_found")
+    message = error(pg_client.get("/keys/me", headers=auth("dpg_nobody")), 401, "unauthenticated")
+    assert "dpgate keys create" in message
