@@ -31,30 +31,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-class ThreadedServer:
-    """uvicorn serving ``app`` on a free loopback port from a background thread."""
-
-    def __init__(self, app: FastAPI) -> None:
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> ThreadedServer:
-        self.thread.start()
-        deadline = time.monotonic() + 30
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the test server did not start")
-            time.sleep(0.05)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(timeout=30)
-
-
 @dataclass
 class LiveServer:
     url: str
