@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 from sqlalchemy.orm import Session
@@ -106,6 +106,19 @@ class ReleaseReader(KeyAuth):
 ReaderOrPublic = Annotated[ReleaseAccess, Depends(ReleaseReader())]
 
 
+def _release_id(
+    release_id: Annotated[
+        str, Path(description="A `release_id` (`GET /datasets/{dataset_id}/releases`).")
+    ],
+) -> str:
+    return release_id
+
+
+#: Declares ``{release_id}`` in the document for the routes that read it through
+#: :class:`ReleaseReader` (``dependencies=[RELEASE_ID]``), so /docs' Try it out can fill it.
+RELEASE_ID = Depends(_release_id)
+
+
 def base_url(request: Request) -> str:
     """The server's address as this request reached it (for URLs inside a body)."""
     return str(request.base_url).rstrip("/")
@@ -181,6 +194,7 @@ def _render(
 
 @router.get(
     "/releases/{release_id}",
+    dependencies=[RELEASE_ID],
     response_model=ReleaseBody,
     responses={**FORMAT_RESPONSES, **responses(Unauthenticated, Forbidden, NotFound)},
     summary="A stored release: JSON, GeoJSON, CSV or a Data Package (public: without a key)",

@@ -27,7 +27,7 @@ from app.datasets.service import dataset_out, get_dataset, list_grids, parse_slo
 from app.http.query_params import CheckedRoute
 from app.kit.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated, responses
 from app.releases.models import SlotRelease
-from app.releases.public import ReaderOrPublic
+from app.releases.public import RELEASE_ID, ReaderOrPublic
 from app.releases.repository import ReleaseRepository
 
 FOOTPRINT_TTL_S = 60.0  # the footprint grows with uploads: a process re-reads it this often
@@ -95,6 +95,7 @@ def _footprint(session: Session, release_id: str, cache: Footprints) -> bytes:
 
 @router.get(
     "/releases/{release_id}/footprint",
+    dependencies=[RELEASE_ID],
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="The release's dataset: its facts and whole public footprint (for /map)",
     description="Every cell of the dataset's resolution that ever held a record (public "
@@ -142,6 +143,7 @@ def _occupancy(session: Session, release_id: str, slot_start: str) -> dict[str, 
 
 @router.get(
     "/releases/{release_id}/occupancy",
+    dependencies=[RELEASE_ID],
     responses=responses(InvalidRequest, Unauthenticated, Forbidden, NotFound),
     summary="One of the release's slots: its occupied cells with their users (for /map)",
     description="The public occupancy (cells, users, records) of one slot of the release, "

@@ -11,7 +11,6 @@ import json
 from collections.abc import Iterator
 from typing import Any
 
-import h3
 import httpx
 import pytest
 from fastapi import FastAPI
@@ -26,7 +25,7 @@ GRID = {f"u{i}": [float(i % 9 + 1)] * (1 + i % 4) for i in range(14)}
 SLOT = HOUR.strftime("%Y-%m-%dT%H:%M:%S")
 METHODS = ("get", "put", "post", "patch", "delete")  # in this order: removals last
 #: Valid values of required query parameters, by name.
-QUERY_VALUES: dict[str, Any] = {"epsilon": 0.5, "target_error": 5.0}
+QUERY_VALUES: dict[str, Any] = {"epsilon": 0.5, "target_error": 5.0, "slot_start": SLOT}
 #: Valid values of the body fields a request needs (required by the schema, or by a
 #: rule the schema cannot state: exactly one of a release's epsilon and max_user_cost).
 BODY_VALUES: dict[str, dict[str, Any]] = {
@@ -35,8 +34,7 @@ BODY_VALUES: dict[str, dict[str, Any]] = {
     "ResetIn": {"reason": "tried out"},
     "PreviewIn": {"value_bound": 10.0, "epsilon": 1.0, "occupancy": [[1, 1, 2], [1, 2, 3]]},
     "ReleaseIn": {"slot_start": SLOT, "epsilon": 0.5},
-    "CellsIn": {"cells": [h3.latlng_to_cell(*CELL_A, 8)]},
-    "ReleasePublic": {"public": True},
+    "PublicIn": {"public": True},
 }
 
 
