@@ -7,6 +7,7 @@ traceback), and refuses bad arguments with a message and exit 2 (``app.cli.suppo
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import os
 import shutil
@@ -282,5 +283,14 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+def run() -> None:
+    """The ``dpgate`` program: :func:`main`, then exit. What is loaded stays to the end, so
+    it is frozen first: the interpreter's last collections skip it and the process ends in
+    ~0.1 s instead of ~1 s (a signal's deadline counts that time)."""
+    code = main()
+    gc.freeze()
+    sys.exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

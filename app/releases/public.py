@@ -74,7 +74,7 @@ class ReleaseAccess:
         """This access, or ``NotFound`` for a key holder asking for a release that is not
         there (told after the request's own checks, as everywhere)."""
         if self.dataset_id == 0:
-            raise NotFound(f"no release {self.release_id[:40]!r}")
+            raise service.no_release(self.release_id)
         return self
 
 
@@ -183,7 +183,7 @@ def _render(
             return Response(service.release_json_bytes(session, release_id), media_type=JSON)
         stored = ReleaseRepository(session).by_public_id(release_id, grids=False)
         if stored is None:  # deleted since the access check
-            raise NotFound(f"no release {release_id[:40]!r}")
+            raise service.no_release(release_id)
         dataset = get_dataset(session, stored.dataset_id)
         ctx = export_context(dataset, base, stored.head.get("slot_minutes"))
         if fmt is ReleaseFormat.datapackage:  # the head is enough: no grids decoded
@@ -262,7 +262,7 @@ def set_public(
         .returning(SlotRelease.public_id)
     ).first()
     if found is None:
-        raise NotFound(f"no release {release_id[:40]!r}")
+        raise service.no_release(release_id)
     return PublicOut(
         release_id=release_id,
         public=body.public,

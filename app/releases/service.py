@@ -275,13 +275,18 @@ def release_json_zstd(session: Session, release_id: str) -> bytes | None:
 
 def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     if not isinstance(release_id, str) or not 1 <= len(release_id) <= 32:
-        raise NotFound("no such release")
+        raise no_release(str(release_id))
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
-        raise NotFound(
-            f"no release {release_id[:40]!r}: GET /datasets/{{dataset_id}}/releases lists them"
-        )
+        raise no_release(release_id)
     return stored, get_dataset(session, stored.dataset_id)
+
+
+def no_release(release_id: str) -> NotFound:
+    """The refusal of an id that names no release, saying where release ids come from."""
+    return NotFound(
+        f"no release {release_id[:40]!r}: GET /datasets/{{dataset_id}}/releases lists them"
+    )
 
 
 def _served_stored(stored: SlotRelease, dataset: Dataset) -> tuple[dict[str, Any], bytes | None]:

@@ -29,6 +29,7 @@ from app.kit.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated,
 from app.releases.models import SlotRelease
 from app.releases.public import RELEASE_ID, ReaderOrPublic
 from app.releases.repository import ReleaseRepository
+from app.releases.service import no_release
 
 FOOTPRINT_TTL_S = 60.0  # the footprint grows with uploads: a process re-reads it this often
 MAX_SLOT_CELLS = 50_000
@@ -50,7 +51,7 @@ def boundary(cell: str) -> list[list[float]]:
 def _release(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     release = ReleaseRepository(session).by_public_id(release_id, grids=False)
     if release is None:
-        raise NotFound(f"no release {release_id[:40]!r}")
+        raise no_release(release_id)
     return release, get_dataset(session, release.dataset_id)
 
 

@@ -55,20 +55,28 @@ def silent_listener() -> Iterator[tuple[int, threading.Event]]:
         sock.close()
 
 
+def signal_when_waiting(
+    proc: subprocess.Popen, signum: signal.Signals, waited: threading.Event, settle: float = 0.3
+) -> tuple[str, float]:
+    """Once ``waited`` is set (and ``settle`` seconds more), send ``signum``; the
+    command's output (stdout, with stderr merged) and how long it took to end."""
+    try:
+        assert waited.wait(60), "the command never started waiting"
+        time.sleep(settle)
+        proc.send_signal(signum)
+        sent = time.monotonic()
+        out, _ = proc.communicate(timeout=30)
+        return out, time.monotonic() - sent
+    finally:
+        proc.kill()
+
+
 def _stop_quietly(
     proc: subprocess.Popen, signum: signal.Signals, waited: threading.Event, code: int | None = None
 ) -> str:
     """Send ``signum`` once the command waits; check it ends within 5 s, quietly, with
     ``code`` (default 128 + the signal's number)."""
-    try:
-        assert waited.wait(60), "the command never started waiting"
-        time.sleep(0.3)
-        proc.send_signal(signum)
-        sent = time.monotonic()
-        out, _ = proc.communicate(timeout=30)
-        took = time.monotonic() - sent
-    finally:
-        proc.kill()
+    out, took = signal_when_waiting(proc, signum, waited)
     assert proc.returncode == (128 + signum if code is None else code), (proc.returncode, out)
     assert "Traceback" not in out, out
     assert took < 5.0, took

@@ -18,6 +18,7 @@ from datetime import datetime
 import pytest
 
 from tests.helpers import create_dataset
+from tests.operations.test_cli_signals import signal_when_waiting
 from tests.operations.test_ingest_pull import CAPMETRICS_DATASET, ROOT
 
 TRICKLE_SECONDS = 0.5  # between two bytes: each read is quick, the body never ends
@@ -107,17 +108,9 @@ def test_a_signal_ends_the_command_within_3_s_whatever_the_feed_does(
     with trickling_feed() as (url, asked):
         proc = subprocess.Popen(
             _command(url, ds, "--every", "1", "--timeout", "600"),
-            cwd=ROOT, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            cwd=ROOT, env=cli_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        try:
-            assert asked.wait(60), "the poller never asked for the feed"
-            time.sleep(0.5)  # inside the fetch, a byte or two read
-            proc.send_signal(signum)
-            sent = time.monotonic()
-            _, err = proc.communicate(timeout=30)
-            took = time.monotonic() - sent
-        finally:
-            proc.kill()
+        err, took = signal_when_waiting(proc, signum, asked, settle=0.5)  # a byte or two read
     assert proc.returncode == 0, err
     assert took < 3.0, took
     assert "Traceback" not in err

@@ -87,7 +87,7 @@ def test_pyproject_pins_lower_bounds_and_script() -> None:
         assert ">=" in deps[name], name
     assert deps["sqlalchemy"].startswith("sqlalchemy>=2")
     assert deps["h3"].startswith("h3>=4")
-    assert meta["scripts"]["dpgate"] == "app.cli.main:main"
+    assert meta["scripts"]["dpgate"] == "app.cli.main:run"
 
 
 def test_the_analysis_extra_can_plot() -> None:
