@@ -47,7 +47,7 @@ from app.releases.formats import (
 from app.releases.models import GRIDS_SHAPE, SlotRelease
 from app.releases.public_listing import PublicRelease, PublicReleaseList, public_page
 from app.releases.repository import ReleaseRepository
-from app.releases.schemas import ReleaseBody
+from app.releases.schemas import DataPackage, ReleaseBody
 
 JSON = "application/json"
 NOT_PUBLIC = (
@@ -195,7 +195,7 @@ def _render(
 @router.get(
     "/releases/{release_id}",
     dependencies=[RELEASE_ID],
-    response_model=ReleaseBody,
+    response_model=ReleaseBody | DataPackage,  # the JSON formats (documentation only)
     responses={**FORMAT_RESPONSES, **responses(Unauthenticated, Forbidden, NotFound)},
     summary="A stored release: JSON, GeoJSON, CSV or a Data Package (public: without a key)",
     description="Reading is free. A public release (`PATCH /releases/{release_id}`) needs no "

@@ -219,6 +219,18 @@ class ReleaseBody(BaseModel):
     grids: list[dict[str, Any]]
 
 
+class DataPackage(BaseModel):
+    """``format=datapackage``: a Frictionless Data Package describing the release's CSV
+    and its privacy terms (also ``application/json``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    profile: str
+    name: str
+    resources: list[dict[str, Any]]
+    privacy: dict[str, Any]
+
+
 class ReleaseSummary(BaseModel):
     """One stored release in the listing (GET /datasets/{id}/releases)."""
 
