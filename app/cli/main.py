@@ -80,6 +80,10 @@ def _preparedsettings_or_refusal() -> Settings:
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from app.cli.demo import port_problem
+
+    if (problem := port_problem(args.host, args.port)) is not None:
+        raise CommandFailed(EXIT_USAGE, f"{problem}: choose another --host or --port")
     log_config = _log_config(args.log_level)
     with _metrics_directory(args.workers):
         _preparedsettings_or_refusal()

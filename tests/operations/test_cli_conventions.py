@@ -7,6 +7,7 @@ is not found, 5 when the server cannot be reached (naming the URL)."""
 from __future__ import annotations
 
 import re
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -156,3 +157,12 @@ def test_server_commands_share_the_exit_codes(
         assert f"cannot reach {dead}" in capsys.readouterr().err
     assert main(_reset("--dataset", str(ds), "--url", "127.0.0.1:1", "--key", "k")) == 2
     assert "--url" in capsys.readouterr().err
+
+
+def test_serve_refuses_an_address_it_cannot_listen_on(capsys) -> None:
+    assert main(["serve", "--host", "999.1.1.1"]) == 2
+    assert "cannot resolve host '999.1.1.1'" in capsys.readouterr().err
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = str(taken.getsockname()[1])
+        assert main(["serve", "--host", "127.0.0.1", "--port", port]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err
