@@ -20,6 +20,7 @@ from dpgate.models import (
     Quote,
     Release,
     ReleasePreview,
+    ReleaseSummary,
     StatisticAnswer,
     StoredAnswer,
     UploadResult,
@@ -228,20 +229,28 @@ class Client:
         return ReleasePreview.model_validate(answer)
 
     def get_release(self, release_id: str) -> Release:
-        """A stored release (JSON). For the map formats see :meth:`release_file`."""
+        """A stored release (JSON; a public one needs no key). For the other formats see
+        :meth:`release_file`."""
         return self._get(Release, f"/releases/{release_id}")
 
+    def releases(self, dataset_id: int | str, **filters: Any) -> list[ReleaseSummary]:
+        """The dataset's releases, newest first (all pages; ``limit`` per page)."""
+        path = f"/datasets/{dataset_id}/releases"
+        return [ReleaseSummary.model_validate(r) for r in self._pages(path, "releases", filters)]
+
+    def public_releases(
+        self, dataset_id: int | str | None = None, **filters: Any
+    ) -> list[ReleaseSummary]:
+        """Every public release (of one dataset, or all), newest first: no key needed."""
+        pages = self._pages("/public/releases", "releases", {"dataset": dataset_id, **filters})
+        return [ReleaseSummary.model_validate(r) for r in pages]
+
     def release_file(self, release_id: str, format: str = "geojson") -> str:
-        """A stored release as GeoJSON or CSV text."""
+        """A stored release as GeoJSON, CSV or a Data Package's JSON text."""
         response = self._send("GET", f"/releases/{release_id}", params={"format": format})
         if response.status_code >= 400:
             self._answer(response)  # raises the typed error
         return response.text
-
-    def public_releases(self, dataset_id: int | str | None = None) -> list[dict[str, Any]]:
-        """Every public release (of one dataset, or all), newest first: no key needed."""
-        params = {} if dataset_id is None else {"dataset": dataset_id}
-        return list(self._pages("/public/releases", "releases", params))
 
     def set_public(self, release_id: str, public: bool = True) -> dict[str, Any]:
         """Make a release public (read by anyone without a key) or private again (admin;

@@ -33,6 +33,8 @@ EXTRA_HINT = "pip install 'dpgate[analysis]'"
 ANSWER_COLUMNS = (
     "query_id",
     "grid_id",
+    "h3_cell",
+    "slot_start",
     "statistic",
     "mechanism",
     "epsilon",
@@ -83,10 +85,19 @@ def _answer_row(answer: StatisticAnswer) -> dict[str, Any]:
 
 
 def answers_dataframe(answers: Iterable[StatisticAnswer | StoredAnswer]) -> pandas.DataFrame:
-    """One row per answer (``dp.mean(...)``, ``dp.queries()``), columns ``ANSWER_COLUMNS``."""
+    """One row per answer (``dp.mean(...)``, ``dp.queries()``), columns ``ANSWER_COLUMNS``
+    (``h3_cell`` and ``slot_start`` empty for answers stored before servers sent them)."""
     pd = _require("pandas")
     rows = [_answer_row(a.answer if isinstance(a, StoredAnswer) else a) for a in answers]
-    return pd.DataFrame(rows, columns=list(ANSWER_COLUMNS))
+    frame = pd.DataFrame(rows, columns=list(ANSWER_COLUMNS))
+    frame["slot_start"] = _timestamps(pd, frame["slot_start"])
+    return frame
+
+
+def _timestamps(pd: Any, texts: Iterable[str | None]) -> list[Any]:
+    """Each ISO 8601 text as a timestamp with its own offset (a DST change can fall
+    between two of them), ``NaT`` for none."""
+    return [pd.NaT if s is None else pd.Timestamp(s) for s in texts]
 
 
 def _release_row(release: Release, grid: Any) -> dict[str, Any]:
@@ -118,8 +129,7 @@ def release_dataframe(release: Release) -> pandas.DataFrame:
         c for c in ("user_mean", "user_mean_ci95_lo", "user_mean_ci95_hi") if rows and c in rows[0]
     ]
     frame = pd.DataFrame(rows, columns=[*RELEASE_COLUMNS[:-1], *extra, "unit"])
-    # each slot_start carries its own offset (a DST change can fall inside a release)
-    frame["slot_start"] = [pd.NaT if s is None else pd.Timestamp(s) for s in frame["slot_start"]]
+    frame["slot_start"] = _timestamps(pd, frame["slot_start"])
     frame["n_users"] = frame["n_users"].astype("Int64")
     frame["h3_resolution"] = frame["h3_resolution"].astype("Int64")
     return frame

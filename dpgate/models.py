@@ -19,6 +19,7 @@ __all__ = [
     "Release",
     "ReleaseGrid",
     "ReleasePreview",
+    "ReleaseSummary",
     "StatisticAnswer",
     "StoredAnswer",
     "UploadResult",
@@ -59,6 +60,8 @@ class StatisticAnswer(_Model):
     mechanism: str
     epsilon: float
     estimate: float
+    h3_cell: str | None = None
+    slot_start: str | None = None
     sensitivity: float
     noise_scale: float
     worst_case_bias: float | None = None
@@ -122,6 +125,21 @@ class Release(_Model):
         from dpgate.frames import release_geodataframe
 
         return release_geodataframe(self)
+
+
+class ReleaseSummary(_Model):
+    """A release as listed (``GET /datasets/{id}/releases``, ``GET /public/releases``);
+    :meth:`dpgate.Client.get_release` reads it whole."""
+
+    release_id: str
+    slot_start: str | None = None
+    slots: int | None = None
+    partition: str | None = None
+    epsilon: float | None = None
+    max_user_cost: float | None = None
+    n_grids: int | None = None
+    created_at: str | None = None
+    dataset: int | None = None
 
 
 class ReleasePreview(_Model):

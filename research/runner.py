@@ -183,6 +183,19 @@ def write_report(
     return report
 
 
+def _at_least(low: int) -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if not low <= value < 2**32:
+            raise argparse.ArgumentTypeError(f"must be from {low} to 2^32 - 1, not {text}")
+        return value
+
+    return parse
+
+
 def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.ArgumentParser:
     """The options of ``dpgate experiments`` (also usable stand-alone)."""
     p = parser or argparse.ArgumentParser(prog="dpgate experiments", description=__doc__)
@@ -190,12 +203,16 @@ def build_parser(parser: argparse.ArgumentParser | None = None) -> argparse.Argu
     p.add_argument("--out", type=Path, required=True, help="directory for figures and tables")
     p.add_argument(
         "--runs",
-        type=int,
+        type=_at_least(2),
         default=None,
         help="Monte-Carlo runs per point (default 10^4 for 002/003, 2000 for peers)",
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the simulated data and noise")
-    p.add_argument("--draws", type=int, default=None, help="occupancy draws for 004-clip-user")
+    p.add_argument(
+        "--seed", type=_at_least(0), default=0, help="seed of the simulated data and noise"
+    )
+    p.add_argument(
+        "--draws", type=_at_least(1), default=None, help="occupancy draws for 004-clip-user"
+    )
     p.add_argument(
         "--data",
         default=None,
@@ -226,9 +243,6 @@ def run_from_args(args: argparse.Namespace) -> int:
     missing = missing_dependencies()
     if missing:
         print(f"{INSTALL_HINT} (missing: {', '.join(missing)})", file=sys.stderr)
-        return 2
-    if args.runs is not None and args.runs < 2:
-        print("--runs must be >= 2", file=sys.stderr)
         return 2
     names = list(EXPERIMENTS) if args.name == "all" else [args.name]
     t0 = time.perf_counter()

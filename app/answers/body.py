@@ -27,10 +27,12 @@ def answer_body(
     *,
     privacy_unit: str,
     unit: str | None,
+    where: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The API.md statistic answer for ``release`` (its own epsilon share is reported);
     ``privacy_unit`` is the dataset's (``app.time.budget_windows.privacy_unit``), ``unit``
-    its ``value_unit``."""
+    its ``value_unit``; ``where`` the grid's ``h3_cell`` and ``slot_start`` (a release's
+    grids carry them instead)."""
     (body,) = _bodies(
         [grid.public_id],
         [statistic],
@@ -52,7 +54,7 @@ def answer_body(
         privacy_unit=privacy_unit,
         unit=unit,
     )
-    return body
+    return body if where is None else {**body, **where}
 
 
 def answer_bodies(

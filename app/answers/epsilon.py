@@ -22,14 +22,17 @@ class EpsilonAmount:
 def parse_epsilon(value: float, max_epsilon: Decimal | None = None) -> EpsilonAmount:
     """Validate ``0 < eps`` (finite; and ``<= max_epsilon`` when given) and split it as above."""
     if value is None or not math.isfinite(value) or value <= 0:
-        raise InvalidRequest("epsilon must be a finite number > 0")
+        raise InvalidRequest(f"epsilon must be a finite number > 0 (sent {value})")
+    if value < float(MIN_EPSILON):  # the OpenAPI minimum (charged rounds up from it)
+        raise InvalidRequest(f"epsilon must be at least {MIN_EPSILON} (sent {value:g})")
     if max_epsilon is not None and value > float(max_epsilon):
-        raise InvalidRequest(f"epsilon must be at most max_epsilon_per_query = {max_epsilon}")
+        raise InvalidRequest(
+            f"epsilon must be at most the dataset's max_epsilon_per_query = {max_epsilon} "
+            f"(sent {value:g})"
+        )
     if value >= MAX_EPSILON:  # more than the ledger's NUMERIC(24, 12) holds
         raise InvalidRequest(f"epsilon must be below {MAX_EPSILON:g} (and its dataset's maximum)")
     charged = budget.charged(value)
-    if charged < MIN_EPSILON:
-        raise InvalidRequest(f"epsilon must be at least {MIN_EPSILON}")
     eps = EpsilonAmount(charged=charged, used=budget.float_at_most(charged))
     if max_epsilon is not None:
         check_max_epsilon(eps, max_epsilon)

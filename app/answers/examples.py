@@ -15,6 +15,8 @@ EXAMPLE_EPSILON = 1.0
 #: 40 buses, 1 to 8 speed records each, speeds in [0, 65) km/h, fixed (not random).
 EXAMPLE_USERS = [[float((7 * u + 11 * r) % 60 + 3) for r in range(1 + u % 8)] for u in range(40)]
 EXAMPLE_GRID_ID = "g_example"
+#: Where the example grid is: an H3 cell in Pune at resolution 8, and its slot.
+EXAMPLE_WHERE = {"h3_cell": "88608850e9fffff", "slot_start": "2024-03-05T10:00:00+05:30"}
 
 
 @dataclass(frozen=True)
@@ -30,7 +32,16 @@ def _release_example(statistic: str) -> dict[str, Any]:
     eps = parse_epsilon(EXAMPLE_EPSILON)
     options = core.validate_options(statistic, "auto", {})
     return answer_body(
-        _ExampleGrid(), statistic, "auto", eps, options, release, 1, privacy_unit="user", unit="m/s"
+        _ExampleGrid(),
+        statistic,
+        "auto",
+        eps,
+        options,
+        release,
+        1,
+        privacy_unit="user",
+        unit="m/s",
+        where=EXAMPLE_WHERE,
     )
 
 

@@ -29,6 +29,15 @@ class StatisticAnswer(BaseModel):
         "lists the answers of your key."
     )
     grid_id: str = Field(description="The grid (H3 cell × timeslot) the answer is about.")
+    h3_cell: str | None = Field(
+        default=None,
+        description="The grid's H3 cell (a query's answer; a release's grid carries it).",
+    )
+    slot_start: str | None = Field(
+        default=None,
+        description="The grid's slot start in the dataset's local time, ISO 8601 with its "
+        "offset (a query's answer; a release's grid carries it).",
+    )
     statistic: str = Field(description="`mean` or `variance` (population variance).")
     mechanism: str = Field(
         description="The mechanism that produced the estimate (for `auto`, the one it chose)."

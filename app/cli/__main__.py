@@ -1,5 +1,5 @@
 """``python -m app.cli``: the ``dpgate`` command."""
 
-from app.cli.main import main
+from app.cli.main import run
 
-raise SystemExit(main())
+run()

@@ -4,13 +4,23 @@ a running server, so the reset is recorded with an admin key)."""
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from app.cli.support import DefaultsHelp, settings_or_refusal
+from app.cli.support import (
+    EXIT_CODES,
+    EXIT_FAILED,
+    EXIT_NOT_FOUND,
+    CommandFailed,
+    DefaultsHelp,
+    add_server_options,
+    integer,
+    number,
+    server,
+    settings_or_refusal,
+    text,
+)
 
 
 @contextmanager
@@ -68,32 +78,22 @@ def _keys_list(args: argparse.Namespace) -> int:
 
 def _keys_revoke(args: argparse.Namespace) -> int:
     from app.keys.service import revoke_key
-    from app.kit.errors import DPGateError
+    from app.kit.errors import DPGateError, NotFound
 
     try:
         with _admin_session() as session:
             revoke_key(session, args.id)
     except DPGateError as exc:
-        print(f"dpgate keys revoke: {exc.message}", file=sys.stderr)
-        return 1
+        raise CommandFailed(
+            EXIT_NOT_FOUND if isinstance(exc, NotFound) else EXIT_FAILED, exc.message
+        ) from None
     print(f"revoked key {args.id}: every server process refuses it within 1 s")
     return 0
 
 
 def _budget_reset(args: argparse.Namespace) -> int:
-    import httpx
-
-    import dpgate
-
-    if not args.key:
-        print("dpgate budget reset: give an admin key (--key or DPGATE_API_KEY)", file=sys.stderr)
-        return 2
-    try:
-        with dpgate.Client(args.url, args.key) as client:
-            epoch = client.reset_budget(args.dataset, args.reason)
-    except (dpgate.DpgateError, httpx.HTTPError) as exc:
-        print(f"dpgate budget reset: {exc}", file=sys.stderr)
-        return 1
+    with server(args) as client:
+        epoch = client.reset_budget(args.dataset, args.reason)
     print(f"dataset {args.dataset}: budget epoch {epoch} opened")
     return 0
 
@@ -117,10 +117,10 @@ def add_keys(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="what the key may do (a viewer reads everything and never spends)",
     )
-    create.add_argument("--name", required=True, help="who or what the key is for")
+    create.add_argument("--name", type=text(200), required=True, help="who or what the key is for")
     create.add_argument(
         "--epsilon-quota",
-        type=float,
+        type=number(0, 1e6, above=True),
         default=None,
         help="most epsilon the key may spend in total (default: no quota)",
     )
@@ -143,7 +143,7 @@ def add_keys(sub: argparse._SubParsersAction) -> None:
         "The last active admin key is kept (create another one first).",
         formatter_class=DefaultsHelp,
     )
-    revoke.add_argument("id", type=int, help="the key's id (dpgate keys list)")
+    revoke.add_argument("id", type=integer(1), help="the key's id (dpgate keys list)")
     revoke.set_defaults(func=_keys_revoke)
 
 
@@ -156,18 +156,13 @@ def add_budget(sub: argparse._SubParsersAction) -> None:
         help="open a new budget epoch of a dataset (POST /datasets/{id}/budget/reset)",
         description="Ask a running server to open a new budget epoch of a dataset: every "
         "user's spend starts again from 0; the old entries are kept, and the reset is "
-        "recorded with the admin key and the reason. Retried safely (Idempotency-Key).",
+        "recorded with the admin key and the reason. Retried safely (Idempotency-Key). "
+        + EXIT_CODES,
         formatter_class=DefaultsHelp,
     )
-    reset.add_argument("--dataset", type=int, required=True, help="the dataset's id")
+    reset.add_argument("--dataset", type=integer(1), required=True, help="the dataset's id")
     reset.add_argument(
-        "--reason", required=True, help="why (recorded with the reset, for the audit)"
+        "--reason", type=text(2000), required=True, help="why (recorded with the reset)"
     )
-    reset.add_argument("--url", default="http://127.0.0.1:8000", help="the server's base URL")
-    reset.add_argument(
-        "--key",
-        default=os.environ.get("DPGATE_API_KEY"),
-        help="an admin key (default: the DPGATE_API_KEY variable, which keeps it out of "
-        "the shell's history)",
-    )
+    add_server_options(reset, "admin")
     reset.set_defaults(func=_budget_reset)

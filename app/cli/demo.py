@@ -14,7 +14,7 @@ of :mod:`app.db.embedded`, data in ``./dpgate-postgres``) the demo
      time zone Asia/Kolkata);
    * ``--data PATH``: a CapMetrics day (``vehicle_id, timestamp, latitude,
      longitude, speed``; ``U = 30`` m/s, America/Chicago, zero speeds dropped);
-3. creates a fresh admin and a fresh analyst key;
+3. creates a fresh admin and a fresh analyst key, revoking those of earlier runs;
 4. prints them with three ready-to-paste ``curl`` commands (list grids, a DP mean
    of the busiest grid, the budget) and serves with uvicorn.
 """
@@ -25,6 +25,7 @@ import shlex
 import socket
 import sys
 from collections.abc import Callable, Iterator
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -137,6 +138,27 @@ def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, in
     return best[2], best[1], best[0], total
 
 
+DEMO_KEY_NAMES = {"admin": "demo admin", "analyst": "demo analyst"}
+
+
+def _fresh_demo_keys(session: Session) -> tuple[str, str]:
+    """A new admin and analyst key; the keys of earlier demo runs are revoked (their
+    secrets were shown once and cannot be shown again), so runs do not pile keys up."""
+    from app.keys.repository import KeyRepository
+    from app.keys.service import create_key, revoke_key
+
+    earlier = [
+        k.id
+        for k in KeyRepository(session).list_all()
+        if k.revoked_at is None and DEMO_KEY_NAMES.get(k.role) == k.name
+    ]
+    created = {role: create_key(session, name=name, role=role)[1] for role, name in
+               DEMO_KEY_NAMES.items()}  # fmt: skip
+    for key_id in earlier:
+        revoke_key(session, key_id)
+    return created["admin"], created["analyst"]
+
+
 def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetup:
     """Migrate, load (or reuse) the demo dataset and create an admin and an analyst key."""
     from app.datasets import service
@@ -144,7 +166,6 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
     from app.db.engine import make_engine, make_sessionmaker
     from app.db.migrate import upgrade
     from app.instance.service import resolve_hashing_secret
-    from app.keys.service import create_key
     from app.uploads.service import upload_records
 
     path = None if data is None else Path(data)
@@ -177,8 +198,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
             dataset = service.get_dataset(session, dataset_id)
             grid_id, grid_users, grid_records, n_grids = _busiest_grid(session, dataset)
             n_records = service.dataset_detail(session, dataset).n_records
-            _, admin = create_key(session, name="demo admin", role="admin")
-            _, analyst = create_key(session, name="demo analyst", role="analyst")
+            admin, analyst = _fresh_demo_keys(session)
     finally:
         engine.dispose()
     return DemoSetup(
@@ -291,5 +311,6 @@ def run_demo(*, host: str, port: int, data: str | None) -> int:
             log_level="warning",
             access_log=False,
         )
-        uvicorn.Server(config).run(sockets=[listener])
+        with suppress(KeyboardInterrupt):  # re-raised after a graceful stop, as `serve`
+            uvicorn.Server(config).run(sockets=[listener])
     return 0

@@ -9,23 +9,19 @@ import signal
 import sys
 from types import FrameType
 
-from app.cli.support import DefaultsHelp, StartupRefused, settings_or_refusal
+from app.cli.support import (
+    DefaultsHelp,
+    StartupRefused,
+    integer,
+    number,
+    settings_or_refusal,
+)
 
 log = logging.getLogger("dpgate.ingest")
 
 
-def _positive(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number of seconds, not {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {text}")
-    return value
+#: Seconds between polls and for one fetch: positive and finite (a day at most).
+_SECONDS = number(0, 86400, above=True)
 
 
 def _gtfs_rt(args: argparse.Namespace) -> int:
@@ -83,7 +79,6 @@ def _gtfs_rt(args: argparse.Namespace) -> int:
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        poller.close()
         engine.dispose()
     log.info(
         "stopped after %d poll(s): %d records added, %d already stored, %d rejected, "
@@ -111,28 +106,32 @@ def add_ingest(sub: argparse._SubParsersAction) -> None:
         "would: vehicle id = user, position.speed = value (m/s), vehicle.timestamp (else "
         "the header's) = time. A position already stored (same vehicle, same timestamp) "
         "is a duplicate, not a new record. A feed that is down or sends garbage is "
-        "logged and polled again; SIGINT or SIGTERM stops after the poll under way "
-        "(committed, or rolled back), exit 0. One log line per poll. Exit 1 when the "
+        "logged and polled again; --timeout bounds each whole fetch (connect, headers and "
+        "body). SIGINT or SIGTERM stops after the poll under way (committed, or rolled "
+        "back; its fetch gets at most 1 s more), exit 0. One log line per poll. Exit 1 when the "
         "only poll (no --every) failed, 2 when the dataset does not exist or refuses "
         "the value filters asked for.",
         formatter_class=DefaultsHelp,
     )
     gtfs.add_argument("url", help="the feed's URL (http or https)")
-    gtfs.add_argument("--dataset", type=int, required=True, help="the dataset's id")
+    gtfs.add_argument("--dataset", type=integer(1), required=True, help="the dataset's id")
     gtfs.add_argument(
         "--every",
-        type=_positive,
+        type=_SECONDS,
         default=None,
         help="poll every this many seconds until stopped (default: poll once)",
     )
     gtfs.add_argument(
         "--polls",
-        type=_count,
+        type=integer(1),
         default=None,
         help="with --every, stop after this many polls (default: until stopped)",
     )
     gtfs.add_argument(
-        "--timeout", type=_positive, default=30.0, help="seconds to wait for the feed"
+        "--timeout",
+        type=_SECONDS,
+        default=30.0,
+        help="seconds one fetch of the feed may take in all (connect, headers and body)",
     )
     gtfs.add_argument(
         "--drop-zero",

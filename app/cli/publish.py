@@ -4,7 +4,8 @@ It talks to a running server through the Python client (``dpgate``). The day's s
 are counted in the dataset's timezone (23 or 25 hourly slots on a daylight-saving day).
 The request carries an ``Idempotency-Key`` made from the dataset, the day and the
 options, so a run repeated (by hand, or by a scheduler after a timeout) is answered
-from the stored release and charged once. Exit codes say what a scheduler should do.
+from the stored release and charged once. Exit codes say what a scheduler should do
+(``app.cli.support.EXIT_CODES``).
 """
 
 from __future__ import annotations
@@ -12,27 +13,26 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import sys
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
-from app.cli.support import DefaultsHelp
-
-EXIT_OK = 0  # released, or already released (answered from the stored release)
-EXIT_FAILED = 1  # anything else: read the message
-EXIT_USAGE = 2  # bad flags (argparse) or a request the server refused as invalid (400)
-EXIT_REFUSED = 3  # budget or quota exhausted, or the key may not: do not retry as is
-EXIT_NO_DATA = 4  # no dataset, or no grid in that day yet: retry once the data is in
-EXIT_UNAVAILABLE = 5  # server unreachable or busy after retries: retry later
-
-EXIT_CODES = (
-    "exit codes: 0 released (or already released: charged once); 1 other failure; "
-    "2 bad flags or a request the server refused as invalid; 3 budget or quota "
-    "exhausted, or the key lacks the role (do not retry as is); 4 no such dataset or no "
-    "data for that day yet (retry later); 5 server unreachable or busy (retry later)"
+from app.cli.support import (
+    EXIT_CODES,
+    EXIT_OK,
+    EXIT_REFUSED,
+    CommandFailed,
+    DefaultsHelp,
+    add_server_options,
+    integer,
+    local_day,
+    number,
+    server,
 )
+
+if TYPE_CHECKING:
+    import dpgate
 
 
 def add_publish(sub: Any) -> None:
@@ -43,31 +43,32 @@ def add_publish(sub: Any) -> None:
         "through a running server; run twice, charged once. " + EXIT_CODES,
         formatter_class=DefaultsHelp,
     )
-    publish.add_argument(
-        "--url", default=os.environ.get("DPGATE_URL"), help="the server (env DPGATE_URL)"
-    )
-    publish.add_argument(
-        "--key", default=os.environ.get("DPGATE_KEY"), help="an API key (env DPGATE_KEY)"
-    )
-    publish.add_argument("--dataset", type=int, required=True, help="the dataset's id")
-    publish.add_argument(
-        "--day", type=date.fromisoformat, required=True, help="the local day, YYYY-MM-DD"
-    )
+    add_server_options(publish, "analyst or admin")
+    publish.add_argument("--dataset", type=integer(1), required=True, help="the dataset's id")
+    publish.add_argument("--day", type=local_day, required=True, help="the local day, YYYY-MM-DD")
     budget = publish.add_mutually_exclusive_group(required=True)
-    budget.add_argument("--max-user-cost", type=float, help="the most any user pays in all")
-    budget.add_argument("--epsilon", type=float, help="the epsilon of every grid")
+    budget.add_argument(
+        "--max-user-cost", type=number(1e-6, 1e6), help="the most any user pays in all"
+    )
+    budget.add_argument("--epsilon", type=number(1e-6, 1e6), help="the epsilon of every grid")
     publish.add_argument(
         "--partition",
         choices=("fixed", "adaptive"),
         default="fixed",
         help="one resolution, or each area at the finest its traffic supports",
     )
-    publish.add_argument("--min-users", type=int, default=10, help="skip smaller grids")
+    publish.add_argument("--min-users", type=integer(1), default=10, help="skip smaller grids")
     publish.add_argument(
-        "--h3-resolution", type=int, default=None, help="coarser cells (default: the dataset's)"
+        "--h3-resolution",
+        type=integer(0, 15),
+        default=None,
+        help="coarser cells (default: the dataset's)",
     )
     publish.add_argument(
-        "--coarsest-resolution", type=int, default=None, help="adaptive only (default: res-3)"
+        "--coarsest-resolution",
+        type=integer(0, 15),
+        default=None,
+        help="adaptive only (default: res-3)",
     )
     publish.add_argument(
         "--statistics",
@@ -76,7 +77,9 @@ def add_publish(sub: Any) -> None:
         default=["mean", "variance"],
         help="the statistics of every grid",
     )
-    publish.add_argument("--timeout", type=float, default=600.0, help="seconds per attempt")
+    publish.add_argument(
+        "--timeout", type=number(0, 86400, above=True), default=600.0, help="seconds per attempt"
+    )
     publish.set_defaults(func=_publish)
 
 
@@ -118,43 +121,35 @@ def _progress(release: dict[str, Any]) -> None:
         print(f"  {slot}  {n} grid(s) released", file=sys.stderr)
 
 
-def _publish(args: argparse.Namespace) -> int:
-    import httpx
+def budget_advice(url: str, exc: dpgate.BudgetExhausted) -> str:
+    """The refusal, with ``largest_epsilon`` and the ``--epsilon`` that fits now."""
+    largest = exc.largest_epsilon
+    if not largest:
+        fits = (
+            "largest_epsilon = 0: no epsilon fits now; an admin can open a new budget epoch "
+            "(dpgate budget reset) or raise the key's quota"
+        )
+    else:  # repr: the exact number the server sent, which fits
+        fits = f"largest_epsilon = {largest!r} per grid: --epsilon {largest!r} would fit now"
+    return f"refused by {url}: {exc.message}\n{fits}"
 
+
+def _publish(args: argparse.Namespace) -> int:
     import dpgate
 
-    if not args.url or not args.key:
-        print("dpgate publish: give --url and --key (or DPGATE_URL, DPGATE_KEY)", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        with dpgate.Client(args.url, args.key, timeout=args.timeout) as client:
-            dataset = client.request("GET", f"/datasets/{args.dataset}")
-            minutes = int(dataset["timeslot_minutes"])
-            body = publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+    with server(args, timeout=args.timeout) as client:
+        dataset = client.request("GET", f"/datasets/{args.dataset}")
+        minutes = int(dataset["timeslot_minutes"])
+        body = publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+        try:
             release = client.request(
                 "POST",
                 f"/datasets/{args.dataset}/releases",
                 json=body,
                 idempotent_key=idempotency_key(args.dataset, body),
             )
-    except (dpgate.BudgetExhausted, dpgate.Forbidden, dpgate.Unauthenticated) as exc:
-        print(f"dpgate publish: refused: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except dpgate.NotFound as exc:
-        print(f"dpgate publish: {exc}", file=sys.stderr)
-        return EXIT_NO_DATA
-    except dpgate.InvalidRequest as exc:
-        print(f"dpgate publish: invalid request: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except (dpgate.Unavailable, dpgate.RateLimited, dpgate.RequestTimeout) as exc:
-        print(f"dpgate publish: unavailable: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
-    except dpgate.DpgateError as exc:
-        print(f"dpgate publish: {exc}", file=sys.stderr)
-        return EXIT_FAILED
-    except httpx.TransportError as exc:  # refused, reset, timed out
-        print(f"dpgate publish: cannot reach {args.url}: {exc}", file=sys.stderr)
-        return EXIT_UNAVAILABLE
+        except dpgate.BudgetExhausted as exc:
+            raise CommandFailed(EXIT_REFUSED, budget_advice(args.url, exc)) from None
     _progress(release)
     cached = " (already released: nothing charged)" if release.get("cached") else ""
     print(

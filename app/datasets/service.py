@@ -55,6 +55,7 @@ __all__ = [
     "list_grids",
     "load_grid_snapshot",
     "load_grid_snapshots",
+    "no_grid",
     "parse_slot_start",
 ]
 
@@ -106,18 +107,25 @@ def get_dataset(session: Session, dataset_id: int | str) -> Dataset:
     value = parse_dataset_id(dataset_id)
     dataset = DatasetRepository(session).get(value)
     if dataset is None:
-        raise NotFound(f"no dataset {value}")
+        raise NotFound(f"no dataset {value}: GET /datasets lists the datasets")
     return dataset
 
 
 def get_grid_by_public_id(session: Session, public_id: str) -> Grid:
     """The grid with this opaque id, or ``NotFound`` (also for malformed ids)."""
     if not isinstance(public_id, str) or not _PUBLIC_ID.fullmatch(public_id):
-        raise NotFound("no such grid")
+        raise no_grid(str(public_id))
     grid = GridRepository(session).by_public_id(public_id)
     if grid is None:
-        raise NotFound(f"no grid {public_id!r}")
+        raise no_grid(public_id)
     return grid
+
+
+def no_grid(public_id: str) -> NotFound:
+    """The refusal of a grid id that names no grid, saying where grid ids come from."""
+    return NotFound(
+        f"no grid {public_id[:40]!r}: grid ids are listed by GET /datasets/{{dataset_id}}/grids"
+    )
 
 
 def parse_slot_start(dataset: Dataset, text: str) -> datetime:

@@ -3,6 +3,7 @@ database failures to HTTP answers of the documented shape."""
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -45,6 +46,40 @@ def _body_fields(request: Request) -> str:
     return ", ".join(required) or "see /docs"
 
 
+#: What a field of a strict JSON body (``app.kit.json_numbers``) takes, by pydantic's type error.
+_JSON_KINDS = {
+    "float_type": "a JSON number",
+    "int_type": "a JSON integer",
+    "int_from_float": "a JSON integer",
+    "bool_type": "true or false",
+    "string_type": "a JSON string",
+}
+
+
+def _sent(value: Any) -> str:
+    """A value as the client wrote it (JSON), shortened."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _error_text(err: dict[str, Any]) -> str:
+    """One validation error: what the field needs and, for a value, what was sent."""
+    given = err.get("input")
+    kind = _JSON_KINDS.get(str(err.get("type")))
+    if kind is not None and err.get("loc", ("",))[0] == "body":
+        fix = ""
+        if isinstance(given, str) and kind != "a JSON string":
+            fix = " without quotes or underscores" if "_" in given else " without quotes"
+        return f"must be {kind}{fix}, not {_sent(given)}"
+    msg = str(err.get("msg", "invalid"))
+    if err.get("type") == "missing" or isinstance(given, dict | list) or given is None:
+        return msg
+    return f"{msg} (sent {_sent(given)})"
+
+
 def _validation_message(exc: RequestValidationError, request: Request) -> str:
     parts = []
     for err in exc.errors()[:5]:
@@ -52,7 +87,8 @@ def _validation_message(exc: RequestValidationError, request: Request) -> str:
             parts.append(f"a JSON body is required, with the field(s): {_body_fields(request)}")
             continue
         loc = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
-        parts.append(f"{loc}: {err.get('msg', 'invalid')}" if loc else err.get("msg", "invalid"))
+        text = _error_text(err)
+        parts.append(f"{loc}: {text}" if loc else text)
     return "; ".join(parts) or "invalid request"
 
 
@@ -62,7 +98,7 @@ def _not_found_message(request: Request) -> str:
         bare = {**request.scope, "path": path.rstrip("/") or "/"}
         if any(r.matches(bare)[0] != Match.NONE for r in request.app.router.routes):
             return f"no such route; paths have no trailing slash: {bare['path'][:200]}"
-    return "no such route"
+    return "no such route: /docs lists every path of this API"
 
 
 #: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,

@@ -60,6 +60,11 @@ class FeedReader:
     """
 
     def __init__(self, body: bytes, options: ParseOptions, *, fast: bool = True) -> None:
+        if not body:  # an empty message parses, but a feed has at least its header
+            raise FeedFormatError(
+                "the body is empty: send one GTFS-Realtime FeedMessage (its header and "
+                "vehicle positions) with Content-Type: application/x-protobuf"
+            )
         self.options = options
         self._body = body
         self._message: gtfs_realtime_pb2.FeedMessage | None = None

@@ -56,7 +56,7 @@ def key_me(key: ReaderKey, session: SessionDep) -> KeyMe:
 
 
 @router.delete(
-    "/keys/{key_id}",
+    "/keys/{key_id:id}",
     status_code=status.HTTP_204_NO_CONTENT,
     response_class=Response,
     responses=responses(Unauthenticated, Forbidden, NotFound, Conflict),

@@ -123,7 +123,9 @@ async def lookup_identity(conn: AsyncConnection[Any], digest: str) -> KeyIdentit
     key = await find_key(conn, digest)
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
     if key is None or not hmac.compare_digest(key[3], digest):
-        raise Unauthenticated("unknown API key")
+        raise Unauthenticated(
+            "unknown API key: send one an admin created (POST /keys or dpgate keys create)"
+        )
     key_id, name, role, _, revoked, has_quota = key
     if revoked:
         raise Unauthenticated("this API key was revoked")

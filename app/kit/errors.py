@@ -60,8 +60,23 @@ class BudgetExhausted(DPGateError):
         "key's quota"
     )
 
-    def __init__(self, message: str | None = None, *, largest_epsilon: float | None = None):
-        super().__init__((message or self.description) + self.HINT)
+    #: The same for a release: its epsilon is per grid, and a preview charges nothing.
+    RELEASE_HINT = (
+        "; largest_epsilon is the most each grid can spend now (send it as epsilon; POST "
+        "/datasets/{dataset_id}/releases/preview shows a plan without charging), and an "
+        "admin can open a new budget epoch (POST /datasets/{dataset_id}/budget/reset) or "
+        "raise a key's quota"
+    )
+
+    def __init__(
+        self,
+        message: str | None = None,
+        *,
+        largest_epsilon: float | None = None,
+        release: bool = False,
+    ):
+        hint = self.RELEASE_HINT if release else self.HINT
+        super().__init__((message or self.description) + hint)
         self.largest_epsilon = largest_epsilon
 
     def extra(self) -> dict[str, Any]:

@@ -4,7 +4,9 @@ An id is written in ASCII digits only, without a sign, spaces or leading zeros, 
 lies in ``[1, 2^31 - 1]`` (what the database's integer keys hold): ``/datasets/7``.
 Any other spelling (``07``, ``+7``, ``7.0``, ``٧`` (Arabic-Indic seven), `` 7``) names
 no resource and answers 404 ``not_found``, the same on every path, so one resource
-has exactly one address.
+has exactly one address. A route declares such an id as ``{key_id:id}`` (ASCII digits),
+so a literal sibling path (``/keys/me``) is never taken for an id: ``Allow`` then lists
+only the methods the path really answers.
 """
 
 from __future__ import annotations
@@ -13,11 +15,21 @@ import re
 from typing import Annotated
 
 from fastapi import Depends, Path
+from starlette.convertors import StringConvertor, register_url_convertor
 
 from app.kit.errors import NotFound
 
 MAX_ID = 2**31 - 1
 _CANONICAL = re.compile(r"[1-9][0-9]{0,9}")  # re.ASCII is implied by the explicit class
+
+
+class _DigitsConvertor(StringConvertor):
+    """A path segment of ASCII digits (``{key_id:id}``); :func:`parse_path_id` checks it."""
+
+    regex = "[0-9]+"
+
+
+register_url_convertor("id", _DigitsConvertor())
 
 
 def parse_path_id(text: str | int, what: str = "resource") -> int:
@@ -27,7 +39,10 @@ def parse_path_id(text: str | int, what: str = "resource") -> int:
     elif isinstance(text, str) and _CANONICAL.fullmatch(text):
         value = int(text)
     else:
-        raise NotFound(f"no {what} {str(text)[:40]!r}")
+        raise NotFound(
+            f"no {what} {str(text)[:40]!r}: ids are ASCII digits without sign, spaces or "
+            "leading zeros (e.g. 7)"
+        )
     if not 1 <= value <= MAX_ID:
         raise NotFound(f"no {what} {value}")
     return value

@@ -1,56 +1,82 @@
-"""Numbers in JSON bodies: ``"1_0"`` is refused, not read as 10.
+"""Strict JSON request bodies: a number is a JSON number, a boolean ``true`` or ``false``.
 
-Pydantic (like Python) reads a string with underscores between digits as a number, so
-``{"epsilon": "1_0"}`` asked for epsilon 10. Request bodies derive from
-:class:`JsonBody`, which refuses a string with an underscore in a numeric field (400
-``invalid_request`` naming the field), as ``app.http.query_params`` does for query
-parameters.
+Pydantic's lax mode reads ``"5"`` and ``true`` as the number 5 and 1, and ``"1_0"`` as
+10, so ``{"epsilon_quota": true}`` once made a quota of 1. Every request body model
+derives from :class:`JsonBody`, which validates in pydantic's strict mode: a number field
+takes a JSON number only (an integer where it is a float), an integer field an integer,
+a boolean field a boolean. JSON has no dates or tuples: a field of such a type is
+declared ``Annotated[..., Strict(False)]`` so that its JSON spelling (a string, an array)
+is read, its items staying strict.
+
+:func:`parse_json` is how every route reads a JSON body (``app.http.query_params``'s
+``CheckedRoute``): a key given twice, ``NaN``/``Infinity``, nesting past Python's limit
+and malformed JSON are each refused with 400 saying what to fix, instead of the last
+duplicate winning or a terse "JSON decode error".
 """
 
 from __future__ import annotations
 
-import functools
-import types
-import typing
+import json
+from collections import Counter
 from typing import Any
 
-from pydantic import BaseModel, model_validator
-from pydantic_core import PydanticCustomError
+from fastapi import HTTPException
+from pydantic import BaseModel, ConfigDict
 
-_NUMERIC = (int, float)
-
-
-def _is_numeric(annotation: Any) -> bool:
-    if annotation in _NUMERIC:
-        return True
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, typing.Annotated):
-        return any(_is_numeric(arg) for arg in typing.get_args(annotation))
-    return False
-
-
-@functools.cache
-def _numeric_fields(model: type[BaseModel]) -> frozenset[str]:
-    return frozenset(
-        field.alias or name
-        for name, field in model.model_fields.items()
-        if _is_numeric(field.annotation)
-    )
+__all__ = ["JsonBody", "parse_json"]
 
 
 class JsonBody(BaseModel):
     """Base of every request body model (see the module's docstring)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _no_underscored_numbers(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            for name in sorted(_numeric_fields(cls) & data.keys()):
-                value = data[name]
-                if isinstance(value, str) and "_" in value:
-                    raise PydanticCustomError(
-                        "underscored_number",
-                        "{field}: {value} is not a number (write it without underscores)",
-                        {"field": name, "value": repr(value[:40])},
-                    )
-        return data
+    model_config = ConfigDict(strict=True)
+
+
+class _Refused(ValueError):
+    """A body that is JSON only to a lenient reader; the message says what to fix."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) != len(pairs):
+        counts = Counter(k for k, _ in pairs)
+        twice = next(k for k, _ in pairs if counts[k] > 1)
+        raise _Refused(
+            f"the key {twice[:60]!r} appears more than once in one object: give each "
+            "field once (JSON readers disagree on which value would count)"
+        )
+    return out
+
+
+def _no_constant(name: str) -> Any:
+    raise _Refused(f"{name} is not a JSON number: give a finite number")
+
+
+def _decode_error(exc: json.JSONDecodeError) -> str:
+    near = exc.doc[max(0, exc.pos - 20) : exc.pos + 20]
+    hint = "numbers are plain digits (1.5, 10, 2e-3), strings are in double quotes"
+    if "_" in exc.doc[max(0, exc.pos - 12) : exc.pos + 12]:
+        hint = "write numbers without underscores (10, not 1_0)"
+    return (
+        f"the body is not valid JSON: {exc.msg.lower()} at line {exc.lineno}, column "
+        f"{exc.colno} (near {near!r}); {hint}"
+    )
+
+
+def parse_json(raw: bytes) -> Any:
+    """The JSON value of a request body, or an ``HTTPException`` 400 whose detail says what
+    to fix (the error handlers answer it as ``invalid_request``)."""
+    try:
+        return json.loads(raw, object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except _Refused as exc:
+        raise HTTPException(400, str(exc)) from None
+    except json.JSONDecodeError as exc:
+        raise HTTPException(400, _decode_error(exc)) from None
+    except UnicodeDecodeError:
+        raise HTTPException(400, "the body is not UTF-8 text: send JSON in UTF-8") from None
+    except RecursionError:
+        raise HTTPException(
+            400,
+            "the body nests arrays or objects too deeply to read: dpgate's bodies are a "
+            "few levels deep (see /docs for each body's fields)",
+        ) from None

@@ -119,10 +119,12 @@ def refusal(
     over: int | None = None,
     key_name: str = "",
     largest_epsilon: float | None = None,
+    release: bool = False,
 ) -> BudgetExhausted:
     """The error of a refused charge (403 ``budget_exhausted``): ``EXHAUSTED`` (``over``
     users of ``scope`` would pass their budget; 0: every one of them has exhausted it;
-    ``None``: not counted) or ``QUOTA`` (the key ``key_name``'s quota)."""
+    ``None``: not counted) or ``QUOTA`` (the key ``key_name``'s quota); ``release``: of a
+    release (its hint names the preview, not a grid's quote)."""
     if verdict is Verdict.QUOTA:
         message = f"key '{key_name}' would exceed its epsilon quota"
     elif verdict is not Verdict.EXHAUSTED:
@@ -132,4 +134,4 @@ def refusal(
     else:
         who = "a user" if over is None else f"{over} user(s)"
         message = f"{who} of {scope} would pass the privacy budget"
-    return BudgetExhausted(message, largest_epsilon=largest_epsilon)
+    return BudgetExhausted(message, largest_epsilon=largest_epsilon, release=release)

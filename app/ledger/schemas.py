@@ -2,6 +2,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from app.kit.json_numbers import JsonBody
+
 WINDOW_FIELD = Field(
     description="The budget window shown, by its first local date (`2016-11-25`; a week "
     "starts on Monday, a month on the 1st); null for a dataset without windows."
@@ -42,7 +44,7 @@ class LedgerOut(BaseModel):
     users: list[LedgerUser]
 
 
-class ResetIn(BaseModel):
+class ResetIn(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     reason: str = Field(min_length=1, max_length=2000)

@@ -25,7 +25,7 @@ from app.datasets.models import Dataset
 from app.db.unit import separate_transaction
 from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
-from app.kit.errors import Conflict, InvalidRequest, NotFound
+from app.kit.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
 from app.ledger import rule
 from app.ledger.committer import apply_charge
 from app.ledger.repository import LedgerRepository
@@ -295,14 +295,24 @@ def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
 
     Keys without a quota are not touched: the ledger entries record every key's spend.
     """
-    if not key.has_quota:
-        return
-    repo = LedgerRepository(session)
-    if not repo.spend_quota(key.id, budget.charged(epsilon)):
-        left = quota_left(session, key.id) or budget.ZERO
-        raise rule.refusal(
-            rule.Verdict.QUOTA,
-            scope="this release",
-            key_name=key.name,
-            largest_epsilon=budget.float_at_most(left),
-        )
+    if key.has_quota and not LedgerRepository(session).spend_quota(key.id, budget.charged(epsilon)):
+        raise _quota_refusal(session, key)
+
+
+def check_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
+    """Refuse as :func:`spend_quota` would, without charging or locking (a release checks
+    before it creates budget accounts, so a refusal leaves none behind)."""
+    left = quota_left(session, key.id) if key.has_quota else None
+    if left is not None and budget.charged(epsilon) > left:
+        raise _quota_refusal(session, key)
+
+
+def _quota_refusal(session: Session, key: KeyIdentity) -> BudgetExhausted:
+    left = quota_left(session, key.id) or budget.ZERO
+    return rule.refusal(
+        rule.Verdict.QUOTA,
+        scope="this release",
+        key_name=key.name,
+        largest_epsilon=budget.float_at_most(left),
+        release=True,
+    )

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictInt
 
 from app.kit.json_numbers import JsonBody
 
@@ -12,8 +14,8 @@ class PreviewIn(JsonBody):
 
     value_bound: float = Field(gt=0, allow_inf_nan=False, le=1e12)
     epsilon: float = Field(ge=1e-6, allow_inf_nan=False, le=1e6)  # MIN_EPSILON of queries
-    # a count is a JSON integer: "1_0" (or "10") is refused, not read as 10
-    occupancy: list[tuple[Id, Id, StrictInt]] = Field(
+    # a triple is a JSON array (read as a tuple); its count a JSON integer
+    occupancy: list[Annotated[tuple[Id, Id, StrictInt], Strict(False)]] = Field(
         min_length=1,
         max_length=2_000_000,
         description="[grid, user, count] triples: how many records each user has in each grid "

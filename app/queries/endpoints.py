@@ -155,7 +155,7 @@ def quote(
     ] = "mean",
 ) -> dict:
     if not math.isfinite(target_error):
-        raise InvalidRequest("target_error must be a finite number > 0")
+        raise InvalidRequest(f"target_error must be a finite number > 0 (sent {target_error})")
     return service.quote(session, grid_id, statistic, target_error)
 
 

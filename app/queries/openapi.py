@@ -100,19 +100,30 @@ def _option_schema(opt: OptionSpec) -> dict[str, Any]:
 
 
 def _option_users(statistic: str) -> dict[str, list[tuple[str, OptionSpec]]]:
+    """Each option name with the mechanisms that read it; ``auto``'s options first (after
+    ``epsilon`` and ``mechanism``, they are what most callers set)."""
     users: dict[str, list[tuple[str, OptionSpec]]] = {}
-    for name, spec in _table(statistic).items():
+    table = _table(statistic)
+    auto_first = sorted(table.items(), key=lambda item: item[0] != "auto")
+    for name, spec in auto_first:
         for opt in spec.options.values():
             users.setdefault(opt.name, []).append((name, opt))
     return users
 
 
-def _option_parameter(name: str, users: list[tuple[str, OptionSpec]]) -> dict[str, Any]:
+def _option_parameter(
+    name: str, users: list[tuple[str, OptionSpec]], mechanisms: int
+) -> dict[str, Any]:
+    """The query parameter of one option. Its schema declares a ``default`` only when every
+    mechanism of the endpoint reads the option with that default: ``/docs``' *Try it out*
+    sends every declared default, and a mechanism refuses an option it does not read, so
+    a default declared for some mechanisms would break the call for the others. The
+    description states each mechanism's default instead."""
     schemas = [_option_schema(opt) for _, opt in users]
     unique = [s for i, s in enumerate(schemas) if s not in schemas[:i]]
     schema: dict[str, Any] = unique[0] if len(unique) == 1 else {"anyOf": unique}
     defaults = {repr(opt.default) for _, opt in users}
-    if len(defaults) == 1 and users[0][1].default is not None:
+    if len(users) == mechanisms and len(defaults) == 1 and users[0][1].default is not None:
         schema = {**schema, "default": users[0][1].default}
     meanings: dict[str, list[str]] = {}
     for mechanism, opt in users:
@@ -122,21 +133,24 @@ def _option_parameter(name: str, users: list[tuple[str, OptionSpec]]) -> dict[st
         text = next(iter(meanings)) + "."
     else:
         text = "; ".join(f"with {', '.join(ms)}: {meaning}" for meaning, ms in meanings.items())
+    readers = [m for m, _ in users]
+    unread = "" if len(users) == mechanisms else "; leave it empty with any other"
     return {
         "name": name,
         "in": "query",
         "required": False,
         "schema": schema,
-        "description": f"{text} Read by `mechanism` = "
-        f"{', '.join(m for m, _ in users)}; refused with any other.",
-        "x-mechanisms": [m for m, _ in users],
+        "description": f"{text} Read by `mechanism` = {', '.join(readers)}{unread} "
+        "(a mechanism refuses an option it does not read).",
+        "x-mechanisms": readers,
     }
 
 
 def option_parameters(statistic: str) -> list[dict[str, Any]]:
     """One OpenAPI query parameter per option of the statistic's mechanisms (and ``plan``
     for the single-statistic endpoints)."""
-    declared = [_option_parameter(n, u) for n, u in _option_users(statistic).items()]
+    count = len(_table(statistic))
+    declared = [_option_parameter(n, u, count) for n, u in _option_users(statistic).items()]
     return [*declared, PLAN_PARAMETER] if statistic in ("mean", "variance") else declared
 
 

@@ -18,6 +18,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from app.datasets.models import Dataset, Grid
 from app.queries.models import QueryAnswer
 from app.time.budget_windows import ALL_TIME, privacy_unit, window_of
+from app.time.slots import datetime_to_us, format_local, get_zone
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,13 @@ class GridContext:
     budget_window: str
     timezone: str
     value_unit: str | None
+    h3_cell: str
     window: date = ALL_TIME
+
+    def where(self) -> dict[str, str]:
+        """The grid's ``h3_cell`` and ``slot_start`` (local ISO 8601), for its answers."""
+        start = format_local(datetime_to_us(self.slot_start), get_zone(self.timezone))
+        return {"h3_cell": self.h3_cell, "slot_start": start}
 
     @property
     def privacy_unit(self) -> str:
@@ -99,6 +106,7 @@ _LOOKUP = (
         Dataset.budget_window,
         Dataset.timezone,
         Dataset.value_unit,
+        Grid.h3_cell,
         _STORED,
     )
     .join(Dataset, Dataset.id == Grid.dataset_id)
@@ -111,10 +119,10 @@ _LOOKUP_SQL = str(_LOOKUP.compile(dialect=PGDialect_psycopg()))
 def _found(row: Any) -> Found | None:
     if row is None:
         return None
-    ctx = GridContext(*row[:13])
+    ctx = GridContext(*row[:14])
     if ctx.budget_window != "none":
         ctx = replace(ctx, window=window_of(ctx, ctx.slot_start))
-    return ctx, row[13]
+    return ctx, row[14]
 
 
 class AnswerLookup:

@@ -30,7 +30,7 @@ from app.answers.body import answer_body
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, check_max_epsilon, parse_epsilon
 from app.answers.options import parse_options
 from app.datasets.grid_store import GridArrays, GridChanged
-from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot
+from app.datasets.service import get_dataset, get_grid_by_public_id, load_grid_snapshot, no_grid
 from app.keys.service import KeyIdentity
 from app.kit.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound, Unavailable
 from app.ledger.committer import Committed
@@ -100,11 +100,11 @@ async def answer_statistic(
     else:
         invalid, fp = None, fingerprint(statistic, mechanism, eps, options)
     if not GRID_ID.fullmatch(grid_public_id):
-        raise NotFound(f"no grid {grid_public_id!r}")
+        raise no_grid(grid_public_id)
     for attempt in range(MAX_ATTEMPTS):
         found = await store.lookup(grid_public_id, fp)
         if found is None:
-            raise NotFound(f"no grid {grid_public_id!r}")
+            raise no_grid(grid_public_id)
         if invalid is not None:
             raise invalid
         ctx, stored = found
@@ -247,6 +247,7 @@ class ReleaseStep:
             ctx.epoch,
             privacy_unit=ctx.privacy_unit,
             unit=ctx.value_unit,
+            where=ctx.where(),
         )
         record = AnswerRecord(
             public_id=answer["query_id"],
@@ -269,7 +270,10 @@ def _plan_caps(session: Session, plan_id: str, grid: GridContext, arrays: GridAr
     """Γ caps from a stored slot release, so its suppressed users are not charged again."""
     stored = ReleaseRepository(session).by_public_id(plan_id, grids=False)
     if stored is None or stored.dataset_id != grid.dataset_id:
-        raise NotFound(f"no release {plan_id!r} of this dataset")
+        raise NotFound(
+            f"no release {plan_id!r} of this dataset: plan= takes a release_id of "
+            "GET /datasets/{dataset_id}/releases"
+        )
     kept = stored.kept_caps(grid.public_id, arrays.user_ids)
     if kept is None:
         raise InvalidRequest(f"release {plan_id} did not release grid {grid.public_id}")

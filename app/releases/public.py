@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 from sqlalchemy.orm import Session
@@ -47,7 +47,7 @@ from app.releases.formats import (
 from app.releases.models import GRIDS_SHAPE, SlotRelease
 from app.releases.public_listing import PublicRelease, PublicReleaseList, public_page
 from app.releases.repository import ReleaseRepository
-from app.releases.schemas import ReleaseBody
+from app.releases.schemas import DataPackage, ReleaseBody
 
 JSON = "application/json"
 NOT_PUBLIC = (
@@ -74,7 +74,7 @@ class ReleaseAccess:
         """This access, or ``NotFound`` for a key holder asking for a release that is not
         there (told after the request's own checks, as everywhere)."""
         if self.dataset_id == 0:
-            raise NotFound(f"no release {self.release_id[:40]!r}")
+            raise service.no_release(self.release_id)
         return self
 
 
@@ -104,6 +104,19 @@ class ReleaseReader(KeyAuth):
 
 
 ReaderOrPublic = Annotated[ReleaseAccess, Depends(ReleaseReader())]
+
+
+def _release_id(
+    release_id: Annotated[
+        str, Path(description="A `release_id` (`GET /datasets/{dataset_id}/releases`).")
+    ],
+) -> str:
+    return release_id
+
+
+#: Declares ``{release_id}`` in the document for the routes that read it through
+#: :class:`ReleaseReader` (``dependencies=[RELEASE_ID]``), so /docs' Try it out can fill it.
+RELEASE_ID = Depends(_release_id)
 
 
 def base_url(request: Request) -> str:
@@ -170,7 +183,7 @@ def _render(
             return Response(service.release_json_bytes(session, release_id), media_type=JSON)
         stored = ReleaseRepository(session).by_public_id(release_id, grids=False)
         if stored is None:  # deleted since the access check
-            raise NotFound(f"no release {release_id[:40]!r}")
+            raise service.no_release(release_id)
         dataset = get_dataset(session, stored.dataset_id)
         ctx = export_context(dataset, base, stored.head.get("slot_minutes"))
         if fmt is ReleaseFormat.datapackage:  # the head is enough: no grids decoded
@@ -181,7 +194,8 @@ def _render(
 
 @router.get(
     "/releases/{release_id}",
-    response_model=ReleaseBody,
+    dependencies=[RELEASE_ID],
+    response_model=ReleaseBody | DataPackage,  # the JSON formats (documentation only)
     responses={**FORMAT_RESPONSES, **responses(Unauthenticated, Forbidden, NotFound)},
     summary="A stored release: JSON, GeoJSON, CSV or a Data Package (public: without a key)",
     description="Reading is free. A public release (`PATCH /releases/{release_id}`) needs no "
@@ -248,7 +262,7 @@ def set_public(
         .returning(SlotRelease.public_id)
     ).first()
     if found is None:
-        raise NotFound(f"no release {release_id[:40]!r}")
+        raise service.no_release(release_id)
     return PublicOut(
         release_id=release_id,
         public=body.public,

@@ -4,6 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from app.answers.epsilon import MIN_EPSILON
 from app.answers.schemas import StatisticAnswer
 from app.core import canonical_mechanism
 from app.kit.json_numbers import JsonBody
@@ -36,12 +37,13 @@ class ReleaseIn(JsonBody):
     )
     epsilon: float | None = Field(
         default=None,
+        ge=float(MIN_EPSILON),
         allow_inf_nan=False,
         description="Budget per grid; each user pays it once per grid where it is kept.",
     )
     max_user_cost: float | None = Field(
         default=None,
-        gt=0,
+        ge=float(MIN_EPSILON),  # no per-grid epsilon can be smaller
         le=1e6,
         allow_inf_nan=False,
         description="Instead of epsilon: the most any user may pay for the whole release; "
@@ -215,6 +217,18 @@ class ReleaseBody(BaseModel):
 
     release_id: str
     grids: list[dict[str, Any]]
+
+
+class DataPackage(BaseModel):
+    """``format=datapackage``: a Frictionless Data Package describing the release's CSV
+    and its privacy terms (also ``application/json``)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    profile: str
+    name: str
+    resources: list[dict[str, Any]]
+    privacy: dict[str, Any]
 
 
 class ReleaseSummary(BaseModel):

@@ -84,12 +84,16 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
             )
             raise refusal(
                 Verdict.EXHAUSTED, scope="these slots", over=int(rb.users(over).size),
-                largest_epsilon=largest,
+                largest_epsilon=largest, release=True,
             )  # fmt: skip
         # left out of the grids of the windows where they cannot pay, kept elsewhere
         newly = np.isin(rb.occ.user, over)
         excluded = newly if excluded is None else excluded | newly
-    raise refusal(Verdict.EXHAUSTED, scope=f"these slots after {MAX_EXCLUSION_ROUNDS} exclusions")
+    raise refusal(
+        Verdict.EXHAUSTED,
+        scope=f"these slots after {MAX_EXCLUSION_ROUNDS} exclusions",
+        release=True,
+    )
 
 
 def _fingerprint(inp: ReleaseInput, body: ReleaseIn) -> str:
@@ -142,11 +146,16 @@ def release_slot(
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
+    # planned (and refused) on the accounts as they read now, so a refusal creates none
+    read = read_release_budget(session, dataset, epoch, inp.grids, inp.occ)
+    plan = _plan_within_budget(inp, body, read)
+    if plan.K:
+        ledger.check_quota(session, key, plan.max_cost)
     budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
-
-    plan = _plan_within_budget(inp, body, budget)
+    if budget.spent != read.spent:  # spent meanwhile: planned again under the locks
+        plan = _plan_within_budget(inp, body, budget)
     if plan.K:
         ledger.spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
@@ -266,11 +275,18 @@ def release_json_zstd(session: Session, release_id: str) -> bytes | None:
 
 def _stored(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     if not isinstance(release_id, str) or not 1 <= len(release_id) <= 32:
-        raise NotFound("no such release")
+        raise no_release(str(release_id))
     stored = ReleaseRepository(session).by_public_id(release_id)
     if stored is None:
-        raise NotFound(f"no release {release_id[:40]!r}")
+        raise no_release(release_id)
     return stored, get_dataset(session, stored.dataset_id)
+
+
+def no_release(release_id: str) -> NotFound:
+    """The refusal of an id that names no release, saying where release ids come from."""
+    return NotFound(
+        f"no release {release_id[:40]!r}: GET /datasets/{{dataset_id}}/releases lists them"
+    )
 
 
 def _served_stored(stored: SlotRelease, dataset: Dataset) -> tuple[dict[str, Any], bytes | None]:

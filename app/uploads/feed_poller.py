@@ -6,20 +6,25 @@ ingests it like ``POST /datasets/{id}/records`` with a feed body
 position already stored (same vehicle, same timestamp: in this feed, an earlier one, or
 any upload) is counted as a duplicate, not stored again. A feed that is down, answers
 an error or sends something that is not a ``FeedMessage`` is logged and polled again at
-the next tick; nothing is written for it. A stop request (:meth:`FeedPoller.stop`, from
-SIGINT or SIGTERM) is honoured between polls: the poll under way is finished (committed)
-first, or rolled back if it fails.
+the next tick; nothing is written for it. ``timeout`` bounds a whole fetch (connect,
+headers and body together: a feed trickling its bytes cannot hold a poll longer). A stop
+request (:meth:`FeedPoller.stop`, from SIGINT or SIGTERM) is honoured between polls: the
+poll under way is finished (committed) first, or rolled back if it fails, and its fetch
+is given at most ``STOP_GRACE`` seconds more.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
+import ssl
 import threading
 import time
 from dataclasses import dataclass
 from typing import Any
 
+import certifi
 import httpx
 from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
@@ -31,6 +36,8 @@ log = logging.getLogger("dpgate.ingest")
 
 #: What the poller asks for: any protobuf type (feeds are served under several names).
 ACCEPT = "application/x-protobuf, application/protobuf, application/octet-stream;q=0.9, */*;q=0.5"
+#: Seconds a fetch under way may still take once a stop is asked for.
+STOP_GRACE = 1.0
 
 
 @dataclass
@@ -58,7 +65,6 @@ class FeedPoller:
         options: UploadOptions | None = None,
         timeout: float = 30.0,
         max_bytes: int = 512 * 1024 * 1024,
-        client: httpx.Client | None = None,
     ) -> None:
         self.sessions = sessions
         self.dataset_id = dataset_id
@@ -66,16 +72,21 @@ class FeedPoller:
         self.hash_secret = hash_secret
         self.options = options or UploadOptions(format="gtfs-rt")
         self.max_bytes = max_bytes
-        self.client = client or httpx.Client(
-            timeout=timeout, follow_redirects=True, headers={"Accept": ACCEPT}
-        )
+        self.timeout = timeout
+        self._tls = ssl.create_default_context(cafile=certifi.where())  # made once, not per poll
         self.totals = PollTotals()
         self._stopping = threading.Event()
         self._last_digest: str | None = None
+        self._fetching: tuple[asyncio.AbstractEventLoop, asyncio.Timeout] | None = None
 
     def stop(self) -> None:
-        """Ask the run to end after the poll under way (safe from a signal handler)."""
+        """Ask the run to end after the poll under way, whose fetch gets at most
+        ``STOP_GRACE`` seconds more (safe from a signal handler)."""
         self._stopping.set()
+        fetching = self._fetching
+        if fetching is not None:
+            loop, deadline = fetching
+            loop.call_soon_threadsafe(_cut, loop, deadline)
 
     @property
     def stopping(self) -> bool:
@@ -136,24 +147,53 @@ class FeedPoller:
         return answer
 
     def _fetch(self) -> bytes | None:
-        """The feed's bytes, or None (logged) when it is down, answers an error or is
-        larger than ``max_bytes`` (the upload's body limit)."""
+        """The feed's bytes, or None (logged) when it is down, answers an error, is larger
+        than ``max_bytes`` (the upload's body limit) or does not arrive whole within
+        ``timeout`` seconds."""
+        return asyncio.run(self._fetch_within_timeout())
+
+    async def _fetch_within_timeout(self) -> bytes | None:
+        loop = asyncio.get_running_loop()
         try:
-            with self.client.stream("GET", self.url) as resp:
-                if resp.status_code != 200:
-                    log.warning("feed %s answered %d; polling again", self.url, resp.status_code)
-                    return None
-                parts, size = [], 0
-                for part in resp.iter_bytes():
-                    size += len(part)
-                    if size > self.max_bytes:
-                        log.warning("feed %s is over %d bytes: skipped", self.url, self.max_bytes)
-                        return None
-                    parts.append(part)
+            async with asyncio.timeout(self.timeout) as deadline:
+                self._fetching = (loop, deadline)
+                if self.stopping:
+                    _cut(loop, deadline)
+                return await self._download()
+        except TimeoutError:
+            why = "stopping" if self.stopping else f"--timeout {self.timeout:g} s"
+            log.warning("feed %s did not arrive whole in time (%s): skipped", self.url, why)
         except httpx.HTTPError as exc:
             log.warning("feed %s unreachable: %s", self.url, str(exc) or type(exc).__name__)
-            return None
+        finally:
+            self._fetching = None
+        return None
+
+    async def _download(self) -> bytes | None:
+        async with (
+            httpx.AsyncClient(
+                timeout=self.timeout,  # each step; asyncio.timeout bounds them together
+                follow_redirects=True,
+                headers={"Accept": ACCEPT},
+                verify=self._tls,
+            ) as client,
+            client.stream("GET", self.url) as resp,
+        ):
+            if resp.status_code != 200:
+                log.warning("feed %s answered %d; polling again", self.url, resp.status_code)
+                return None
+            parts, size = [], 0
+            async for part in resp.aiter_bytes():
+                size += len(part)
+                if size > self.max_bytes:
+                    log.warning("feed %s is over %d bytes: skipped", self.url, self.max_bytes)
+                    return None
+                parts.append(part)
         return b"".join(parts)
 
-    def close(self) -> None:
-        self.client.close()
+
+def _cut(loop: asyncio.AbstractEventLoop, deadline: asyncio.Timeout) -> None:
+    """Bring a fetch's deadline to at most ``STOP_GRACE`` seconds from now."""
+    when = loop.time() + STOP_GRACE
+    current = deadline.when()
+    deadline.reschedule(when if current is None else min(current, when))

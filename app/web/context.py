@@ -27,8 +27,9 @@ from app.datasets.service import dataset_out, get_dataset, list_grids, parse_slo
 from app.http.query_params import CheckedRoute
 from app.kit.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated, responses
 from app.releases.models import SlotRelease
-from app.releases.public import ReaderOrPublic
+from app.releases.public import RELEASE_ID, ReaderOrPublic
 from app.releases.repository import ReleaseRepository
+from app.releases.service import no_release
 
 FOOTPRINT_TTL_S = 60.0  # the footprint grows with uploads: a process re-reads it this often
 MAX_SLOT_CELLS = 50_000
@@ -50,7 +51,7 @@ def boundary(cell: str) -> list[list[float]]:
 def _release(session: Session, release_id: str) -> tuple[SlotRelease, Dataset]:
     release = ReleaseRepository(session).by_public_id(release_id, grids=False)
     if release is None:
-        raise NotFound(f"no release {release_id[:40]!r}")
+        raise no_release(release_id)
     return release, get_dataset(session, release.dataset_id)
 
 
@@ -95,6 +96,7 @@ def _footprint(session: Session, release_id: str, cache: Footprints) -> bytes:
 
 @router.get(
     "/releases/{release_id}/footprint",
+    dependencies=[RELEASE_ID],
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="The release's dataset: its facts and whole public footprint (for /map)",
     description="Every cell of the dataset's resolution that ever held a record (public "
@@ -142,6 +144,7 @@ def _occupancy(session: Session, release_id: str, slot_start: str) -> dict[str, 
 
 @router.get(
     "/releases/{release_id}/occupancy",
+    dependencies=[RELEASE_ID],
     responses=responses(InvalidRequest, Unauthenticated, Forbidden, NotFound),
     summary="One of the release's slots: its occupied cells with their users (for /map)",
     description="The public occupancy (cells, users, records) of one slot of the release, "

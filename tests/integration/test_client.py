@@ -338,3 +338,32 @@ def _mechanisms() -> set[str]:
     from app.core import MEAN_MECHANISMS
 
     return set(MEAN_MECHANISMS)
+
+
+def test_releases_listed_and_read_without_a_key(scripted: Scripted) -> None:
+    """Public releases are read without any key: the keyless client sends none."""
+    listed = {"release_id": "r1", "slot_start": "2024-03-05T10:00:00+00:00", "slots": 24,
+              "partition": "fixed", "epsilon": 0.5, "max_user_cost": 1.0, "n_grids": 3,
+              "created_at": "2024-03-06T01:00:00+00:00", "dataset": 5}  # fmt: skip
+    scripted.replies = [
+        (200, {}, {"releases": [listed], "next": 1}),
+        (200, {}, {"releases": [{**listed, "release_id": "r0"}], "next": None}),
+        (200, {}, {"releases": [listed], "next": None}),
+        (200, {}, RELEASE),
+    ]
+    with dpgate.Client(scripted.url) as anyone:
+        public = anyone.public_releases(dataset_id=5)
+        assert [r.release_id for r in public] == ["r1", "r0"] and public[0].n_grids == 3
+        assert public[0].dataset == 5 and isinstance(public[0], dpgate.ReleaseSummary)
+    with dpgate.Client(scripted.url, "k") as c:
+        assert [r.release_id for r in c.releases(5)] == ["r1"]
+    with dpgate.Client(scripted.url) as anyone:
+        assert anyone.get_release("r1").release_id == "r1"
+    paths = [r["path"] for r in scripted.seen]
+    assert paths == [
+        "/public/releases?dataset=5&offset=0", "/public/releases?dataset=5&offset=1",
+        "/datasets/5/releases?offset=0", "/releases/r1",
+    ]  # fmt: skip
+    keyless = [r for i, r in enumerate(scripted.seen) if i != 2]
+    assert all("Authorization" not in r["headers"] for r in keyless)
+    assert scripted.seen[2]["headers"]["Authorization"] == "Bearer k"

@@ -38,6 +38,16 @@ class Demo:
     process: subprocess.Popen
     lines: list[str]
     url: str
+    output: queue.Queue[str | None]
+
+    def interrupt(self, signum: int = signal.SIGINT) -> tuple[int, list[str]]:
+        """Send ``signum`` to the demo (as Ctrl-C does); its exit code and last lines."""
+        self.process.send_signal(signum)
+        code = self.process.wait(timeout=30)
+        rest = []
+        while (line := self.output.get(timeout=10)) is not None:
+            rest.append(line)
+        return code, rest
 
     def value(self, prefix: str) -> str:
         return next(line.split(":", 1)[1].strip() for line in self.lines if line.startswith(prefix))
@@ -83,7 +93,7 @@ def start_demo(workdir: Path, *extra: str, timeout: float = 120) -> Demo:
         out.put(None)
 
     threading.Thread(target=pump, daemon=True).start()
-    demo = Demo(proc, [], f"http://127.0.0.1:{port}")
+    demo = Demo(proc, [], f"http://127.0.0.1:{port}", out)
     deadline = time.monotonic() + timeout
     try:
         while not any(line.startswith("API docs:") for line in demo.lines):
@@ -180,11 +190,17 @@ def test_demo_prints_working_keys_and_curl_commands_and_runs_twice(tmp_path):
         assert status == 200 and mean["cached"] is True  # same query, same epoch: free
         status, budget = run_curl(second.curls[2])
         assert status == 200 and budget["max_spent"] == pytest.approx(1.0)
-        r = httpx.get(
-            f"{second.url}/datasets",
-            headers={"Authorization": f"Bearer {second.value('admin key')}"},
-        )
+        admin = {"Authorization": f"Bearer {second.value('admin key')}"}
+        r = httpx.get(f"{second.url}/datasets", headers=admin)
         assert len(r.json()["datasets"]) == 1  # no second copy of the demo data
+        # the first run's keys are revoked, not piled up
+        old = {"Authorization": f"Bearer {first.value('analyst key')}"}
+        assert httpx.get(f"{second.url}/keys/me", headers=old).status_code == 401
+        active = [k for k in httpx.get(f"{second.url}/keys", headers=admin).json()["keys"]
+                  if not k["revoked"]]  # fmt: skip
+        assert sorted(k["name"] for k in active) == ["demo admin", "demo analyst"]
+        code, rest = second.interrupt()  # Ctrl-C: the server stops quietly
+        assert code == 0 and not any("Traceback" in line for line in rest), rest
     finally:
         second.stop()
 

@@ -46,6 +46,24 @@ def test_answers_as_a_dataframe(dp: tuple[dpgate.Client, int]) -> None:
     stored = dpgate.answers_dataframe(client.queries())  # the key's stored answers
     assert sorted(stored["query_id"]) == sorted(a.query_id for a in answers)
     assert pd.api.types.is_float_dtype(frame["epsilon"])
+    # where and when each answer is: the grid's cell and its local slot start
+    by_id = {g.grid_id: g for g in grids}
+    for row in frame.itertuples():
+        assert row.h3_cell == by_id[row.grid_id].h3_cell
+        assert row.slot_start == pd.Timestamp(by_id[row.grid_id].slot_start) == pd.Timestamp(HOUR)
+    assert list(stored["h3_cell"].sort_values()) == sorted(frame["h3_cell"])
+
+
+def test_the_release_list_of_a_dataset(dp: tuple[dpgate.Client, int]) -> None:
+    client, ds = dp
+    made = [
+        client.release(ds, HOUR.isoformat(), epsilon=e, min_users=1, statistics=["mean"])
+        for e in (0.25, 0.5)
+    ]
+    listed = client.releases(ds, limit=1)  # every page followed
+    assert [r.release_id for r in listed] == [m.release_id for m in reversed(made)]
+    assert [r.epsilon for r in listed] == [0.5, 0.25] and listed[0].n_grids == len(made[1].grids)
+    assert client.get_release(listed[0].release_id).grids[0].mean is not None
 
 
 def test_a_release_as_a_dataframe_and_a_geodataframe(dp: tuple[dpgate.Client, int]) -> None:
@@ -78,3 +96,10 @@ def test_a_release_as_a_dataframe_and_a_geodataframe(dp: tuple[dpgate.Client, in
         lat, lon = h3.cell_to_latlng(row.h3_cell)
         assert row.geometry.geom_type == "Polygon" and len(row.geometry.exterior.coords) == 7
         assert row.geometry.contains(Point(lon, lat))
+    # the analysis extra draws it (matplotlib, without a display)
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    axes = geo.plot(column="mean", legend=True)
+    png = io.BytesIO()
+    axes.figure.savefig(png, format="png")
+    assert png.getvalue().startswith(b"\x89PNG") and len(png.getvalue()) > 5000

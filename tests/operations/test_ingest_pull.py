@@ -126,11 +126,11 @@ def test_sigterm_finishes_the_poll_under_way_and_exits_0(
     second_asked = threading.Event()
     requests: list[int] = []
 
-    def slow_next() -> bytes:  # the second poll's feed takes a second to come
+    def slow_next() -> bytes:  # the second poll's feed takes half a second to come
         requests.append(1)
         if len(requests) == 2:
             second_asked.set()
-            time.sleep(1.0)
+            time.sleep(0.5)  # within the fetch's grace after a stop (STOP_GRACE)
         return bodies[min(len(requests), len(bodies)) - 1]
 
     ds = create_dataset(pg_client, **CAPMETRICS_DATASET)["id"]

@@ -3,6 +3,7 @@ and charged once, exit codes a scheduler can act on (API.md, issue 25)."""
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Iterator
 from datetime import date, datetime, timedelta
@@ -13,13 +14,13 @@ import pytest
 from sqlalchemy.engine import Engine, make_url
 
 from app.cli.main import main
-from app.cli.publish import (
-    EXIT_NO_DATA,
+from app.cli.publish import day_slots
+from app.cli.support import (
+    EXIT_NOT_FOUND,
     EXIT_OK,
     EXIT_REFUSED,
     EXIT_UNAVAILABLE,
     EXIT_USAGE,
-    day_slots,
 )
 from tests.conftest import ADMIN_KEY
 from tests.helpers import make_csv
@@ -104,7 +105,11 @@ def test_a_day_is_one_release_and_a_second_run_charges_nothing(
     assert {u["user"]: u["spent"] for u in _ledger(server, ds)} == spent
     # the budget (3 per user) cannot pay another 1.5 for each of three grids at eps 1
     assert _publish(server.url, ds, "--epsilon", "1.0") == EXIT_REFUSED
-    assert "refused" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "refused" in err and "/quote" not in err, err  # a day is not one grid
+    fits = re.search(r"largest_epsilon = (\S+) per grid: --epsilon (\S+) would fit now", err)
+    assert fits is not None and fits[1] == fits[2] and 0 < float(fits[2]) < 1.0, err
+    assert _publish(server.url, ds, "--epsilon", fits[2]) == EXIT_OK  # and it does fit
 
 
 def test_exit_codes_for_a_scheduler(
@@ -112,8 +117,8 @@ def test_exit_codes_for_a_scheduler(
 ) -> None:
     server, ds = served
     argv = ["publish", "--url", server.url, "--key", ADMIN_KEY, "--epsilon", "0.1"]
-    assert main([*argv, "--dataset", str(ds), "--day", "2030-01-01"]) == EXIT_NO_DATA
-    assert main([*argv, "--dataset", str(ds + 99), "--day", "2024-03-05"]) == EXIT_NO_DATA
+    assert main([*argv, "--dataset", str(ds), "--day", "2030-01-01"]) == EXIT_NOT_FOUND
+    assert main([*argv, "--dataset", str(ds + 99), "--day", "2024-03-05"]) == EXIT_NOT_FOUND
     bad = ["--dataset", str(ds), "--day", "2024-03-05", "--coarsest-resolution", "5"]
     assert main([*argv, *bad]) == EXIT_USAGE  # coarsest without adaptive: a 400
     dead = f"http://127.0.0.1:{free_port()}"

@@ -5,6 +5,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from app.cli.main import build_parser, main
 from research.runner import EXPERIMENTS
 from research.runner import main as research_main
@@ -46,7 +48,9 @@ def test_small_monte_carlo_run_through_the_cli(tmp_path):
     assert main([*argv, "--seed", "3", "--no-progress"]) == 0
     text = (tmp_path / "003-bounding.md").read_text(encoding="utf-8")
     assert "300 fresh data sets per ε, seed 3" in text
-    assert main(["experiments", "002-mae", "--out", str(tmp_path), "--runs", "1"]) == 2
+    with pytest.raises(SystemExit) as refused:
+        main(["experiments", "002-mae", "--out", str(tmp_path), "--runs", "1"])
+    assert refused.value.code == 2
 
 
 def test_no_source_of_randomness_outside_experiments_in_issue_7_files():

@@ -190,6 +190,8 @@ def _guided(op: Any, fixed: dict[str, str], slot: str) -> list[st.SearchStrategy
             }
         )
         return [body.flatmap(lambda b: op.as_strategy(positive, path_parameters=fixed, body=b))]
+    if label.endswith("/occupancy"):  # one of the release's slots
+        return [op.as_strategy(positive, path_parameters=fixed, query={"slot_start": slot})]
     return []
 
 

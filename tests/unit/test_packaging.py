@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -85,4 +87,26 @@ def test_pyproject_pins_lower_bounds_and_script() -> None:
         assert ">=" in deps[name], name
     assert deps["sqlalchemy"].startswith("sqlalchemy>=2")
     assert deps["h3"].startswith("h3>=4")
-    assert meta["scripts"]["dpgate"] == "app.cli.main:main"
+    assert meta["scripts"]["dpgate"] == "app.cli.main:run"
+
+
+def test_the_analysis_extra_can_plot() -> None:
+    """``release.to_geodataframe().plot()`` draws with matplotlib: the extra brings it."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    names = {re.split(r"[\[>=<]", dep, maxsplit=1)[0] for dep in extras["analysis"]}
+    assert {"pandas", "geopandas", "matplotlib"} <= names
+
+
+def test_the_client_is_imported_beside_a_folder_named_dpgate(tmp_path: Path) -> None:
+    """A script next to a clone of this repository named ``dpgate`` imports the client,
+    not the folder (a namespace package without ``Client``)."""
+    clone = tmp_path / "dpgate"
+    clone.mkdir()
+    (clone / "pyproject.toml").write_text("[project]\nname = 'dpgate'\n")
+    (tmp_path / "script.py").write_text("import dpgate\nprint(dpgate.Client.__module__)\n")
+    done = subprocess.run(
+        [sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0 and done.stdout.strip() == "dpgate.client", done.stderr
