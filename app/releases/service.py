@@ -35,8 +35,7 @@ from app.ledger.rule import Verdict, refusal
 from app.releases.charges import (
     ReleaseBudget,
     charge_release,
-    lock_release_budget,
-    read_release_budget,
+    release_budget,
     with_privacy_unit,
 )
 from app.releases.draw import (
@@ -67,11 +66,9 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
     with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
     window's grids only, and the plan is made again."""
     excluded: np.ndarray | None = None  # the (grid, user) pairs left out
-    cap = inp.dataset.budget_per_user
-    remaining = rb.remaining(cap)
     for _ in range(MAX_EXCLUSION_ROUNDS):
         plan = choose_plan(inp, body, excluded)
-        over = over_budget(rb.occ, plan, rb.spent, cap)  # (window, user) subjects
+        over = over_budget(rb.occ, plan, rb.accounts)  # (window, user) subjects
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
@@ -79,7 +76,7 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
                 plan_maker(inp, body, excluded),
                 rb.occ,
                 plan,
-                remaining,
+                rb.accounts,
                 inp.dataset.max_epsilon_per_query,
             )
             raise refusal(
@@ -142,7 +139,7 @@ def release_slot(
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
-    budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
+    budget = release_budget(session, dataset, epoch, inp.grids, inp.occ, lock=True)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
 
@@ -193,8 +190,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     dataset = get_dataset(session, dataset_id)
     inp = release_input(session, dataset, body)
     plan = choose_plan(inp, body, None)
-    rb = read_release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ)
-    cap = dataset.budget_per_user
+    rb = release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False)
 
     eps = statistic_eps(plan, len(body.statistics))
     grids = []
@@ -227,12 +223,12 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     return {
         **_plan_fields(inp, body, plan),
         "grids": grids,
-        "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.spent, cap)).size),
+        "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.accounts)).size),
         "largest_epsilon": largest_affordable(
             plan_maker(inp, body, None),
             rb.occ,
             plan,
-            rb.remaining(cap),
+            rb.accounts,
             dataset.max_epsilon_per_query,
         ),
     }
