@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, FineGrid
 from app.datasets.grid_store import summarise_grids
 from app.datasets.models import Dataset, Grid
+from app.datasets.repository import GridRepository
 from app.kit.errors import InvalidRequest
 from app.time.slots import (
     datetime_to_us,
@@ -36,7 +37,7 @@ from app.time.slots import (
     us_to_datetime,
 )
 
-__all__ = ["GridLevel", "coarse_grids", "grid_level", "refresh_after_upload"]
+__all__ = ["GridLevel", "coarse_grids", "ensure_level", "grid_level", "refresh_after_upload"]
 
 #: A slot of ``m`` minutes lasts at most this much longer on a daylight-saving day.
 _DST_SLACK = timedelta(hours=2)
@@ -174,6 +175,32 @@ def coarse_grids(
     return sorted(
         (stored[k] for k in groups if k in stored), key=lambda g: (g.slot_start, g.h3_cell)
     )
+
+
+def ensure_level(session: Session, dataset: Dataset, level: GridLevel) -> None:
+    """Make the coarser grids of ``level`` over every slot of the dataset that has none
+    stored yet, so that a listing can page through the stored ones by index. Stored
+    coarser grids stay up to date by themselves (:func:`refresh_after_upload`), so
+    after the first listing of a level only new slots are built. Builders of one level
+    take turns (a transaction-level advisory lock): a burst of first listings builds
+    it once."""
+    repo = GridRepository(session)
+    zone = get_zone(dataset.timezone)
+
+    def missing() -> list[int]:
+        fine = repo.slot_starts(dataset.id, 0)
+        if not fine:
+            return []
+        starts = np.array([datetime_to_us(t) for t in fine], dtype=np.int64)
+        wanted = set(slot_start_us(starts, zone, level.slot_minutes).tolist())
+        stored = repo.slot_starts(dataset.id, level.slot_minutes, level.h3_resolution)
+        return sorted(wanted - {datetime_to_us(t) for t in stored})
+
+    if not missing():
+        return
+    CoarseGridRepository(session).build_lock(dataset.id, level.h3_resolution, level.slot_minutes)
+    for start in missing():
+        coarse_grids(session, dataset, level, us_to_datetime(start))
 
 
 def _stored(

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -61,6 +61,13 @@ class CoarseGridRepository:
         """Keep uploads of the dataset out until this transaction ends."""
         self.session.execute(
             select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True)
+        )
+
+    def build_lock(self, dataset_id: int, h3_resolution: int, slot_minutes: int) -> None:
+        """Wait for the other builders of this level of the dataset (until this
+        transaction ends)."""
+        self.session.execute(
+            select(func.pg_advisory_xact_lock(dataset_id, h3_resolution << 16 | slot_minutes))
         )
 
     def fine_grids(

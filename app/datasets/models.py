@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -75,7 +76,24 @@ class Grid(Base):
             name="uq_grids_dataset_id_slot_minutes",
         ),
         Index("ix_grids_dataset_slot", "dataset_id", "slot_start"),
-    )
+        # the listings' orders (migration 0015); the entries hold what is filtered on
+        Index(
+            "ix_grids_listing", "dataset_id", "slot_minutes", "slot_start", "h3_cell",
+            postgresql_include=["n_users", "n_records", "id"],
+        ),
+        Index(
+            "ix_grids_listing_desc", "dataset_id", "slot_minutes", text("slot_start DESC"),
+            "h3_cell", postgresql_include=["n_users", "id"],
+        ),
+        Index(
+            "ix_grids_listing_users", "dataset_id", "slot_minutes", "n_users", "slot_start",
+            "h3_cell", postgresql_include=["id"],
+        ),
+        Index(
+            "ix_grids_listing_users_desc", "dataset_id", "slot_minutes", text("n_users DESC"),
+            "slot_start", "h3_cell", postgresql_include=["id"],
+        ),
+    )  # fmt: skip
 
     id: Mapped[int] = mapped_column(primary_key=True)
     public_id: Mapped[str] = mapped_column(String(32), unique=True)

@@ -119,7 +119,6 @@ class GridOut(BaseModel):
 
 class GridList(BaseModel):
     grids: list[GridOut]
-    total: int = Field(description="Grids matching the filters.")
     limit: int
     offset: int
     next: int | None = Field(description="The `offset` of the next page, or null.")
