@@ -27,6 +27,7 @@ def make_engine(
     url: str,
     *,
     pool_size: int = 10,
+    max_overflow: int | None = None,
     connect_timeout: float | None = None,
     statement_timeout: float | None = None,
     watch: DatabaseWatch | None = None,
@@ -43,7 +44,7 @@ def make_engine(
     engine = create_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_pre_ping=False,  # a round trip per checkout; closed_while_idle costs none
         pool_recycle=1800,
         pool_timeout=pool_timeout,
