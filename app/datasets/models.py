@@ -45,6 +45,11 @@ class Dataset(Base):
     value_unit: Mapped[str | None] = mapped_column(String(40), nullable=True)
     epoch: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # raw records older than this many days are dropped, a month at a time, once their
+    # grids' snapshots are stored (app.uploads.retention); null: kept for ever
+    raw_retention_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # raw records before this instant were dropped (null: none); their grids are final
+    raw_kept_from: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class DatasetUser(Base):
@@ -116,11 +121,13 @@ class Record(Base):
     resolves ``grid_id`` and ``user_id`` itself, in the same transaction and under the
     dataset's lock (it also inserts a new grid only at the end of an upload). A grid's
     records are read through the key, by its users and time range
-    (:func:`app.datasets.repository.copy_records`). Deleting a dataset must therefore
-    delete its records explicitly.
+    (:func:`app.datasets.repository.copy_records`). Partitioned by dataset, then by
+    month of ``ts`` (``app.datasets.partitions``).
     """
 
     __tablename__ = "records"
+    # then by month (app.datasets.partitions, migration 0016)
+    __table_args__ = ({"postgresql_partition_by": "LIST (dataset_id)"},)
 
     dataset_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # datasets.id
     user_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # dataset_users.id

@@ -15,6 +15,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
+from app.datasets.partitions import dataset_table
 from app.db.unit import binary_rows
 from app.time.slots import us_to_datetime
 
@@ -249,7 +250,8 @@ def copy_records(
         "SELECT string_agg(int4send(r.grid_id) || int4send(r.user_id) || "  # noqa: S608
         "timestamptz_send(r.ts) || float8send(r.value), ''::bytea) "
         f"FROM unnest('{_int_array(users or [0])}'::int[]) AS u(id) CROSS JOIN LATERAL "
-        f"(SELECT * FROM records WHERE dataset_id = {int(dataset_id)} {per_user}"
+        f"(SELECT * FROM {dataset_table(dataset_id)} WHERE dataset_id = {int(dataset_id)} "
+        f"{per_user}"
         f"AND ts >= '{us_to_datetime(start_us).isoformat()}' "
         f"AND ts < '{us_to_datetime(end_us).isoformat()}' OFFSET 0) AS r "
         f"WHERE r.grid_id = ANY('{_int_array(grids)}'::int[])"

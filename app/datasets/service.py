@@ -26,6 +26,7 @@ from app.datasets.grid_store import (
     load_grid_snapshot,
 )
 from app.datasets.models import Dataset, Grid
+from app.datasets.partitions import ensure_dataset_partition
 from app.datasets.repository import DatasetRepository, GridRepository
 from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
 from app.kit.errors import InvalidRequest, NotFound
@@ -73,7 +74,7 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             raise InvalidRequest(
                 f"{name} must be at least {budget.QUANTUM} (the ledger's precision)"
             )
-    return DatasetRepository(session).add(
+    dataset = DatasetRepository(session).add(
         Dataset(
             name=spec.name,
             value_bound=spec.value_bound,
@@ -86,9 +87,12 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             value_filters_public=spec.value_filters_public,
             budget_window=spec.budget_window,
             value_unit=spec.value_unit,
+            raw_retention_days=spec.raw_retention_days,
             epoch=1,
         )
     )
+    ensure_dataset_partition(session, dataset.id)
+    return dataset
 
 
 def list_datasets(session: Session) -> Sequence[Dataset]:
@@ -151,6 +155,8 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         privacy_unit=privacy_unit(dataset),
         epoch=dataset.epoch,
         created_at=dataset.created_at,
+        raw_retention_days=dataset.raw_retention_days,
+        raw_kept_from=dataset.raw_kept_from,
     )
 
 
