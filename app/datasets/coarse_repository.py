@@ -108,6 +108,9 @@ class CoarseGridRepository:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
+    def snapshot_rows(self, grid_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes, bytes]]:
+        return GridRepository(self.session).snapshot_rows(grid_ids)
+
     def grid_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
         """``{grid_id: (version, user ids)}`` of these grids' snapshots."""
         return GridRepository(self.session).snapshot_users(grid_ids)

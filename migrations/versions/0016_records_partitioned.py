@@ -26,9 +26,9 @@ down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-COLUMNS = (
-    "dataset_id integer NOT NULL, user_id integer NOT NULL, ts timestamptz NOT NULL, "
-    "grid_id integer NOT NULL, value double precision NOT NULL"
+COLUMNS = (  # in the order 0001 made them
+    "dataset_id integer NOT NULL, grid_id integer NOT NULL, user_id integer NOT NULL, "
+    "ts timestamptz NOT NULL, value double precision NOT NULL"
 )
 
 
