@@ -289,8 +289,9 @@ class IngestRepository:
         cur.execute(
             sql.SQL(
                 "SELECT s.n FROM dpgate_ingest_stage s WHERE EXISTS (SELECT 1 FROM {} r "
-                "WHERE r.user_id = s.user_id AND r.ts = s.ts)"
-            ).format(sql.Identifier(dataset_table(dataset_id)))
+                "WHERE r.dataset_id = %s AND r.user_id = s.user_id AND r.ts = s.ts)"
+            ).format(sql.Identifier(dataset_table(dataset_id))),
+            (dataset_id,),
         )
         found = np.zeros(rows.size, dtype=bool)
         found[[n for (n,) in cur.fetchall()]] = True
@@ -304,9 +305,10 @@ class IngestRepository:
         with self.driver.cursor() as cur:
             cur.execute(
                 sql.SQL(
-                    "SELECT (SELECT max(r.ts) FROM {} r WHERE r.user_id = u.id) "
+                    "SELECT (SELECT max(r.ts) FROM {} r WHERE r.dataset_id = %s "
+                    "AND r.user_id = u.id) "
                     "FROM unnest(%s::int[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n"
                 ).format(sql.Identifier(dataset_table(dataset_id))),
-                (list(user_ids),),
+                (dataset_id, list(user_ids)),
             )
             return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]
