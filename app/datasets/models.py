@@ -81,7 +81,7 @@ class Grid(Base):
             name="uq_grids_dataset_id_slot_minutes",
         ),
         Index("ix_grids_dataset_slot", "dataset_id", "slot_start"),
-        # the listings' orders (migration 0015); the entries hold what is filtered on
+        # the listings' orders (migration 0016); the entries hold what is filtered on
         Index(
             "ix_grids_listing", "dataset_id", "slot_minutes", "slot_start", "h3_cell",
             postgresql_include=["n_users", "n_records", "id"],
@@ -126,7 +126,7 @@ class Record(Base):
     """
 
     __tablename__ = "records"
-    # then by month (app.datasets.partitions, migration 0016)
+    # then by month (app.datasets.partitions, migration 0017)
     __table_args__ = ({"postgresql_partition_by": "LIST (dataset_id)"},)
 
     dataset_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # datasets.id

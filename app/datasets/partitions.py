@@ -2,7 +2,7 @@
 
 ``records`` is partitioned by ``LIST (dataset_id)``; each dataset's partition
 ``records_d{id}`` is partitioned by ``RANGE (ts)``, one partition per UTC month,
-``records_d{id}_m{YYYYMM}`` (migration 0016). A dataset's partition is made with the
+``records_d{id}_m{YYYYMM}`` (migration 0017). A dataset's partition is made with the
 dataset; a month's before the first record of that month is written, with the month
 after it (ahead of a live feed). Retention (``app.uploads.retention``) detaches and
 drops whole months. Every statement names a partition by the dataset's table, so it

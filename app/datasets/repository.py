@@ -120,7 +120,7 @@ class GridRepository:
         """One page of the dataset's own grids, or of the stored coarser grids of
         ``level`` (``(h3 resolution, slot minutes)``), in (slot, cell) order or by
         ``sort`` (``n_users``, ``slot_start``, ``-`` for descending), and whether more
-        follow. The page's ids are found on an index in that order (migration 0015)
+        follow. The page's ids are found on an index in that order (migration 0016)
         whose entries hold every column filtered on, so the rows an ``offset`` skips are
         index entries, never read from the table."""
         minutes = 0 if level is None else level[1]

@@ -1,4 +1,4 @@
-"""Migration 0016 on data: the stored records move into their dataset's month partitions
+"""Migration 0017 on data: the stored records move into their dataset's month partitions
 (and a dataset without records gets its partition), an upload then writes beside them;
 down puts every row back into one plain table; up again. Down refuses once retention
 dropped records."""
@@ -39,7 +39,7 @@ def _partitions(conn) -> set[str]:
 
 
 def test_records_move_into_partitions_and_back(postgres_url: str) -> None:
-    command.upgrade(alembic_config(postgres_url), "0015")
+    command.upgrade(alembic_config(postgres_url), "0016")
     engine = make_engine(postgres_url)
     try:
         with engine.begin() as conn:
@@ -75,7 +75,7 @@ def test_records_move_into_partitions_and_back(postgres_url: str) -> None:
                          " values (1, 1, :t, 1, 9)"),
                     {"t": ROWS[0][2]},
                 )  # fmt: skip
-        command.downgrade(alembic_config(postgres_url), "0015")
+        command.downgrade(alembic_config(postgres_url), "0016")
         with engine.begin() as conn:
             conn.execute(text("SET TIME ZONE 'UTC'"))
             assert _records(conn) == before and _partitions(conn) == set()
@@ -83,6 +83,6 @@ def test_records_move_into_partitions_and_back(postgres_url: str) -> None:
         with engine.begin() as conn:
             conn.execute(text("UPDATE datasets SET raw_kept_from = now() WHERE id = 2"))
         with pytest.raises(RuntimeError, match="dropped by retention"):
-            command.downgrade(alembic_config(postgres_url), "0015")
+            command.downgrade(alembic_config(postgres_url), "0016")
     finally:
         engine.dispose()

@@ -9,8 +9,8 @@ only its own rows. ``budget_accounts`` gets room on its pages (``fillfactor``) s
 charge's update stays on the row's page and leaves the primary key alone (a HOT
 update); existing pages get it as they are rewritten.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 """
 
 from collections.abc import Sequence
@@ -18,8 +18,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -12,8 +12,8 @@ Downgrading puts every row back into one plain table (and forgets the retention
 settings); it refuses once records were dropped, as their grids could no longer be
 rebuilt from them.
 
-Revision ID: 0016
-Revises: 0015
+Revision ID: 0017
+Revises: 0016
 """
 
 from collections.abc import Sequence
@@ -21,8 +21,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0016"
-down_revision: str | None = "0015"
+revision: str = "0017"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -81,7 +81,7 @@ def downgrade() -> None:
     ).scalar_one()
     if dropped:
         raise RuntimeError(
-            f"{dropped} dataset(s) had raw records dropped by retention: 0016 cannot be undone"
+            f"{dropped} dataset(s) had raw records dropped by retention: 0017 cannot be undone"
         )
     op.drop_column("datasets", "raw_kept_from")
     op.drop_column("datasets", "raw_retention_days")
