@@ -76,6 +76,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         statement_timeout=settings.db_statement_timeout_seconds,
         watch=watch,
         pool_timeout=settings.db_deadline_seconds,
+        lock_timeout=settings.db_deadline_seconds,
     )
     sessionmaker = make_sessionmaker(engine)
 
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             statement_timeout=settings.db_statement_timeout_seconds,
             watch=watch,
             timeout=settings.db_deadline_seconds,
+            lock_timeout=settings.db_deadline_seconds,
         )
         await app.state.query_pool.open()
         watch.start()

@@ -32,6 +32,7 @@ def make_engine(
     statement_timeout: float | None = None,
     watch: DatabaseWatch | None = None,
     pool_timeout: float = 120,
+    lock_timeout: float | None = None,
 ) -> Engine:
     """Create an engine on Postgres.
 
@@ -39,7 +40,8 @@ def make_engine(
     and each statement, and a pooled connection the server closed is replaced at
     checkout (:mod:`app.db.liveness`). With a ``watch`` (a server process), its
     connections are shut when the database stops answering and none is opened while
-    it does not (:mod:`app.db.watch`); ``pool_timeout`` bounds the wait for a free one.
+    it does not (:mod:`app.db.watch`); ``pool_timeout`` bounds the wait for a free one,
+    ``lock_timeout`` every wait for a lock.
     """
     engine = create_engine(
         url,
@@ -54,6 +56,7 @@ def make_engine(
             connect_timeout=connect_timeout,
             statement_timeout=statement_timeout,
             keepalive_seconds=None if watch is None else watch.silence,
+            lock_timeout=lock_timeout,
         ),
     )
 

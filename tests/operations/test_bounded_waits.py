@@ -102,3 +102,38 @@ def test_cheap_requests_answer_while_releases_and_uploads_hold_their_capacity(
             assert upload["r"].status_code == 200, upload["r"].text
             done = c.post(f"/datasets/{ds}/releases", json=release)
             assert done.status_code == 200, done.text
+
+
+def test_a_lock_held_elsewhere_costs_at_most_the_deadline(
+    migrated_postgres_url: str, tmp_path: Path
+) -> None:
+    """A request waiting for a row lock another transaction holds (here an upload behind
+    a writer of its dataset's row) answers 503 once the deadline passes: every wait
+    for a lock is bounded by it (``lock_timeout``)."""
+    from fastapi.testclient import TestClient
+    from sqlalchemy import create_engine, text
+
+    from app.main import create_app
+    from tests.helpers import make_csv
+    from tests.operations.conftest import make_settings
+
+    settings = make_settings(migrated_postgres_url, tmp_path, db_deadline_seconds=DEADLINE)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        c.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
+        ds = c.post("/datasets", json={"name": "l", "value_bound": 10, "budget_per_user": 1})
+        ds_id = ds.json()["id"]
+        holder = create_engine(migrated_postgres_url)
+        with holder.begin() as conn:
+            conn.execute(text(f"SELECT 1 FROM datasets WHERE id = {ds_id} FOR NO KEY UPDATE"))
+            start = time.monotonic()
+            up = c.post(
+                f"/datasets/{ds_id}/records",
+                content=make_csv([("u1", HOUR.isoformat(), 30.2672, -97.7431, 3.0)]),
+                headers={"content-type": "text/csv"},
+            )
+            waited = time.monotonic() - start
+        holder.dispose()
+        assert up.status_code == 503, up.text
+        assert "Retry-After" in up.headers and "lock" in up.json()["error"]["message"]
+        assert DEADLINE - 0.1 <= waited <= DEADLINE + 1, waited
+        assert c.get(f"/datasets/{ds_id}").json()["n_records"] == 0
