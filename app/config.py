@@ -113,8 +113,8 @@ class Settings(BaseSettings):
         "lost host), every request waiting on it answers 503 within about this time, "
         "connections already open included: a heartbeat (`SELECT 1` each second) "
         "unanswered for this long less 1 s shuts them, and requests answer 503 at once "
-        "until it answers again. Also the longest wait for a turn at the database "
-        "(then 503 with Retry-After) and for a free pooled connection.",
+        "until it answers again. Also the longest wait for a turn at the database, for a "
+        "lock and for a free pooled connection (then 503 with Retry-After).",
     )
 
     map_tile_url: str | None = Field(
