@@ -258,8 +258,8 @@ def test_full_database_answers_503(db_url: str, tmp_path: Path) -> None:
         "CREATE FUNCTION disk_is_full() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
         "RAISE EXCEPTION 'could not extend file: No space left on device' "
         "USING ERRCODE = 'disk_full'; END $$; "
-        "CREATE TRIGGER disk_is_full BEFORE INSERT ON records "
-        "FOR EACH STATEMENT EXECUTE FUNCTION disk_is_full()"
+        "CREATE TRIGGER disk_is_full BEFORE INSERT ON records "  # on every partition too
+        "FOR EACH ROW EXECUTE FUNCTION disk_is_full()"
     )
     with app.state.engine.begin() as conn:
         conn.exec_driver_sql(full)
