@@ -145,21 +145,6 @@ class GridRepository:
         ).all()
         return grids[:limit], len(grids) > limit
 
-    def without_snapshot(self, dataset_id: int, start: datetime, end: datetime) -> bool:
-        """Whether some own grid of the dataset with records, starting in ``[start, end)``,
-        lacks its snapshot at its version."""
-        missing = (
-            select(Grid.id)
-            .outerjoin(GridSnapshot, GridSnapshot.grid_id == Grid.id)
-            .where(
-                Grid.dataset_id == dataset_id, Grid.slot_minutes == 0, Grid.n_records > 0,
-                Grid.slot_start >= start, Grid.slot_start < end,
-            )
-            .where((GridSnapshot.grid_id.is_(None)) | (GridSnapshot.version != Grid.version))
-            .limit(1)
-        )  # fmt: skip
-        return self.session.scalar(missing) is not None
-
     def slot_starts(
         self, dataset_id: int, slot_minutes: int, h3_resolution: int | None = None
     ) -> list[datetime]:

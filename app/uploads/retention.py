@@ -1,6 +1,8 @@
 """Raw retention: a dataset's raw records older than ``raw_retention_days`` are dropped a
 whole UTC month at a time (``app.datasets.partitions.drop_month``: no row deleted, no
-bloat), once every grid those records belong to has its snapshot at its version.
+bloat). Every grid those records belong to has its snapshot at its version by then: the
+one writer of grids, an upload, writes a grid's snapshot in the transaction that changes
+it (``app.uploads.ingestor``), and retention runs at an upload's end, after that.
 
 Grids, their snapshots, stored coarser grids, queries and releases are untouched; a
 coarser grid made later over a dropped month is made from the snapshots
@@ -25,7 +27,6 @@ from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset
 from app.datasets.partitions import drop_month, next_month, stored_months
-from app.datasets.repository import GridRepository
 from app.kit.errors import Conflict
 from app.time.slots import datetime_to_us, format_local, get_zone
 
@@ -33,8 +34,6 @@ log = logging.getLogger(__name__)
 
 #: Longest wait for a month's partition to be free to detach (then left for later).
 LOCK_WAIT = timedelta(seconds=1)
-#: A grid's slot may start this long before a month and hold records of it.
-_SLOT_MAX = timedelta(days=1, hours=2)
 
 
 def expired_months(session: Session, dataset: Dataset, now: datetime) -> list[datetime]:
@@ -48,12 +47,9 @@ def expired_months(session: Session, dataset: Dataset, now: datetime) -> list[da
 def apply_retention(session: Session, dataset: Dataset, now: datetime | None = None) -> int:
     """Drop the dataset's expired months (oldest first, stopping at the first that cannot
     go yet) and move ``raw_kept_from`` past them; how many were dropped."""
-    grids = GridRepository(session)
     dropped = 0
     for month in expired_months(session, dataset, now or datetime.now(UTC)):
         end = next_month(month)
-        if grids.without_snapshot(dataset.id, month - _SLOT_MAX, end):
-            break
         try:
             with session.begin_nested():
                 ms = int(LOCK_WAIT.total_seconds() * 1000)
