@@ -80,6 +80,15 @@ class Settings(BaseSettings):
         description="Connections per server process for uploads, admin calls and the "
         "rarer query steps (as many again may open in bursts).",
     )
+    heavy_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        description="Releases, release previews and uploads running at once per server "
+        "process, in a capacity of their own (they never hold the connections of cheap "
+        "requests); one more waits at most `db_deadline_seconds`, then answers 503 with "
+        "Retry-After. Each may hold two connections and, for a day's release, ~1-2 GiB.",
+    )
     query_pool_size: int = Field(
         default=10,
         ge=1,
@@ -104,7 +113,8 @@ class Settings(BaseSettings):
         "lost host), every request waiting on it answers 503 within about this time, "
         "connections already open included: a heartbeat (`SELECT 1` each second) "
         "unanswered for this long less 1 s shuts them, and requests answer 503 at once "
-        "until it answers again. Also the longest wait for a free pooled connection.",
+        "until it answers again. Also the longest wait for a turn at the database, for a "
+        "lock and for a free pooled connection (then 503 with Retry-After).",
     )
 
     map_tile_url: str | None = Field(

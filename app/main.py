@@ -15,6 +15,7 @@ from app.config import Settings, get_settings
 from app.core.planning.clip_user import load_clip_user_kernels
 from app.datasets.endpoints import router as datasets_router
 from app.datasets.grid_store import configure_grid_cache
+from app.db.capacity import Capacity
 from app.db.embedded import database_url
 from app.db.engine import make_engine, make_sessionmaker
 from app.db.pg_async import make_async_pool
@@ -70,10 +71,12 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     engine = make_engine(
         url,
         pool_size=settings.db_pool_size,
+        max_overflow=settings.db_pool_size + 2 * settings.heavy_concurrency,
         connect_timeout=settings.db_connect_timeout_seconds,
         statement_timeout=settings.db_statement_timeout_seconds,
         watch=watch,
         pool_timeout=settings.db_deadline_seconds,
+        lock_timeout=settings.db_deadline_seconds,
     )
     sessionmaker = make_sessionmaker(engine)
 
@@ -81,7 +84,11 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         load_compiled_kernels()  # before serving: no request pays a compile
         # Created here, inside the serving event loop (see app.http.deps.get_session).
-        app.state.db_gate = CapacityLimiter(settings.db_pool_size)  # the overflow stays free
+        deadline = settings.db_deadline_seconds
+        app.state.db_gate = Capacity(settings.db_pool_size, deadline, what="other requests")
+        app.state.heavy_gate = Capacity(
+            settings.heavy_concurrency, deadline, what="releases and uploads", trim=True
+        )
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
         app.state.database = Database(sessionmaker, app.state.db_gate)
         app.state.query_pool = make_async_pool(
@@ -91,6 +98,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
             statement_timeout=settings.db_statement_timeout_seconds,
             watch=watch,
             timeout=settings.db_deadline_seconds,
+            lock_timeout=settings.db_deadline_seconds,
         )
         await app.state.query_pool.open()
         watch.start()

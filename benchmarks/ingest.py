@@ -13,6 +13,8 @@ memory does not grow with the file. ``--format gtfs-rt`` uploads the same rows a
 GTFS-Realtime ``FeedMessage`` (an entity per row: the vehicle, its timestamp, position
 and speed), the body of ``POST /datasets/{id}/records`` with
 ``Content-Type: application/x-protobuf``; ``--format both`` alternates the two.
+``--floor`` alternates each run with a ``COPY`` of the same CSV into an unindexed table
+and prints the ratio of the medians (the floor's time over the upload's).
 
     python benchmarks/ingest.py                              # 1e6 rows
     python benchmarks/ingest.py --format both --runs 5
@@ -55,6 +57,10 @@ os.chdir(CODE)  # the parsing fork server imports app from its start directory (
 from benchmarks import postgres  # noqa: E402
 
 CHUNK = 64 * 1024
+#: The CSV's columns, for ``--floor``'s table.
+FLOOR = (
+    "vehicle_id text, ts timestamptz, speed float8, route_id int, latitude float8, longitude float8"
+)
 SECRET = b"benchmark-secret"
 COLUMNS = {
     "user_col": "vehicle_id",
@@ -292,6 +298,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="0 skips the throughput runs")
     parser.add_argument("--pg-url", default=postgres.PG_URL)
     parser.add_argument("--http", action="store_true", help="also one run through HTTP")
+    parser.add_argument(
+        "--floor", action="store_true", help="also COPY the CSV into an unindexed table, alternated"
+    )
     parser.add_argument("--memory", type=int, nargs="*", default=[], metavar="ROWS")
     parser.add_argument(
         "--format",
@@ -322,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         for kind in kinds if args.runs else []:
             times: dict[str, list[float]] = {fmt: [] for fmt in formats}
             cpus: dict[str, list[tuple[float, float]]] = {fmt: [] for fmt in formats}
+            floors: list[float] = []
             for i in range(args.runs):
+                if args.floor:
+                    floors.append(postgres.copy_floor(file_chunks(bodies["csv"]), FLOOR, tmp))
+                    print(f"  COPY floor run {i + 1}: {args.rows / floors[-1]:10,.0f} rows/s")
                 for fmt in formats:  # alternated, so both see the same machine load
                     elapsed, answer = run_service(kind, bodies[fmt], tmp, fmt)
                     times[fmt].append(elapsed)
@@ -344,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"dpgate {client:.2f}s ({args.rows / client:,.0f} rows per CPU-second), "
                     f"Postgres {server:.2f}s ({args.rows / server:,.0f} rows per CPU-second)"
                 )
+            if floors:
+                ratio = statistics.median(floors) / statistics.median(times[formats[0]])
+                print(f"{formats[0]} vs COPY into an unindexed table: {ratio:.2f}x")
             if args.http:
                 elapsed, _ = run_http(kind, csv_path, tmp)
                 print(f"{kind}: through HTTP in-process: {args.rows / elapsed:,.0f} rows/s")

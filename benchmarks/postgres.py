@@ -6,8 +6,9 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 PG_URL = os.environ.get(
     "DPGATE_BENCH_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -61,3 +62,27 @@ def cpu_seconds(pid: int | None) -> float:
     except (OSError, IndexError):
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def copy_floor(csv_chunks: Iterator[bytes], columns: str, tmp: Path) -> float:
+    """Seconds to ``COPY`` a CSV (with a header) into an unindexed table of ``columns``
+    (``"name type, ..."``) in a fresh schema: the floor an ingestion is compared with."""
+    from sqlalchemy import create_engine
+
+    url, drop = fresh_database("postgres", tmp)
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f"CREATE TABLE floor ({columns})")
+            driver: Any = conn.connection.driver_connection
+            start = time.perf_counter()
+            with (
+                driver.cursor() as cur,
+                cur.copy("COPY floor FROM STDIN (FORMAT csv, HEADER)") as c,
+            ):
+                for chunk in csv_chunks:
+                    c.write(chunk)
+        return time.perf_counter() - start
+    finally:
+        engine.dispose()
+        drop()

@@ -8,7 +8,7 @@ from sqlalchemy import Connection
 from app.config import get_settings
 from app.db.embedded import database_url
 from app.db.engine import make_engine
-from migrations.models import Base
+from migrations.models import Base, include_name
 
 config = context.config
 target_metadata = Base.metadata
@@ -23,6 +23,7 @@ def _configure(connection: Connection) -> None:
         connection=connection,
         target_metadata=target_metadata,
         compare_type=True,
+        include_name=include_name,
     )
 
 

@@ -2,6 +2,8 @@
 (``migrations/env.py``), kept here beside it rather than in ``app.db``, which every
 feature package imports."""
 
+import re
+
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Record, Upload
 from app.db.base import Base
 from app.idempotency.models import IdempotentRequest
@@ -10,6 +12,16 @@ from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 from app.queries.models import QueryAnswer
 from app.releases.models import SlotRelease
+
+#: The partitions of ``records`` (``app.datasets.partitions``): made at run time, not
+#: models of their own.
+_RECORD_PARTITION = re.compile(r"records_d\d+(_m\d{6})?")
+
+
+def include_name(name: str | None, type_: str, _parents: object) -> bool:
+    """What Alembic compares: not the records' partitions (nor their indexes)."""
+    return not (name and _RECORD_PARTITION.match(name) and type_ in ("table", "index"))
+
 
 __all__ = [
     "ApiKey",
@@ -27,4 +39,5 @@ __all__ = [
     "Record",
     "SlotRelease",
     "Upload",
+    "include_name",
 ]

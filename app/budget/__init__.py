@@ -123,3 +123,37 @@ def over_cap(
 ) -> list[int]:
     """The users whom ``epsilon`` more would push past ``cap``."""
     return [u for u in users if would_exceed(spent.get(u, ZERO), epsilon, cap)]
+
+
+# Whole accounts at once: amounts as integer quanta (``QUANTUM``) in int64 arrays. A
+# stored spend is read clamped to ``SPENT_CLAMP`` (above any cap, ``budget_per_user``
+# <= 1e6), so every count fits: the clamp changes no verdict.
+SPENT_CLAMP = Decimal(2_000_000)
+
+
+def quanta(amount: Decimal) -> int:
+    """``amount`` (a ledger amount, on the quantum) as a whole number of quanta."""
+    return int(amount.scaleb(EPSILON_SCALE))
+
+
+def of_quanta(count: int) -> Decimal:
+    return Decimal(int(count)).scaleb(-EPSILON_SCALE)
+
+
+def over_cap_counts(
+    spent: npt.NDArray[np.int64], grids: npt.NDArray[np.int64], epsilon: Decimal, cap: Decimal
+) -> npt.NDArray[np.bool_]:
+    """Bool per account: would ``grids`` charges of ``epsilon`` each pass ``cap`` on top of
+    ``spent`` (quanta)? The cap test of :func:`fits`, exact: ``spent + e·k <= cap`` is
+    ``k <= (cap - spent) // e`` in whole quanta (no product that could overflow)."""
+    eps = quanta(charged(epsilon))
+    room = quanta(limit(cap)) - np.asarray(spent, dtype=np.int64)
+    if eps == 0:
+        return room < 0
+    return np.asarray(grids, dtype=np.int64) > room // eps
+
+
+def largest_part(remaining: npt.NDArray[np.int64], parts: npt.NDArray[np.int64]) -> Decimal:
+    """``min(per_part(r, k))`` over the accounts (quanta; :func:`per_part` exactly, as
+    ``r // k`` whole quanta); the accounts must not be empty."""
+    return of_quanta(int((np.asarray(remaining) // np.asarray(parts)).min()))

@@ -125,7 +125,7 @@ def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, in
     offset, total = 0, 0
     while True:
         page = service.list_grids(session, dataset, limit=10_000, offset=offset)
-        total = page.total
+        total += len(page.grids)
         for g in page.grids:
             key = (g.n_records, g.n_users, g.grid_id)
             if best is None or key[:2] > best[:2]:

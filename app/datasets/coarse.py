@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, FineGrid
 from app.datasets.grid_store import summarise_grids
 from app.datasets.models import Dataset, Grid
+from app.datasets.repository import GridRepository, RecordArrays
 from app.kit.errors import InvalidRequest
 from app.time.slots import (
     datetime_to_us,
@@ -36,7 +37,7 @@ from app.time.slots import (
     us_to_datetime,
 )
 
-__all__ = ["GridLevel", "coarse_grids", "grid_level", "refresh_after_upload"]
+__all__ = ["GridLevel", "coarse_grids", "ensure_level", "grid_level", "refresh_after_upload"]
 
 #: A slot of ``m`` minutes lasts at most this much longer on a daylight-saving day.
 _DST_SLACK = timedelta(hours=2)
@@ -100,13 +101,19 @@ def _build(
         index = {g.id: i for i, k in enumerate(keys) for g in groups[k]}
         part = [g for k in keys for g in groups[k]]
         known = all(users.get(g.id, (None,))[0] == g.version for g in part)
-        rec = repo.records(
-            dataset.id,
-            list(index),
-            np.unique(np.concatenate([users[g.id][1] for g in part])).tolist() if known else None,
-            min(datetime_to_us(g.slot_start) for g in part),
-            max(end_of[g.id] for g in part),
-        )
+        start = min(datetime_to_us(g.slot_start) for g in part)
+        if dataset.raw_kept_from is not None and start < datetime_to_us(dataset.raw_kept_from):
+            rec = _from_snapshots(repo, part)  # raw records dropped (retention)
+        else:
+            rec = repo.records(
+                dataset.id,
+                list(index),
+                np.unique(np.concatenate([users[g.id][1] for g in part])).tolist()
+                if known
+                else None,
+                start,
+                max(end_of[g.id] for g in part),
+            )
         if rec.grid_ids.size == 0:
             continue
         lookup = np.array(sorted(index), dtype=np.int64)
@@ -128,6 +135,29 @@ def _build(
                 values=s.values,
             )
     return out
+
+
+def _from_snapshots(repo: CoarseGridRepository, part: list[FineGrid]) -> RecordArrays:
+    """The records of grids whose raw records were dropped, from their snapshots: each
+    user's values in (slot, cell) order of the grids, then as each snapshot holds them
+    (earliest first). Within one coarser grid a user's records from two cells of one
+    slot are thus not interleaved by time, as they would be from the raw records
+    (docs/math.md: the order a cap keeps depends on that user's records only)."""
+    ordered = sorted(part, key=lambda g: (g.slot_start, g.h3_cell))
+    snaps = {r[0]: r for r in repo.snapshot_rows([g.id for g in ordered])}
+    cols: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+    for g in ordered:
+        if g.id not in snaps:
+            continue
+        _, _, users, counts, values = snaps[g.id]
+        vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
+        per = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, dtype="<i8"))
+        cols.append((np.full(vals.size, g.id, dtype=np.int64), per.astype(np.int64), vals))
+    if not cols:
+        empty = np.empty(0, dtype=np.int64)
+        return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
+    grid_ids, user_ids, vals = (np.concatenate(c) for c in zip(*cols, strict=True))
+    return RecordArrays(grid_ids, user_ids, np.arange(grid_ids.size, dtype=np.int64), vals)
 
 
 def coarse_grids(
@@ -174,6 +204,32 @@ def coarse_grids(
     return sorted(
         (stored[k] for k in groups if k in stored), key=lambda g: (g.slot_start, g.h3_cell)
     )
+
+
+def ensure_level(session: Session, dataset: Dataset, level: GridLevel) -> None:
+    """Make the coarser grids of ``level`` over every slot of the dataset that has none
+    stored yet, so that a listing can page through the stored ones by index. Stored
+    coarser grids stay up to date by themselves (:func:`refresh_after_upload`), so
+    after the first listing of a level only new slots are built. Builders of one level
+    take turns (a transaction-level advisory lock): a burst of first listings builds
+    it once."""
+    repo = GridRepository(session)
+    zone = get_zone(dataset.timezone)
+
+    def missing() -> list[int]:
+        fine = repo.slot_starts(dataset.id, 0)
+        if not fine:
+            return []
+        starts = np.array([datetime_to_us(t) for t in fine], dtype=np.int64)
+        wanted = set(slot_start_us(starts, zone, level.slot_minutes).tolist())
+        stored = repo.slot_starts(dataset.id, level.slot_minutes, level.h3_resolution)
+        return sorted(wanted - {datetime_to_us(t) for t in stored})
+
+    if not missing():
+        return
+    CoarseGridRepository(session).build_lock(dataset.id, level.h3_resolution, level.slot_minutes)
+    for start in missing():
+        coarse_grids(session, dataset, level, us_to_datetime(start))
 
 
 def _stored(

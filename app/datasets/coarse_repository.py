@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import Session
 
@@ -63,6 +63,13 @@ class CoarseGridRepository:
             select(Dataset.id).where(Dataset.id == dataset_id).with_for_update(read=True)
         )
 
+    def build_lock(self, dataset_id: int, h3_resolution: int, slot_minutes: int) -> None:
+        """Wait for the other builders of this level of the dataset (until this
+        transaction ends)."""
+        self.session.execute(
+            select(func.pg_advisory_xact_lock(dataset_id, h3_resolution << 16 | slot_minutes))
+        )
+
     def fine_grids(
         self, dataset_id: int, start: datetime | None, end: datetime | None
     ) -> list[FineGrid]:
@@ -100,6 +107,9 @@ class CoarseGridRepository:
             )
         )
         return [(r[0], r[1], r[2]) for r in rows]
+
+    def snapshot_rows(self, grid_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes, bytes]]:
+        return GridRepository(self.session).snapshot_rows(grid_ids)
 
     def grid_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
         """``{grid_id: (version, user ids)}`` of these grids' snapshots."""

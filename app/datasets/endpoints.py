@@ -78,7 +78,16 @@ def list_grids(
     ] = None,
     h3_cell: Annotated[str | None, Query(max_length=16, description="Only this cell.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 1000,
-    offset: Annotated[int, Query(ge=0, le=2**31 - 1)] = 0,
+    offset: Annotated[
+        int,
+        Query(
+            ge=0,
+            le=service.MAX_LISTING_OFFSET,
+            description="Grids to skip. A page costs its own rows plus a scan of the index "
+            f"entries skipped, so at most {service.MAX_LISTING_OFFSET:,}: list a longer "
+            "dataset a slot at a time (`slot_start`).",
+        ),
+    ] = 0,
     min_users: Annotated[
         int, Query(ge=0, le=2**31 - 1, description="Only grids with at least this many users.")
     ] = 0,

@@ -15,6 +15,7 @@ from sqlalchemy import (
     String,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import Mapped, mapped_column
 
@@ -44,6 +45,11 @@ class Dataset(Base):
     value_unit: Mapped[str | None] = mapped_column(String(40), nullable=True)
     epoch: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    # raw records older than this many days are dropped, a month at a time, once their
+    # grids' snapshots are stored (app.uploads.retention); null: kept for ever
+    raw_retention_days: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # raw records before this instant were dropped (null: none); their grids are final
+    raw_kept_from: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class DatasetUser(Base):
@@ -75,7 +81,24 @@ class Grid(Base):
             name="uq_grids_dataset_id_slot_minutes",
         ),
         Index("ix_grids_dataset_slot", "dataset_id", "slot_start"),
-    )
+        # the listings' orders (migration 0016); the entries hold what is filtered on
+        Index(
+            "ix_grids_listing", "dataset_id", "slot_minutes", "slot_start", "h3_cell",
+            postgresql_include=["n_users", "n_records", "id"],
+        ),
+        Index(
+            "ix_grids_listing_desc", "dataset_id", "slot_minutes", text("slot_start DESC"),
+            "h3_cell", postgresql_include=["n_users", "id"],
+        ),
+        Index(
+            "ix_grids_listing_users", "dataset_id", "slot_minutes", "n_users", "slot_start",
+            "h3_cell", postgresql_include=["id"],
+        ),
+        Index(
+            "ix_grids_listing_users_desc", "dataset_id", "slot_minutes", text("n_users DESC"),
+            "slot_start", "h3_cell", postgresql_include=["id"],
+        ),
+    )  # fmt: skip
 
     id: Mapped[int] = mapped_column(primary_key=True)
     public_id: Mapped[str] = mapped_column(String(32), unique=True)
@@ -98,11 +121,13 @@ class Record(Base):
     resolves ``grid_id`` and ``user_id`` itself, in the same transaction and under the
     dataset's lock (it also inserts a new grid only at the end of an upload). A grid's
     records are read through the key, by its users and time range
-    (:func:`app.datasets.repository.copy_records`). Deleting a dataset must therefore
-    delete its records explicitly.
+    (:func:`app.datasets.repository.copy_records`). Partitioned by dataset, then by
+    month of ``ts`` (``app.datasets.partitions``).
     """
 
     __tablename__ = "records"
+    # then by month (app.datasets.partitions, migration 0017)
+    __table_args__ = ({"postgresql_partition_by": "LIST (dataset_id)"},)
 
     dataset_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # datasets.id
     user_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # dataset_users.id

@@ -6,17 +6,35 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
 from psycopg import sql
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
+from app.datasets.partitions import dataset_table
 from app.db.unit import binary_rows
 from app.time.slots import us_to_datetime
+
+#: The distinct slot starts of one dataset and slot length (and resolution), one index
+#: probe each: a recursive skip scan on ``ix_grids_listing`` (Postgres has no loose index
+#: scan of its own).
+_SLOT_STARTS = """
+WITH RECURSIVE s(t) AS (
+  (SELECT slot_start FROM grids WHERE dataset_id = :d AND slot_minutes = :m
+     AND (CASE WHEN :m = 0 THEN n_records > 0 ELSE substr(h3_cell, 2, 1) = :r END)
+   ORDER BY slot_start LIMIT 1)
+  UNION ALL
+  SELECT (SELECT slot_start FROM grids WHERE dataset_id = :d AND slot_minutes = :m
+            AND (CASE WHEN :m = 0 THEN n_records > 0 ELSE substr(h3_cell, 2, 1) = :r END)
+            AND slot_start > s.t ORDER BY slot_start LIMIT 1)
+  FROM s WHERE s.t IS NOT NULL
+)
+SELECT t FROM s WHERE t IS NOT NULL ORDER BY t
+"""
 
 #: Rows per statement when a list of keys goes into ``IN (...)``.
 IN_CHUNK = 500
@@ -91,36 +109,53 @@ class GridRepository:
         self,
         dataset_id: int,
         *,
+        level: tuple[int, int] | None = None,
         slot_start: datetime | None,
         h3_cell: str | None,
         limit: int,
         offset: int,
         min_users: int = 0,
         sort: str | None = None,
-    ) -> tuple[Sequence[Grid], int]:
-        """One page of the dataset's own grids in (slot, cell) order or by ``sort``
-        (``n_users``, ``slot_start``, ``-`` for descending), and how many match."""
-        where = [Grid.dataset_id == dataset_id, Grid.slot_minutes == 0]
+    ) -> tuple[Sequence[Grid], bool]:
+        """One page of the dataset's own grids, or of the stored coarser grids of
+        ``level`` (``(h3 resolution, slot minutes)``), in (slot, cell) order or by
+        ``sort`` (``n_users``, ``slot_start``, ``-`` for descending), and whether more
+        follow. The page's ids are found on an index in that order (migration 0016)
+        whose entries hold every column filtered on, so the rows an ``offset`` skips are
+        index entries, never read from the table."""
+        minutes = 0 if level is None else level[1]
+        where = [Grid.dataset_id == dataset_id, Grid.slot_minutes == minutes]
+        if level is not None:  # an H3 cell's second hex digit is its resolution
+            where.append(func.substr(Grid.h3_cell, 2, 1) == f"{level[0]:x}")
         if slot_start is not None:
             where.append(Grid.slot_start == slot_start)
         if h3_cell is not None:
             where.append(Grid.h3_cell == h3_cell)
         if min_users > 0:
             where.append(Grid.n_users >= min_users)
-        total = self.session.scalar(select(func.count(Grid.id)).where(*where)) or 0
         order = {
             "n_users": (Grid.n_users.asc(),),
             "-n_users": (Grid.n_users.desc(),),
             "-slot_start": (Grid.slot_start.desc(),),
         }.get(sort or "", ())
+        order = (*order, Grid.slot_start, Grid.h3_cell)
+        ids = select(Grid.id).where(*where).order_by(*order).limit(limit + 1).offset(offset)
         grids = self.session.scalars(
-            select(Grid)
-            .where(*where)
-            .order_by(*order, Grid.slot_start, Grid.h3_cell)
-            .limit(limit)
-            .offset(offset)
+            select(Grid).where(Grid.id.in_(ids.scalar_subquery())).order_by(*order)
         ).all()
-        return grids, int(total)
+        return grids[:limit], len(grids) > limit
+
+    def slot_starts(
+        self, dataset_id: int, slot_minutes: int, h3_resolution: int | None = None
+    ) -> list[datetime]:
+        """The distinct slot starts of the dataset's grids of one slot length (0: its own
+        grids, those with records) and, if given, H3 resolution: one index probe per
+        slot (a skip scan), however many grids each holds."""
+        rows = self.session.execute(
+            text(_SLOT_STARTS),
+            {"d": dataset_id, "m": slot_minutes, "r": f"{h3_resolution or 0:x}"},
+        )
+        return [r[0].astimezone(UTC) for r in rows]
 
     def snapshot(self, grid_id: int) -> GridSnapshot | None:
         return self.session.get(GridSnapshot, grid_id)
@@ -215,7 +250,8 @@ def copy_records(
         "SELECT string_agg(int4send(r.grid_id) || int4send(r.user_id) || "  # noqa: S608
         "timestamptz_send(r.ts) || float8send(r.value), ''::bytea) "
         f"FROM unnest('{_int_array(users or [0])}'::int[]) AS u(id) CROSS JOIN LATERAL "
-        f"(SELECT * FROM records WHERE dataset_id = {int(dataset_id)} {per_user}"
+        f"(SELECT * FROM {dataset_table(dataset_id)} WHERE dataset_id = {int(dataset_id)} "
+        f"{per_user}"
         f"AND ts >= '{us_to_datetime(start_us).isoformat()}' "
         f"AND ts < '{us_to_datetime(end_us).isoformat()}' OFFSET 0) AS r "
         f"WHERE r.grid_id = ANY('{_int_array(grids)}'::int[])"

@@ -24,6 +24,13 @@ VALUE_UNIT_DESCRIPTION = (
     "release export and map (a variance is in its square); null: not stated."
 )
 
+RETENTION_DESCRIPTION = (
+    "Days the raw records are kept (null: for ever). Older ones are dropped a whole UTC "
+    "month at a time, once every grid of that month has its snapshot stored: grids, "
+    "queries, releases and coarser grids keep working from the snapshots; an upload "
+    "into a dropped month is refused (409)."
+)
+
 
 class DatasetCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
@@ -61,6 +68,9 @@ class DatasetCreate(JsonBody):
         pattern=r"^[^\x00-\x1f\x7f]+$",  # one printable line: it lands in CSV and HTML
         description=VALUE_UNIT_DESCRIPTION,
     )
+    raw_retention_days: int | None = Field(
+        default=None, ge=1, le=36500, strict=True, description=RETENTION_DESCRIPTION
+    )
 
     @field_validator("timeslot_minutes")
     @classmethod
@@ -96,6 +106,12 @@ class DatasetOut(BaseModel):
     )
     epoch: int
     created_at: datetime
+    raw_retention_days: int | None = Field(default=None, description=RETENTION_DESCRIPTION)
+    raw_kept_from: datetime | None = Field(
+        default=None,
+        description="Raw records before this instant were dropped by retention (null: "
+        "none): their grids are final, and an upload into them is refused (409).",
+    )
 
 
 class DatasetDetail(DatasetOut):
@@ -119,7 +135,6 @@ class GridOut(BaseModel):
 
 class GridList(BaseModel):
     grids: list[GridOut]
-    total: int = Field(description="Grids matching the filters.")
     limit: int
     offset: int
     next: int | None = Field(description="The `offset` of the next page, or null.")

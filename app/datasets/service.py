@@ -17,7 +17,7 @@ import numpy as np
 from sqlalchemy.orm import Session
 
 from app import budget
-from app.datasets.coarse import coarse_grids, grid_level
+from app.datasets.coarse import coarse_grids, ensure_level, grid_level
 from app.datasets.grid_batch import load_grid_snapshots
 from app.datasets.grid_store import (
     GridArrays,
@@ -26,6 +26,7 @@ from app.datasets.grid_store import (
     load_grid_snapshot,
 )
 from app.datasets.models import Dataset, Grid
+from app.datasets.partitions import ensure_dataset_partition
 from app.datasets.repository import DatasetRepository, GridRepository
 from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetOut, GridList, GridOut
 from app.kit.errors import InvalidRequest, NotFound
@@ -74,7 +75,7 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             raise InvalidRequest(
                 f"{name} must be at least {budget.QUANTUM} (the ledger's precision)"
             )
-    return DatasetRepository(session).add(
+    dataset = DatasetRepository(session).add(
         Dataset(
             name=spec.name,
             value_bound=spec.value_bound,
@@ -87,9 +88,12 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             value_filters_public=spec.value_filters_public,
             budget_window=spec.budget_window,
             value_unit=spec.value_unit,
+            raw_retention_days=spec.raw_retention_days,
             epoch=1,
         )
     )
+    ensure_dataset_partition(session, dataset.id)
+    return dataset
 
 
 def list_datasets(session: Session) -> Sequence[Dataset]:
@@ -159,6 +163,8 @@ def dataset_out(dataset: Dataset) -> DatasetOut:
         privacy_unit=privacy_unit(dataset),
         epoch=dataset.epoch,
         created_at=dataset.created_at,
+        raw_retention_days=dataset.raw_retention_days,
+        raw_kept_from=dataset.raw_kept_from,
     )
 
 
@@ -193,6 +199,10 @@ def parse_h3_cell(text: str | None) -> str | None:
     return cell
 
 
+#: The deepest page a grid listing serves (its index entries skipped, ~0.3 s here).
+MAX_LISTING_OFFSET = 1_000_000
+
+
 def list_grids(
     session: Session,
     dataset: Dataset,
@@ -207,48 +217,31 @@ def list_grids(
     slot_minutes: int | None = None,
 ) -> GridList:
     """One page of the dataset's grids (its own, or coarser ones made on demand) in
-    (slot, cell) order or by ``sort``, with the total."""
+    (slot, cell) order or by ``sort``; its cost is the page's, whatever the offset
+    (``GridRepository.page``)."""
     level = grid_level(dataset, h3_resolution, slot_minutes)
     slot = parse_slot_start(dataset, slot_start) if slot_start is not None else None
     cell = parse_h3_cell(h3_cell)
     res = dataset.h3_resolution if level is None else level.h3_resolution
     if cell is not None and h3.get_resolution(cell) != res:
         raise InvalidRequest(f"h3_cell {cell} is not at the listing's resolution {res}")
-    if level is None:
-        grids, total = GridRepository(session).page(
-            dataset.id,
-            slot_start=slot,
-            h3_cell=cell,
-            limit=limit,
-            offset=offset,
-            min_users=min_users,
-            sort=sort,
-        )
-    else:
-        grids, total = _coarse_page(
-            coarse_grids(session, dataset, level, slot), cell, min_users, sort, limit, offset
-        )
-    nxt = offset + len(grids)
-    return GridList(
-        grids=[grid_out(g, dataset) for g in grids],
-        total=total,
+    if level is not None and slot is not None:
+        coarse_grids(session, dataset, level, slot)  # made or refreshed: one slot
+    elif level is not None:
+        ensure_level(session, dataset, level)
+    grids, more = GridRepository(session).page(
+        dataset.id,
+        level=None if level is None else (level.h3_resolution, level.slot_minutes),
+        slot_start=slot,
+        h3_cell=cell,
         limit=limit,
         offset=offset,
-        next=nxt if nxt < total else None,
+        min_users=min_users,
+        sort=sort,
     )
-
-
-def _coarse_page(
-    grids: list[Grid],
-    cell: str | None,
-    min_users: int,
-    sort: GridSort | None,
-    limit: int,
-    offset: int,
-) -> tuple[list[Grid], int]:
-    rows = [g for g in grids if g.n_users >= min_users and (cell is None or g.h3_cell == cell)]
-    if sort in ("n_users", "-n_users"):  # stable: ties stay in (slot, cell) order
-        rows.sort(key=lambda g: g.n_users, reverse=sort == "-n_users")
-    elif sort == "-slot_start":
-        rows.sort(key=lambda g: g.slot_start, reverse=True)
-    return rows[offset : offset + limit], len(rows)
+    return GridList(
+        grids=[grid_out(g, dataset) for g in grids],
+        limit=limit,
+        offset=offset,
+        next=offset + len(grids) if more else None,
+    )

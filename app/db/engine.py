@@ -27,10 +27,12 @@ def make_engine(
     url: str,
     *,
     pool_size: int = 10,
+    max_overflow: int | None = None,
     connect_timeout: float | None = None,
     statement_timeout: float | None = None,
     watch: DatabaseWatch | None = None,
     pool_timeout: float = 120,
+    lock_timeout: float | None = None,
 ) -> Engine:
     """Create an engine on Postgres.
 
@@ -38,12 +40,13 @@ def make_engine(
     and each statement, and a pooled connection the server closed is replaced at
     checkout (:mod:`app.db.liveness`). With a ``watch`` (a server process), its
     connections are shut when the database stops answering and none is opened while
-    it does not (:mod:`app.db.watch`); ``pool_timeout`` bounds the wait for a free one.
+    it does not (:mod:`app.db.watch`); ``pool_timeout`` bounds the wait for a free one,
+    ``lock_timeout`` every wait for a lock.
     """
     engine = create_engine(
         url,
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_pre_ping=False,  # a round trip per checkout; closed_while_idle costs none
         pool_recycle=1800,
         pool_timeout=pool_timeout,
@@ -53,6 +56,7 @@ def make_engine(
             connect_timeout=connect_timeout,
             statement_timeout=statement_timeout,
             keepalive_seconds=None if watch is None else watch.silence,
+            lock_timeout=lock_timeout,
         ),
     )
 

@@ -43,6 +43,7 @@ def session_parameters(
     connect_timeout: float | None,
     statement_timeout: float | None,
     keepalive_seconds: float | None = None,
+    lock_timeout: float | None = None,
 ) -> dict[str, Any]:
     """libpq connection parameters adding the time limits to those of ``url``
     (``options`` is merged with the URL's own, e.g. a ``search_path``).
@@ -55,19 +56,23 @@ def session_parameters(
     over a minute), and being cut there would waste the whole release.
     ``keepalive_seconds`` turns on TCP keepalives that find a peer gone from the network
     in about that time on an idle connection (a stopped server's kernel still answers
-    them: ``app.db.watch`` covers that case)."""
+    them: ``app.db.watch`` covers that case). ``lock_timeout`` bounds every wait for a
+    row or table lock (a server's: its deadline, then 503)."""
     params: dict[str, Any] = {}
     if connect_timeout is not None:  # libpq takes whole seconds, at least 2
         params["connect_timeout"] = max(2, math.ceil(connect_timeout))
+    limits = []
     if statement_timeout:
+        ms = max(1, round(statement_timeout * 1000))
+        idle = ms * IDLE_IN_TRANSACTION_FACTOR
+        limits += [f"-c statement_timeout={ms}", f"-c idle_in_transaction_session_timeout={idle}"]
+    if lock_timeout:
+        limits.append(f"-c lock_timeout={max(1, round(lock_timeout * 1000))}")
+    if limits:
         own = make_url(url).query.get("options") or ""
         if isinstance(own, tuple):
             own = " ".join(own)
-        ms = max(1, round(statement_timeout * 1000))
-        idle = ms * IDLE_IN_TRANSACTION_FACTOR
-        params["options"] = (
-            f"{own} -c statement_timeout={ms} -c idle_in_transaction_session_timeout={idle}"
-        ).strip()
+        params["options"] = " ".join([own, *limits]).strip()
     if keepalive_seconds:  # idle, then `count` probes `interval` apart (whole seconds)
         interval = max(1, math.floor(keepalive_seconds / 4))
         params.update(

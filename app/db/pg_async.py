@@ -88,6 +88,7 @@ def make_async_pool(
     statement_timeout: float | None = None,
     watch: DatabaseWatch | None = None,
     timeout: float = 30,
+    lock_timeout: float | None = None,
 ) -> QueryPool:
     """A closed pool of up to ``size`` autocommit connections; open it in the serving
     event loop (``await pool.open()``) and close it there. Time limits and ``watch`` as
@@ -98,6 +99,7 @@ def make_async_pool(
         connect_timeout=connect_timeout,
         statement_timeout=statement_timeout,
         keepalive_seconds=None if watch is None else watch.silence,
+        lock_timeout=lock_timeout,
     )
     return QueryPool(
         make_conninfo(conninfo_from_url(url), **params),

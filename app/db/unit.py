@@ -27,8 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from anyio import CapacityLimiter
 from sqlalchemy.orm import Session, sessionmaker
+
+from app.db.capacity import Capacity
 
 R = TypeVar("R")
 
@@ -36,20 +37,20 @@ R = TypeVar("R")
 class Database:
     """Runs units of work, each in one hop to one of the process's database threads.
 
-    A unit enters the process's database gate first (shared with
+    A unit enters the process's general database capacity first (shared with
     ``app.http.deps.get_session``, so the two together never hold more connections than
     the pool has), then runs ``fn(session, *args)`` on a thread of its own executor,
     committing if ``fn`` returns and rolling back if it raises, and closes the
     session — all in that one thread, which never waits for another request.
     """
 
-    def __init__(self, make_session: sessionmaker[Session], gate: CapacityLimiter) -> None:
+    def __init__(self, make_session: sessionmaker[Session], gate: Capacity) -> None:
         self.make_session = make_session
         self.gate = gate
-        self.executor = ThreadPoolExecutor(int(gate.total_tokens), thread_name_prefix="dpgate-db")
+        self.executor = ThreadPoolExecutor(gate.total, thread_name_prefix="dpgate-db")
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
-        async with self.gate:
+        async with self.gate.held():
             return await asyncio.get_running_loop().run_in_executor(
                 self.executor, self._unit, fn, args
             )

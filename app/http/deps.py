@@ -5,14 +5,15 @@ work), committing once **before** the response is sent and rolling back on any
 error (an answer therefore never leaves before its charge is durable):
 
 * :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
-  commits after it returns (``scope="function"``);
+  commits after it returns (``scope="function"``); :data:`HeavySessionDep` the same
+  in the heavy requests' own capacity (``app.db.capacity``);
 * :class:`KeyAuth` — the caller's key, looked up on the query pool from the event
   loop (and cached for half a second).
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated
 
 from anyio import to_thread
@@ -40,28 +41,39 @@ def _finish(session: Session, ok: bool) -> None:
         session.close()
 
 
-async def get_session(request: Request) -> AsyncIterator[Session]:
-    """The request's session, inside the process's database gate.
+def _session_in(capacity: str) -> Callable[[Request], AsyncIterator[Session]]:
+    """A request-session dependency inside one of the process's database capacities
+    (``app.db.capacity``: ``db_gate`` or ``heavy_gate``)."""
 
-    The gate admits at most as many requests as the pool has connections, before any
-    connection is taken, so a burst queues here rather than deadlocking (requests
-    holding connections while waiting for threads held by requests waiting for
-    connections). Commit (or rollback) and close run in one hop on their own limiter,
-    never waiting for request threads: a transaction holding row locks can always
-    finish. A failed commit raises here, before any response is sent.
-    """
-    state = request.app.state
-    async with state.db_gate:
-        session: Session = state.sessionmaker()
-        try:
-            yield session
-        except BaseException:
-            await to_thread.run_sync(_finish, session, False, limiter=state.db_finish)
-            raise
-        await to_thread.run_sync(_finish, session, True, limiter=state.db_finish)
+    async def get_session(request: Request) -> AsyncIterator[Session]:
+        """The request's session, once the capacity admits the request (a wait bounded
+        by the deadline, then 503) and before any connection is taken, so a burst queues
+        there rather than deadlocking (requests holding connections while waiting for
+        threads held by requests waiting for connections). Commit (or rollback) and
+        close run in one hop on their own limiter, never waiting for request threads: a
+        transaction holding row locks can always finish. A failed commit raises here,
+        before any response is sent.
+        """
+        state = request.app.state
+        async with getattr(state, capacity).held():
+            session: Session = state.sessionmaker()
+            try:
+                yield session
+            except BaseException:
+                await to_thread.run_sync(_finish, session, False, limiter=state.db_finish)
+                raise
+            await to_thread.run_sync(_finish, session, True, limiter=state.db_finish)
 
+    return get_session
+
+
+get_session = _session_in("db_gate")
+get_heavy_session = _session_in("heavy_gate")
 
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
+#: For releases, their previews and uploads: a capacity of their own, so that the cheap
+#: requests of :data:`SessionDep` never wait behind them.
+HeavySessionDep = Annotated[Session, Depends(get_heavy_session, scope="function")]
 
 
 class KeyAuth(HTTPBearer):

@@ -166,7 +166,8 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DPGateError)
     async def _dpgate(_: Request, exc: DPGateError):
-        headers = {"Retry-After": "1"} if exc.status_code in (429, 503) else None
+        retry = getattr(exc, "retry_after", 1)
+        headers = {"Retry-After": str(retry)} if exc.status_code in (429, 503) else None
         if exc.status_code in (408, 413):  # the body was not read to its end: do not
             headers = {"Connection": "close"}  # let the server drain it for keep-alive
         return error_response(exc.status_code, exc.code, exc.message, headers, exc.extra())

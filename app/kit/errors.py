@@ -124,6 +124,10 @@ class Unavailable(DPGateError):
     code = "unavailable"
     description = "The database is unavailable; retry later"
 
+    def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after  # seconds, sent as Retry-After
+
 
 class ErrorDetail(BaseModel):
     code: str

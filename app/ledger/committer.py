@@ -5,8 +5,8 @@
   and the users' accounts, decides as :func:`app.ledger.rule.charge_verdict` does and,
   on ``ok``, stores the answer, charges and appends the ledger entry, so row locks
   live for one statement.
-* :func:`apply_charge` (a session, accounts already locked): the writes of a
-  charge; releases charge every grid of a timeslot through it.
+* ``app.ledger.service.charge_accounts`` (a session, accounts already locked): a
+  release's charges, a set at a time.
 
 Lock order, everywhere: the dataset row, the accounts by ascending (window, user id),
 the key row.
@@ -21,10 +21,7 @@ from typing import Any, Protocol
 
 import orjson
 from psycopg import AsyncConnection
-from sqlalchemy.orm import Session
 
-from app.ledger.models import LedgerEntry
-from app.ledger.repository import LedgerRepository
 from app.ledger.rule import Charge, Verdict
 
 
@@ -53,33 +50,6 @@ class Committed:
 
     verdict: Verdict
     stored: dict[str, Any] | None = None
-
-
-def apply_charge(session: Session, charge: Charge, *, reference_id: int) -> None:
-    """Add ``charge.epsilon`` to each of its users' (locked) accounts and append the
-    ledger entry. A charge of nobody (a data-independent answer) writes nothing."""
-    if not charge.users:
-        return
-    repo = LedgerRepository(session)
-    changed = repo.charge(
-        charge.dataset_id, charge.epoch, charge.users, charge.epsilon, window=charge.window
-    )
-    if changed != len(charge.users):  # accounts were locked by the caller: anything else is a bug
-        raise RuntimeError(f"charged {changed} accounts, expected {len(charge.users)}")
-    repo.add_entry(
-        LedgerEntry(
-            dataset_id=charge.dataset_id,
-            epoch=charge.epoch,
-            window_start=charge.window,
-            key_id=charge.key_id,
-            kind=charge.kind,
-            reference_id=reference_id,
-            grid_id=charge.grid_id,
-            epsilon=charge.epsilon,
-            n_users=len(charge.users),
-            users=list(charge.users),
-        )
-    )
 
 
 _COMMIT_SQL = (

@@ -16,6 +16,8 @@ from datetime import date
 from decimal import Decimal
 from typing import Any, cast
 
+import numpy as np
+import numpy.typing as npt
 from sqlalchemy import (
     CursorResult,
     Integer,
@@ -23,6 +25,7 @@ from sqlalchemy import (
     bindparam,
     distinct,
     func,
+    insert,
     or_,
     select,
     text,
@@ -33,8 +36,41 @@ from sqlalchemy.orm import Session
 
 from app.budget import Budget
 from app.datasets.models import Dataset, DatasetUser
+from app.db.unit import binary_rows, driver_connection
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
+
+Int64s = npt.NDArray[np.int64]
+
+
+def _ints(values: Int64s) -> str:
+    """An ``integer[]`` parameter as its text (``{1,2,3}``), which the driver sends as
+    it is (it would inspect every element of a list)."""
+    return "{" + ",".join(map(str, np.asarray(values).tolist())) + "}"
+
+
+_COUNT_PRESENT = (
+    "SELECT count(*) FROM budget_accounts WHERE dataset_id = %s AND epoch = %s "
+    "AND window_start = %s AND user_id = ANY(%s::integer[])"
+)
+#: The spends as quanta, clamped at ``app.budget.SPENT_CLAMP`` (2e6, 1e12 quanta each).
+_ACCOUNTS = (
+    "SELECT string_agg(int4send(user_id), ''::bytea ORDER BY user_id), "
+    "string_agg(int8send((LEAST(spent, 2000000) * 1e12)::bigint), ''::bytea ORDER BY user_id) "
+    "FROM (SELECT user_id, spent FROM budget_accounts WHERE dataset_id = %s AND epoch = %s "
+    "AND window_start = %s AND user_id = ANY(%s::integer[]) ORDER BY user_id {lock}) AS a"
+)
+_INSERT_ACCOUNTS = (
+    "INSERT INTO budget_accounts (dataset_id, epoch, window_start, user_id, spent) "
+    "SELECT %s, %s, %s, u, 0 FROM unnest(%s::integer[]) WITH ORDINALITY AS t(u, i) "
+    "ORDER BY i ON CONFLICT DO NOTHING"
+)
+_CHARGE_COUNTS = (
+    "UPDATE budget_accounts AS a SET spent = a.spent + %s * c.k "
+    "FROM unnest(%s::integer[], %s::integer[]) AS c(u, k) "
+    "WHERE a.dataset_id = %s AND a.epoch = %s AND a.window_start = %s AND a.user_id = c.u "
+    "AND a.spent + %s * c.k <= %s"
+)
 
 
 def _users_in(user_ids: Iterable[int]) -> Any:
@@ -86,19 +122,6 @@ class LedgerRepository:
         ms = max(1, round(seconds * 1000))
         self.session.execute(text(f"SET LOCAL lock_timeout = {ms}"))
 
-    def lock_accounts(
-        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
-    ) -> dict[int, Decimal]:
-        """Lock the existing accounts of ``user_ids`` in one window in ascending id order;
-        their spend."""
-        rows = self.session.execute(
-            select(BudgetAccount.user_id, BudgetAccount.spent)
-            .where(*_in_window(dataset_id, epoch, window), _users_in(user_ids))
-            .order_by(BudgetAccount.user_id)
-            .with_for_update()
-        )
-        return {u: s for u, s in rows}
-
     def spent(
         self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
     ) -> dict[int, Decimal]:
@@ -112,37 +135,15 @@ class LedgerRepository:
         out.update({u: s for u, s in rows})
         return out
 
-    def missing_accounts(
-        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
-    ) -> list[int]:
-        """The users of ``user_ids`` without an account in the window, ascending."""
-        found = set(
-            self.session.scalars(
-                select(BudgetAccount.user_id).where(
-                    *_in_window(dataset_id, epoch, window), _users_in(user_ids)
-                )
-            )
-        )
-        return sorted({int(u) for u in user_ids} - found)
-
     def insert_accounts(
-        self, dataset_id: int, epoch: int, user_ids: Sequence[int], *, window: date
-    ) -> None:
-        """Zero accounts for ``user_ids`` in the window (idempotent: existing ones are
-        left alone)."""
-        self.session.execute(
-            text(
-                "INSERT INTO budget_accounts (dataset_id, epoch, window_start, user_id, spent) "
-                "SELECT :dataset, :epoch, :window, u, 0 FROM unnest(:users) AS u "
-                "ON CONFLICT DO NOTHING"
-            ).bindparams(bindparam("users", type_=ARRAY(Integer))),
-            {
-                "dataset": dataset_id,
-                "epoch": epoch,
-                "window": window,
-                "users": [int(u) for u in user_ids],
-            },
-        )
+        self, dataset_id: int, epoch: int, user_ids: npt.ArrayLike, *, window: date
+    ) -> int:
+        """Zero accounts for ``user_ids`` (ascending) in the window, in that order
+        (idempotent: existing ones are left alone); how many were created."""
+        params = (dataset_id, epoch, window, _ints(np.asarray(user_ids, dtype=np.int64)))
+        with driver_connection(self.session).cursor() as cursor:
+            cursor.execute(_INSERT_ACCOUNTS, params)
+            return int(cursor.rowcount)
 
     def analyze_after_growth(self, added: int) -> None:
         """Refresh the planner's statistics of ``budget_accounts`` after it grew a lot.
@@ -206,29 +207,47 @@ class LedgerRepository:
             largest[release] = max(largest[release], cost)
         return Decimal(queries or 0) + sum(largest.values(), Decimal(0))
 
-    def charge(
+    def count_present(self, dataset_id: int, epoch: int, users: Int64s, *, window: date) -> int:
+        """How many of ``users`` (distinct) have an account in the window."""
+        rows = binary_rows(self.session, _COUNT_PRESENT, (dataset_id, epoch, window, _ints(users)))
+        return int(rows[0][0])
+
+    def account_arrays(
+        self, dataset_id: int, epoch: int, users: Int64s, *, window: date, lock: bool
+    ) -> tuple[Int64s, Int64s]:
+        """``(users, spent in quanta)`` of the accounts of ``users`` in the window, users
+        ascending; with ``lock``, each locked in that order for the transaction. One
+        statement, its answer two packed columns."""
+        query = _ACCOUNTS.format(lock="FOR UPDATE" if lock else "")
+        rows = binary_rows(self.session, query, (dataset_id, epoch, window, _ints(users)))
+        ids, spent = rows[0]
+        return (
+            np.frombuffer(ids or b"", dtype=">i4").astype(np.int64),
+            np.frombuffer(spent or b"", dtype=">i8").astype(np.int64),
+        )
+
+    def charge_counts(
         self,
         dataset_id: int,
         epoch: int,
-        user_ids: Sequence[int],
+        users: Int64s,
+        grids: Int64s,
         epsilon: Decimal,
+        cap: Decimal,
         *,
         window: date,
     ) -> int:
-        """Add ``epsilon`` to each (already locked) account of the window; returns the
-        rows changed."""
-        result = self.session.execute(
-            update(BudgetAccount)
-            .where(*_in_window(dataset_id, epoch, window), _users_in(user_ids))
-            .values(spent=BudgetAccount.spent + epsilon)
-            .execution_options(synchronize_session=False)
-        )
-        return cast("CursorResult[Any]", result).rowcount
+        """Add ``grids[i] × epsilon`` to the (locked) account of each ``users[i]`` in the
+        window, unless that passes ``cap`` (the cap test again, in SQL); the rows changed."""
+        params = (epsilon, _ints(users), _ints(grids), dataset_id, epoch, window, epsilon, cap)
+        with driver_connection(self.session).cursor() as cursor:
+            cursor.execute(_CHARGE_COUNTS, params)
+            return int(cursor.rowcount)
 
-    def add_entry(self, entry: LedgerEntry) -> LedgerEntry:
-        self.session.add(entry)
-        self.session.flush()
-        return entry
+    def add_entries(self, entries: list[dict[str, Any]]) -> None:
+        """Append ledger entries (the columns of :class:`LedgerEntry`), one statement."""
+        if entries:
+            self.session.execute(insert(LedgerEntry), entries)
 
     def summary(
         self, dataset_id: int, epoch: int, cap: Decimal, *, window: date

@@ -9,8 +9,7 @@ are exhausted depends only on the ledger, never on values. The rule itself is
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -27,7 +26,7 @@ from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
 from app.kit.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
 from app.ledger import rule
-from app.ledger.committer import apply_charge
+from app.ledger.accounts import USER_BITS, USER_MASK, Accounts, Int64s, window_users
 from app.ledger.repository import LedgerRepository
 from app.time.budget_windows import (
     ALL_TIME,
@@ -37,27 +36,6 @@ from app.time.budget_windows import (
     window_json,
     window_start,
 )
-
-
-@dataclass
-class LockedBudget:
-    """The locked accounts of some users of one dataset, epoch and budget window
-    (docs/math.md §10.4), for this transaction.
-
-    ``spent`` is kept up to date as charges are made, so several charges in one
-    transaction (a release charges every grid of a timeslot) are checked
-    cumulatively against the cap.
-    """
-
-    dataset_id: int
-    epoch: int
-    window: date
-    cap: Decimal
-    spent: dict[int, Decimal]
-
-    def exhausted(self, user_ids: npt.ArrayLike, epsilon: Decimal) -> npt.NDArray[np.bool_]:
-        """Bool per user: would ``epsilon`` more pass the cap? (ledger only, never values)"""
-        return budget.exhausted(self.spent, user_ids, epsilon, self.cap)
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
@@ -93,40 +71,59 @@ def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
         ) from None
 
 
-def lock_budget(
-    session: Session, dataset: Dataset, epoch: int, user_ids: npt.ArrayLike, *, window: date
-) -> LockedBudget:
-    """Lock every account of ``user_ids`` in ``window`` (ascending id order) for this
-    transaction (:func:`lock_budgets` for one window)."""
-    return lock_budgets(session, dataset, epoch, {window: user_ids})[window]
-
-
-def lock_budgets(
-    session: Session, dataset: Dataset, epoch: int, users_by_window: Mapping[date, npt.ArrayLike]
-) -> dict[date, LockedBudget]:
-    """Lock the accounts of each window's users for this transaction, windows ascending
-    and users ascending within each (the lock order everywhere), creating the missing
-    ones first in a transaction of their own, so this one never holds an insert lock
-    outside the ascending order — the one way two charges over overlapping users could
-    deadlock. One :class:`LockedBudget` per window."""
-    wanted = {w: [int(u) for u in np.asarray(users_by_window[w])] for w in sorted(users_by_window)}
+def lock_accounts(
+    session: Session, dataset: Dataset, epoch: int, windows: tuple[date, ...], subjects: Int64s
+) -> Accounts:
+    """Lock the accounts of ``subjects`` (sorted: windows ascending, users ascending
+    within each, the lock order everywhere) for this transaction, one statement per
+    window; the missing ones are created first in a transaction of their own, so this
+    one never holds an insert lock outside the ascending order — the one way two
+    charges over overlapping users could deadlock."""
     repo = LedgerRepository(session)
+    users = [window_users(subjects, i) for i in range(len(windows))]
     missing = [
-        w
-        for w, users in wanted.items()
-        if repo.missing_accounts(dataset.id, epoch, users, window=w)
+        i
+        for i, w in enumerate(windows)
+        if repo.count_present(dataset.id, epoch, users[i], window=w) < users[i].size
     ]
     if missing:
         with separate_transaction(session) as own:
-            for w in missing:
-                create_accounts(own, dataset.id, epoch, wanted[w], window=w)
-    out: dict[date, LockedBudget] = {}
-    for w, users in wanted.items():
-        spent = repo.lock_accounts(dataset.id, epoch, users, window=w)
-        if len(spent) != len(set(users)):
+            for i in missing:
+                create_accounts(own, dataset.id, epoch, users[i], window=windows[i])
+    return _accounts(repo, dataset, epoch, windows, users, lock=True)
+
+
+def read_accounts(
+    session: Session, dataset: Dataset, epoch: int, windows: tuple[date, ...], subjects: Int64s
+) -> Accounts:
+    """The accounts of ``subjects`` as the ledger reads now, without locks (a preview;
+    a subject without an account has spent nothing)."""
+    users = [window_users(subjects, i) for i in range(len(windows))]
+    return _accounts(LedgerRepository(session), dataset, epoch, windows, users, lock=False)
+
+
+def _accounts(
+    repo: LedgerRepository,
+    dataset: Dataset,
+    epoch: int,
+    windows: tuple[date, ...],
+    users: list[Int64s],
+    *,
+    lock: bool,
+) -> Accounts:
+    subjects, spent = [np.empty(0, dtype=np.int64)], [np.empty(0, dtype=np.int64)]
+    for i, w in enumerate(windows):
+        if not users[i].size:
+            continue
+        ids, quanta = repo.account_arrays(dataset.id, epoch, users[i], window=w, lock=lock)
+        if lock and ids.size != users[i].size:
             raise RuntimeError("budget accounts vanished while locking them")
-        out[w] = LockedBudget(dataset.id, epoch, w, dataset.budget_per_user, spent)
-    return out
+        subjects.append((i << USER_BITS) | ids)
+        spent.append(quanta)
+    return Accounts(
+        dataset.id, epoch, dataset.budget_per_user, windows,
+        np.concatenate(subjects), np.concatenate(spent),
+    )  # fmt: skip
 
 
 def exhausted_now(
@@ -150,47 +147,64 @@ def exhausted_now(
 def create_accounts(
     session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int], *, window: date
 ) -> None:
-    """Create the missing budget accounts of ``user_ids`` in ``window`` in ``session``'s
-    transaction (a unit of its own: a grid's first query, or :func:`lock_budgets`' side
-    transaction)."""
+    """Create the missing budget accounts of ``user_ids`` in ``window``, ascending, in
+    ``session``'s transaction (a unit of its own: a grid's first query, or
+    :func:`lock_accounts`' side transaction)."""
     repo = LedgerRepository(session)
-    missing = repo.missing_accounts(dataset_id, epoch, [int(u) for u in user_ids], window=window)
-    if missing:
-        repo.insert_accounts(dataset_id, epoch, missing, window=window)
-        repo.analyze_after_growth(len(missing))
+    added = repo.insert_accounts(
+        dataset_id, epoch, np.unique(np.fromiter(user_ids, dtype=np.int64)), window=window
+    )
+    if added:
+        repo.analyze_after_growth(added)
 
 
-def charge(
+def charge_accounts(
     session: Session,
-    budget: LockedBudget,
-    user_ids: Iterable[int],
+    accounts: Accounts,
+    subjects: Int64s,
+    grids: Int64s,
     epsilon: Decimal,
     *,
     key_id: int,
-    kind: rule.ChargeKind,
     reference_id: int,
-    grid_id: int | None,
 ) -> None:
-    """Charge ``epsilon`` to each of ``user_ids`` (locked in ``budget``, in its window),
-    or refuse.
+    """Charge ``grids[i]`` times ``epsilon`` to each of ``subjects[i]`` (distinct, locked in
+    ``accounts``) for a release, or refuse: one ``UPDATE`` per window and one
+    ``INSERT`` of the ledger entries, one per window and number of grids.
 
-    Raises ``BudgetExhausted`` (:func:`app.ledger.rule.refusal`) unless
-    :func:`app.ledger.rule.charge_verdict` says ``OK``; the caller's plan has already
-    left out, or refused for, users who cannot pay.
+    The decision is :func:`app.ledger.rule.charge_verdict`'s on the whole set: the
+    epoch and the accounts were fixed by the locks, and the caps are tested at once
+    (``Accounts.over_cap``), then again by the ``UPDATE`` itself; the key's quota is
+    :func:`spend_quota`'s. The caller's plan has already left out, or refused for, users
+    who cannot pay: a refusal here is a bug.
     """
-    event = rule.Charge.of(
-        budget.dataset_id, budget.epoch, user_ids, epsilon, window=budget.window,
-        key_id=key_id, kind=kind, grid_id=grid_id,
-    )  # fmt: skip
-    verdict = rule.charge_verdict(
-        event, epoch_now=budget.epoch, accounts=budget.spent, cap=budget.cap, twin=False,
-        quota=None,
-    )  # fmt: skip
-    if verdict is not rule.Verdict.OK:  # the plan checked the caps: a bug if reached
-        raise rule.refusal(verdict, scope="this charge", over=None)
-    apply_charge(session, event, reference_id=reference_id)
-    for u in event.users:
-        budget.spent[u] += epsilon
+    if accounts.over_cap(subjects, grids, epsilon).size:
+        raise rule.refusal(rule.Verdict.EXHAUSTED, scope="this charge", over=None)
+    repo = LedgerRepository(session)
+    entries: list[dict[str, object]] = []
+    window_index = subjects >> USER_BITS
+    for i, window in enumerate(accounts.windows):
+        here = window_index == i
+        users, counts = subjects[here] & USER_MASK, grids[here]
+        if not users.size:
+            continue
+        changed = repo.charge_counts(
+            accounts.dataset_id, accounts.epoch, users, counts, epsilon, accounts.cap,
+            window=window,
+        )  # fmt: skip
+        if changed != users.size:
+            raise RuntimeError(f"charged {changed} accounts, expected {users.size}")
+        for k in np.unique(counts).tolist():
+            charged = users[counts == k].tolist()
+            entries.append(
+                {
+                    "dataset_id": accounts.dataset_id, "epoch": accounts.epoch,
+                    "window_start": window, "key_id": key_id, "kind": "release",
+                    "reference_id": reference_id, "grid_id": None, "epsilon": epsilon * k,
+                    "n_users": len(charged), "users": charged,
+                }
+            )  # fmt: skip
+    repo.add_entries(entries)
 
 
 def parse_window_param(dataset: Dataset, text: str | None) -> date | None:

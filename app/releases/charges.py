@@ -16,48 +16,36 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from decimal import Decimal
 from typing import Any
 
 import numpy as np
 from sqlalchemy.orm import Session
 
-from app import budget
 from app.datasets.grid_store import SlotGrid
 from app.datasets.models import Dataset
 from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
-from app.ledger.repository import LedgerRepository
+from app.ledger.accounts import USER_BITS, USER_MASK, Accounts
 from app.releases.planning import Occupancy, SlotPlan
 from app.time.budget_windows import privacy_unit, window_of
-
-#: A subject is ``window index << USER_BITS | user id`` (user ids are 32-bit serials).
-USER_BITS = 32
-USER_MASK = (1 << USER_BITS) - 1
 
 
 @dataclass(frozen=True)
 class ReleaseBudget:
     """The release's users' accounts in every window its grids lie in."""
 
-    windows: tuple[date, ...]  # distinct, ascending
     occ: Occupancy  # the release's occupancy, users as budget subjects
-    spent: dict[int, Decimal]  # subject -> spend (locked, or read for a preview)
-    locked: dict[date, ledger.LockedBudget]  # empty for a preview
+    accounts: Accounts  # locked, or read for a preview
 
     def users(self, subjects: np.ndarray) -> np.ndarray:
         """The user ids of ``subjects`` (distinct, ascending)."""
         return np.unique(np.asarray(subjects, dtype=np.int64) & USER_MASK)
 
-    def remaining(self, cap: Decimal) -> dict[int, Decimal]:
-        """What each subject has left under ``cap``."""
-        return {s: budget.remaining(spent, cap) for s, spent in self.spent.items()}
-
 
 def _subjects(
     dataset: Dataset, grids: Sequence[SlotGrid], occ: Occupancy
-) -> tuple[tuple[date, ...], np.ndarray, dict[date, np.ndarray]]:
-    """The windows of ``grids`` (ascending), each pair's subject, each window's users."""
+) -> tuple[tuple[date, ...], np.ndarray]:
+    """The windows of ``grids`` (ascending) and each pair's subject."""
     starts = [g.slot_start for g in grids]
     window_at = {s: window_of(dataset, s) for s in set(starts)}  # a span has few slots
     grid_windows = [window_at[s] for s in starts]
@@ -65,35 +53,34 @@ def _subjects(
     index = {w: i for i, w in enumerate(windows)}
     of_grid = np.array([index[w] for w in grid_windows], dtype=np.int64)
     pair_window = of_grid[occ.grid] if occ.grid.size else np.empty(0, dtype=np.int64)
-    subjects = (pair_window << USER_BITS) | occ.user
-    users = {w: np.unique(occ.user[pair_window == i]) for i, w in enumerate(windows)}
-    return windows, subjects, users
+    return windows, (pair_window << USER_BITS) | occ.user
 
 
-def _by_subject(windows: tuple[date, ...], spent: dict[date, dict[int, Decimal]]) -> dict:
-    return {(i << USER_BITS) | u: s for i, w in enumerate(windows) for u, s in spent[w].items()}
-
-
-def lock_release_budget(
-    session: Session, dataset: Dataset, epoch: int, grids: Sequence[SlotGrid], occ: Occupancy
+def release_budget(
+    session: Session,
+    dataset: Dataset,
+    epoch: int,
+    grids: Sequence[SlotGrid],
+    occ: Occupancy,
+    *,
+    lock: bool,
 ) -> ReleaseBudget:
-    """Lock every account the release may charge (windows ascending, users ascending
-    within each: the ledger's lock order) for this transaction."""
-    windows, subjects, users = _subjects(dataset, grids, occ)
-    locked = ledger.lock_budgets(session, dataset, epoch, users)
-    spent = _by_subject(windows, {w: b.spent for w, b in locked.items()})
-    return ReleaseBudget(windows, replace(occ, user=subjects), spent, locked)
+    """Every account the release may charge: with ``lock``, locked for this transaction
+    (windows ascending, users ascending within each: the ledger's lock order);
+    without, as read now (a preview)."""
+    windows, subjects = _subjects(dataset, grids, occ)
+    read = ledger.lock_accounts if lock else ledger.read_accounts
+    accounts = read(session, dataset, epoch, windows, np.unique(subjects))
+    return ReleaseBudget(replace(occ, user=subjects), accounts)
 
 
-def read_release_budget(
-    session: Session, dataset: Dataset, epoch: int, grids: Sequence[SlotGrid], occ: Occupancy
-) -> ReleaseBudget:
-    """The same accounts as :func:`lock_release_budget` reads them now, without locks
-    (a preview)."""
-    windows, subjects, users = _subjects(dataset, grids, occ)
-    repo = LedgerRepository(session)
-    spent = {w: repo.spent(dataset.id, epoch, users[w].tolist(), window=w) for w in windows}
-    return ReleaseBudget(windows, replace(occ, user=subjects), _by_subject(windows, spent), {})
+def same_spends(read: ReleaseBudget, locked: ReleaseBudget) -> bool:
+    """Whether every subject of the release has spent as much under the locks as when
+    the release read its accounts (else its plan is made again)."""
+    subjects = np.unique(locked.occ.user)
+    return bool(
+        np.array_equal(read.accounts.spent_of(subjects), locked.accounts.spent_of(subjects))
+    )
 
 
 def charge_release(
@@ -103,20 +90,10 @@ def charge_release(
     grid in its window: one ledger entry per window and distinct number of grids (the
     stored release keeps, per grid, who was kept; admins only)."""
     subjects, n_grids = plan.user_costs(rb.occ)
-    window_index = subjects >> USER_BITS
-    for i, window in enumerate(rb.windows):
-        here = window_index == i
-        for k in np.unique(n_grids[here]).tolist():
-            ledger.charge(
-                session,
-                rb.locked[window],
-                (subjects[here & (n_grids == k)] & USER_MASK).tolist(),
-                plan.eps.charged * k,
-                key_id=key.id,
-                kind="release",
-                reference_id=release_row_id,
-                grid_id=None,
-            )
+    ledger.charge_accounts(
+        session, rb.accounts, subjects, n_grids, plan.eps.charged,
+        key_id=key.id, reference_id=release_row_id,
+    )  # fmt: skip
 
 
 def with_privacy_unit(answer: dict[str, Any], dataset: Dataset) -> dict[str, Any]:

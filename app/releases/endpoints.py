@@ -9,7 +9,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Query, Response
 
 from app.answers.schemas import StatisticAnswer
-from app.http.deps import AnalystKey, ReaderKey, SessionDep
+from app.http.deps import AnalystKey, HeavySessionDep, ReaderKey, SessionDep
 from app.http.query_params import CheckedRoute
 from app.kit.errors import BudgetExhausted, Forbidden, NotFound, Unauthenticated, responses
 from app.kit.gc_pause import gc_paused
@@ -45,7 +45,7 @@ def create_release(
     dataset_id: DatasetId,
     body: ReleaseIn,
     key: AnalystKey,
-    session: SessionDep,
+    session: HeavySessionDep,
 ) -> Any:
     started = time.perf_counter()
     with gc_paused():  # ~10^6 short-lived objects: no collector walks meanwhile
@@ -92,7 +92,9 @@ def spliced_release_json(answer: dict[str, Any], grids_json: bytes | None) -> by
     responses=responses(Unauthenticated, Forbidden, NotFound),
     summary="The plan of a release, without values and without any charge",
 )
-def preview_release(dataset_id: str, body: ReleaseIn, _: AnalystKey, session: SessionDep) -> dict:
+def preview_release(
+    dataset_id: str, body: ReleaseIn, _: AnalystKey, session: HeavySessionDep
+) -> dict:
     return service.preview_slot(session, dataset_id, body)
 
 

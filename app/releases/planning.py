@@ -11,7 +11,7 @@ plan has ``K <= k`` is taken (every candidate is checked, never assumed).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -22,6 +22,7 @@ from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.noise.threads import in_parallel
 from app.core.planning.clip_user import clip_user_kept
 from app.kit.errors import InvalidRequest
+from app.ledger.accounts import Accounts
 
 #: Up to this many grids per user every candidate ``C/k`` is tried; beyond, a search.
 FULL_SCAN_GRIDS = 12
@@ -216,7 +217,7 @@ def largest_affordable(
     make: Callable[[EpsilonAmount], SlotPlan],
     occ: Occupancy,
     plan: SlotPlan,
-    remaining: dict[int, Decimal],
+    accounts: Accounts,
     max_epsilon: Decimal,
     rounds: int = 6,
 ) -> float:
@@ -227,9 +228,7 @@ def largest_affordable(
         users, grids = plan.user_costs(occ)
         if users.size == 0:
             return float(plan.eps.charged)
-        pairs = zip(users.tolist(), grids.tolist(), strict=True)
-        fit = min(budget.per_part(remaining[u], k) for u, k in pairs)
-        fit = min(fit, max_epsilon, plan.eps.charged)
+        fit = min(accounts.largest_epsilon(users, grids), max_epsilon, plan.eps.charged)
         if fit < MIN_EPSILON:
             return 0.0
         if fit == plan.eps.charged:
@@ -238,18 +237,9 @@ def largest_affordable(
     return 0.0
 
 
-def over_budget(
-    occ: Occupancy, plan: SlotPlan, spent: Mapping[int, Decimal], cap: Decimal
-) -> np.ndarray:
-    """Sorted ids of the users (budget subjects: ``app.releases.charges``) who cannot pay
-    their cost in ``plan`` (the cap test, :func:`app.budget.would_exceed`, on each one's
-    total for the release)."""
+def over_budget(occ: Occupancy, plan: SlotPlan, accounts: Accounts) -> np.ndarray:
+    """Sorted ids of the users (budget subjects: ``app.ledger.accounts``) who cannot pay
+    their cost in ``plan`` (the cap test, :func:`app.budget.over_cap_counts`, on each
+    one's total for the release)."""
     users, grids = plan.user_costs(occ)
-    eps = plan.eps.charged
-    zero = Decimal(0)
-    over = [
-        int(u)
-        for u, k in zip(users, grids, strict=True)
-        if budget.would_exceed(spent.get(int(u), zero), eps * int(k), cap)
-    ]
-    return np.array(sorted(over), dtype=np.int64)
+    return accounts.over_cap(users, grids, plan.eps.charged)

@@ -43,6 +43,15 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
     in its head (the answer without its grids, migration 0011), parsed once per row (as
     ``jsonb``) rather than once per field; the grids are counted in ``n_grids``."""
     answer = cast(SlotRelease.head, JSONB)
+    order = (SlotRelease.created_at.desc(), SlotRelease.id.desc())
+    # the page's ids from the index alone: the rows an offset skips are never read
+    ids = (
+        select(SlotRelease.id)
+        .where(SlotRelease.dataset_id == dataset_id)
+        .order_by(*order)
+        .limit(limit)
+        .offset(offset)
+    )
     newest = (
         select(
             SlotRelease.id,
@@ -53,10 +62,7 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
             SlotRelease.n_grids,
             answer.label("answer"),
         )
-        .where(SlotRelease.dataset_id == dataset_id)
-        .order_by(SlotRelease.created_at.desc(), SlotRelease.id.desc())
-        .limit(limit)
-        .offset(offset)
+        .where(SlotRelease.id.in_(ids.scalar_subquery()))
         .subquery()
     )
     a = newest.c.answer

@@ -35,8 +35,8 @@ from app.ledger.rule import Verdict, refusal
 from app.releases.charges import (
     ReleaseBudget,
     charge_release,
-    lock_release_budget,
-    read_release_budget,
+    release_budget,
+    same_spends,
     with_privacy_unit,
 )
 from app.releases.draw import (
@@ -67,11 +67,9 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
     with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
     window's grids only, and the plan is made again."""
     excluded: np.ndarray | None = None  # the (grid, user) pairs left out
-    cap = inp.dataset.budget_per_user
-    remaining = rb.remaining(cap)
     for _ in range(MAX_EXCLUSION_ROUNDS):
         plan = choose_plan(inp, body, excluded)
-        over = over_budget(rb.occ, plan, rb.spent, cap)  # (window, user) subjects
+        over = over_budget(rb.occ, plan, rb.accounts)  # (window, user) subjects
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
@@ -79,7 +77,7 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
                 plan_maker(inp, body, excluded),
                 rb.occ,
                 plan,
-                remaining,
+                rb.accounts,
                 inp.dataset.max_epsilon_per_query,
             )
             raise refusal(
@@ -147,14 +145,14 @@ def release_slot(
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
     # planned (and refused) on the accounts as they read now, so a refusal creates none
-    read = read_release_budget(session, dataset, epoch, inp.grids, inp.occ)
+    read = release_budget(session, dataset, epoch, inp.grids, inp.occ, lock=False)
     plan = _plan_within_budget(inp, body, read)
     if plan.K:
         ledger.check_quota(session, key, plan.max_cost)
-    budget = lock_release_budget(session, dataset, epoch, inp.grids, inp.occ)
+    budget = release_budget(session, dataset, epoch, inp.grids, inp.occ, lock=True)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
-    if budget.spent != read.spent:  # spent meanwhile: planned again under the locks
+    if not same_spends(read, budget):  # spent meanwhile: planned again under the locks
         plan = _plan_within_budget(inp, body, budget)
     if plan.K:
         ledger.spend_quota(session, key, plan.max_cost)
@@ -202,8 +200,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     dataset = get_dataset(session, dataset_id)
     inp = release_input(session, dataset, body)
     plan = choose_plan(inp, body, None)
-    rb = read_release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ)
-    cap = dataset.budget_per_user
+    rb = release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False)
 
     eps = statistic_eps(plan, len(body.statistics))
     grids = []
@@ -236,12 +233,12 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     return {
         **_plan_fields(inp, body, plan),
         "grids": grids,
-        "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.spent, cap)).size),
+        "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.accounts)).size),
         "largest_epsilon": largest_affordable(
             plan_maker(inp, body, None),
             rb.occ,
             plan,
-            rb.remaining(cap),
+            rb.accounts,
             dataset.max_epsilon_per_query,
         ),
     }

@@ -13,7 +13,7 @@ import anyio.to_thread
 from fastapi import APIRouter, Header, Query, Request, Response
 
 from app.datasets import service
-from app.http.deps import AdminKey, SessionDep
+from app.http.deps import AdminKey, HeavySessionDep
 from app.http.query_params import CheckedRoute
 from app.idempotency.service import RequestIdentity
 from app.ingest.csv_records import ColumnMap
@@ -101,7 +101,7 @@ async def upload(
     request: Request,
     response: Response,
     _: AdminKey,
-    session: SessionDep,
+    session: HeavySessionDep,
     user_col: ColumnName = "user_id",
     time_col: ColumnName = "timestamp",
     lat_col: ColumnName = "lat",

@@ -31,6 +31,7 @@ from app.datasets.repository import GridRepository, RecordArrays, copy_records
 from app.ingest.batches import Batch
 from app.time.slots import datetime_to_us, get_zone, slot_end_bound_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
+from app.uploads.retention import refuse_dropped_slots
 
 #: Rows stored kept in memory to build snapshots; beyond this they are spilled to
 #: ``SPILL_BUCKETS`` temporary files.
@@ -195,6 +196,7 @@ class Ingestor:
         # Each slot's stored grids are loaded once per upload; a key not among them is
         # new (the dataset lock keeps other writers out).
         slots = sorted({s for _, s in keys} - self.slot_grids.keys())
+        refuse_dropped_slots(self.dataset, slots)
         for s in slots:
             self.slot_grids[s] = {}
         if slots:

@@ -14,10 +14,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 from sqlalchemy.orm import Session
 
+from app.datasets.partitions import dataset_table, ensure_months
 from app.datasets.repository import PG_EPOCH_OFFSET_US
 from app.db.unit import driver_connection
+from app.time.slots import us_to_datetime
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
@@ -91,6 +94,7 @@ class IngestRepository:
         self.session = session
         self.driver: Any = driver_connection(session)
         self._staged = False
+        self._months: tuple[int, int] | None = None  # the ts range (µs) whose months exist
         self._spare_ids: list[int] = []
         self._grid_sequence: int | None = None
 
@@ -240,12 +244,26 @@ class IngestRepository:
             new = stored if not stored.all() else slice(None)
             rows = _record_rows(dataset_id, grid_ids[new], user_ids[new], ts_us[new], values[new])
             if len(rows):
+                self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
                 with cur.copy(
-                    "COPY records (dataset_id, grid_id, user_id, ts, value) "
-                    "FROM STDIN (FORMAT BINARY)"
+                    sql.SQL(
+                        "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN "
+                        "(FORMAT BINARY)"
+                    ).format(sql.Identifier(dataset_table(dataset_id)))
                 ) as copy:
                     copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
         return stored
+
+    def _ensure_months(self, dataset_id: int, first_us: int, last_us: int) -> None:
+        """The month partitions of ``[first_us, last_us]`` (and the month after), made
+        where missing: looked up once per upload unless a batch reaches past them."""
+        known = self._months
+        if known is not None and known[0] <= first_us and last_us <= known[1]:
+            return
+        lo = first_us if known is None else min(first_us, known[0])
+        hi = last_us if known is None else max(last_us, known[1])
+        ensure_months(self.session, dataset_id, us_to_datetime(lo), us_to_datetime(hi))
+        self._months = (lo, hi)
 
     def _stored_already(
         self, cur: Any, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
@@ -269,8 +287,10 @@ class IngestRepository:
         # The dataset lock makes this the only writer of the dataset's records, so the
         # semi-join finds every duplicate (the primary key is a backstop).
         cur.execute(
-            "SELECT s.n FROM dpgate_ingest_stage s WHERE EXISTS (SELECT 1 FROM records r "
-            "WHERE r.dataset_id = %s AND r.user_id = s.user_id AND r.ts = s.ts)",
+            sql.SQL(
+                "SELECT s.n FROM dpgate_ingest_stage s WHERE EXISTS (SELECT 1 FROM {} r "
+                "WHERE r.dataset_id = %s AND r.user_id = s.user_id AND r.ts = s.ts)"
+            ).format(sql.Identifier(dataset_table(dataset_id))),
             (dataset_id,),
         )
         found = np.zeros(rows.size, dtype=bool)
@@ -284,9 +304,11 @@ class IngestRepository:
             return []
         with self.driver.cursor() as cur:
             cur.execute(
-                "SELECT (SELECT max(r.ts) FROM records r "
-                "WHERE r.dataset_id = %s AND r.user_id = u.id) "
-                "FROM unnest(%s::int[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n",
+                sql.SQL(
+                    "SELECT (SELECT max(r.ts) FROM {} r WHERE r.dataset_id = %s "
+                    "AND r.user_id = u.id) "
+                    "FROM unnest(%s::int[]) WITH ORDINALITY AS u(id, n) ORDER BY u.n"
+                ).format(sql.Identifier(dataset_table(dataset_id))),
                 (dataset_id, list(user_ids)),
             )
             return [None if t is None else (t - _EPOCH) // _ONE_US for (t,) in cur]

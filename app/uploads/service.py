@@ -43,6 +43,7 @@ from app.ingest.parse_process import feed_pieces, parse_in_child
 from app.kit.errors import InvalidRequest, NotFound
 from app.time.slots import get_zone
 from app.uploads.ingestor import Ingestor
+from app.uploads.retention import apply_retention
 from app.uploads.schemas import RowError, UploadResult
 
 __all__ = [
@@ -192,6 +193,7 @@ def upload_records(
             body.drain()
         changed = ingestor.finish()
         refresh_after_upload(session, dataset, ingestor.slot_grids if changed else ())
+        apply_retention(session, dataset)
     except CsvFormatError as exc:
         raise InvalidRequest(f"cannot read the CSV: {exc}") from None
     except FeedFormatError as exc:

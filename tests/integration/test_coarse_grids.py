@@ -89,6 +89,28 @@ def test_coarser_listing_matches_brute_force(client: TestClient, res: int, minut
     assert detail["n_grids"] == len(own) and detail["n_records"] == len(rows)
 
 
+def test_a_listed_level_takes_in_new_slots_and_pages_by_offset(client: TestClient) -> None:
+    """A coarser level once listed is paged from its stored grids: an upload of new
+    slots (and into a listed slot) shows in the next listing, and walking it by
+    ``next`` gives the one-page listing."""
+    ds = create_dataset(client, value_bound=20.0)["id"]
+    rows = _rows(3, T0, 3)
+    upload_csv(client, ds, make_csv(rows))
+    _check(client, ds, rows, "UTC", 7, 120)
+    more = _rows(4, T0 + timedelta(hours=2, seconds=30), 4)  # a listed slot grows, two new
+    upload_csv(client, ds, make_csv(more))
+    whole = _check(client, ds, rows + more, "UTC", 7, 120)
+    walked, offset = [], 0
+    while offset is not None:
+        page = client.get(
+            f"/datasets/{ds}/grids",
+            params={"h3_resolution": 7, "slot_minutes": 120, "limit": 2, "offset": offset},
+        ).json()
+        walked += page["grids"]
+        offset = page["next"]
+    assert [g["grid_id"] for g in walked] == [g["grid_id"] for g in whole]
+
+
 @pytest.mark.parametrize(
     ("day", "hours"),
     [(datetime(2024, 11, 3, 4, 0, tzinfo=UTC), 8), (datetime(2024, 3, 10, 5, 0, tzinfo=UTC), 8)],

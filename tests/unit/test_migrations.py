@@ -8,7 +8,7 @@ from sqlalchemy import inspect
 
 from app.db.engine import make_engine
 from app.db.migrate import upgrade
-from migrations.models import Base
+from migrations.models import Base, include_name
 
 
 def test_migrations_match_models(db_url: str) -> None:
@@ -16,7 +16,8 @@ def test_migrations_match_models(db_url: str) -> None:
     engine = make_engine(db_url)
     try:
         with engine.connect() as conn:
-            ctx = MigrationContext.configure(conn, opts={"compare_type": True})
+            opts = {"compare_type": True, "include_name": include_name}
+            ctx = MigrationContext.configure(conn, opts=opts)
             diff = compare_metadata(ctx, Base.metadata)
             tables = set(inspect(conn).get_table_names())
     finally:
