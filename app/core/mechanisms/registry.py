@@ -52,6 +52,7 @@ from app.core.mechanisms.option_spec import (
     OptionSpec,
     OptionValue,
 )
+from app.core.mechanisms.user_mean import plan_user_mean
 from app.core.mechanisms.variance import (
     interval_variance_m,
     plan_variance_baseline,
@@ -65,6 +66,7 @@ __all__ = [
     "JOINT_MECHANISMS",
     "MEAN_MECHANISMS",
     "STATISTICS",
+    "USER_MEAN_MECHANISMS",
     "VARIANCE_MECHANISMS",
     "canonical_mechanism",
     "draft",
@@ -270,6 +272,23 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
     ),
 )
 
+USER_MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
+    _spec(
+        "baseline",
+        "mean over the grid's privacy units of each unit's own mean (units left out by a "
+        "plan imputed at U/2) + Lap(U/(L eps)), L the units (app/core/mechanisms/user_mean.py)",
+        True,
+        build=lambda i, U, e, o: plan_user_mean(i, U, e),
+    ),
+    _spec(
+        "auto",
+        "baseline, the exact-sensitivity Laplace mean of unit means with its honest ci95 "
+        "(either objective)",
+        True,
+        OBJECTIVE,
+    ),
+)
+
 
 JOINT_MECHANISMS: Mapping[str, MechanismSpec] = _table(
     _spec("baseline", "004 M_b: mean and variance of all records", True, SPLIT),
@@ -293,13 +312,14 @@ _TABLES: Mapping[str, Mapping[str, MechanismSpec]] = MappingProxyType(
     {
         "mean": MEAN_MECHANISMS,
         "variance": VARIANCE_MECHANISMS,
+        "user_mean": USER_MEAN_MECHANISMS,
         "joint": JOINT_MECHANISMS,
     }
 )
 
 
-#: The statistics of one grid (``joint`` is both at once).
-STATISTICS = ("mean", "variance")
+#: The statistics of one grid (``joint`` is mean and variance at once).
+STATISTICS = ("mean", "variance", "user_mean")
 #: Mechanisms with a worst-case error: ``quote_epsilon``'s candidates.
 BOUNDED_CANDIDATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -320,7 +340,8 @@ def canonical_mechanism(mechanism: str) -> str:
 
 
 def mechanisms(statistic: str) -> Mapping[str, MechanismSpec]:
-    """Every mechanism of ``statistic`` (``mean``, ``variance`` or ``joint``) by name."""
+    """Every mechanism of ``statistic`` (``mean``, ``variance``, ``user_mean`` or ``joint``)
+    by name."""
     table = _TABLES.get(statistic)
     if table is None:
         raise ValueError(f"unknown statistic {statistic!r}; use one of {', '.join(_TABLES)}")
@@ -373,6 +394,10 @@ def draft(
     opts = validate_options(statistic, mechanism, options)
     if mechanism != "auto":
         return _build(statistic, mechanism, info, U, eps, opts)
+    if statistic == "user_mean":  # one mechanism, always with its honest ci95 (§13)
+        chosen = plan_user_mean(info, U, eps)
+        chosen.details.update(selected_by="auto", objective=opts["objective"])
+        return chosen
     if opts["objective"] == "interval":  # the narrowest honest interval (docs/math.md §5.12)
         if statistic == "mean":
             chosen = plan_capped_weights(info, U, eps, None)
