@@ -69,7 +69,7 @@ def test_bad_user_mean_requests_name_the_field_and_charge_nobody(client: TestCli
         assert resp.status_code in (400, 422), (params, resp.text)
         assert field in resp.text, (params, resp.text)
     assert (
-        client.get(f"/grids/nosuch/user_mean", params={"epsilon": 0.5}, headers=hdr).status_code
+        client.get("/grids/nosuch/user_mean", params={"epsilon": 0.5}, headers=hdr).status_code
         == 404
     )
     assert _budget(client, ds) == 0.0
