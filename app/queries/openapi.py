@@ -3,9 +3,10 @@
 Everything here is derived from ``app.core.mechanisms.registry`` (``MEAN_MECHANISMS``,
 ``VARIANCE_MECHANISMS``, ``USER_MEAN_MECHANISMS``): the ``mechanism`` enum of each
 statistic, one declared query parameter per mechanism option (type, range, default,
-the mechanisms that read it, its meaning), and the endpoints' descriptions — so a mechanism or option added
-to the registry appears in the documentation, and is accepted by the unknown
-parameter check (``app.http.query_params``), without touching this module. The examples
+the mechanisms that read it, its meaning), and the endpoints' descriptions — so a
+mechanism or option added to the registry appears in the documentation, and is accepted
+by the unknown parameter check (``app.http.query_params``), without touching this
+module. The examples
 are real answers: a tiny fixed synthetic grid released with dpgate's own sampler
 once, when this module is imported.
 """
