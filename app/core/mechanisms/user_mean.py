@@ -119,7 +119,7 @@ def user_mean_public(
         sens[idx] = float_sum_sensitivities(real_sens[idx], np.full(idx.size, U), int(r) + 1)
     scale = calibrate_scales(sens, eps)
     left_out = np.where(eff < counts, _up((counts - eff) / m), 0.0)
-    share = _up(grid_fsums(left_out, pairs))
+    share = _up(grid_fsums(left_out, pairs)) if left_out.any() else np.zeros(G)
     bias = np.where(share > 0, _up(_up(_up(float(U) / 2.0 * share)) / Lf), 0.0)
     bias = _up(bias + rounding_allowance(U, most_kept))
     width = np.minimum(float(U), 2.0 * (scale * LN20 + bias))
