@@ -6,9 +6,8 @@ statistic, one declared query parameter per mechanism option (type, range, defau
 the mechanisms that read it, its meaning), and the endpoints' descriptions — so a
 mechanism or option added to the registry appears in the documentation, and is accepted
 by the unknown parameter check (``app.http.query_params``), without touching this
-module. The examples
-are real answers: a tiny fixed synthetic grid released with dpgate's own sampler
-once, when this module is imported.
+module. The examples are real answers: a tiny fixed synthetic grid released with
+dpgate's own sampler once, when this module is imported.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ def _check(counts: np.ndarray, eff: np.ndarray, pairs: np.ndarray) -> None:
 def user_mean_public(
     counts: np.ndarray, eff: np.ndarray, pairs: np.ndarray, U: float, eps: float
 ) -> UserMeanPublic:
-    """The public figures of every grid (module docstring; docs/math.md §13.1–§13.3).
+    """The public figures of every grid (module docstring; docs/math.md §13.2–§13.5).
     Raises ``ValueError`` naming the first grid with no unit, or none read."""
     counts = np.asarray(counts, dtype=np.int64)
     eff = np.asarray(eff, dtype=np.int64)
@@ -121,7 +121,7 @@ def user_mean_public(
     left_out = np.where(eff < counts, _up((counts - eff) / m), 0.0)
     sums = grid_fsums(left_out, pairs) if left_out.any() else np.zeros(G)
     share = np.where(sums > 0, _up(sums), 0.0)
-    bias = np.where(share > 0, _up(_up(_up(float(U) / 2.0 * share)) / Lf), 0.0)
+    bias = np.where(share > 0, _up(_up(float(U) / 2.0 * share) / Lf), 0.0)
     bias = _up(bias + rounding_allowance(U, most_kept))
     width = np.minimum(float(U), 2.0 * (scale * LN20 + bias))
     return UserMeanPublic(units, kept, most_kept, sens, scale, bias, width)
