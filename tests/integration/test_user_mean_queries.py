@@ -10,7 +10,15 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.answers.schemas import StatisticAnswer
-from tests.integration.grid_fixtures import CELL_A, GRID_A, analyst, load, make_dataset
+from tests.integration.grid_fixtures import (
+    CELL_A,
+    CELL_B,
+    GRID_A,
+    GRID_B,
+    analyst,
+    load,
+    make_dataset,
+)
 
 U = 10.0
 
@@ -99,3 +107,18 @@ def test_openapi_declares_user_mean_with_defaults_that_work(client: TestClient) 
     }
     resp = client.get(f"/grids/{grid}/user_mean", params={**sent, "epsilon": 0.1})
     assert resp.status_code == 200, resp.text
+
+
+def test_exhausted_units_are_imputed_and_the_bias_says_so(client: TestClient) -> None:
+    """``exclude``: a unit out of budget is left out (not read, not charged); its mean is
+    imputed at U/2 and the answer's bias bound is U/(2L) (docs/math.md §13.4)."""
+    ds = make_dataset(client, on_exhausted="exclude", budget_window="day")
+    ids = load(client, ds, {CELL_A: GRID_A, CELL_B: GRID_B})
+    spent = client.get(f"/grids/{ids[CELL_B]}/user_mean", params={"epsilon": 0.8}).json()
+    assert spent["n_users_charged"] == 2 and spent["privacy_unit"] == "user-day"
+    body = client.get(f"/grids/{ids[CELL_A]}/user_mean", params={"epsilon": 0.5}).json()
+    assert (body["n_users"], body["n_users_charged"]) == (3, 2)  # u3 is out of budget
+    assert body["details"]["units_left_out"] == 1
+    assert body["worst_case_bias"] == pytest.approx(U / (2 * 3), abs=1e-9)
+    assert body["worst_case_bias"] >= U / (2 * 3)
+    assert body["sensitivity"] == pytest.approx(U / 3)  # still U/L: L counts every unit
