@@ -22,11 +22,12 @@ Outside a server (the CLI, the demo's set-up, start-up checks) a unit is
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
+import numpy as np
 from sqlalchemy.orm import Session, sessionmaker
 
 from app.db.capacity import Capacity
@@ -89,6 +90,13 @@ def driver_connection(session: Session) -> Any:
     if driver is None:
         raise RuntimeError("the session's connection is closed")
     return driver
+
+
+def int_array(values: Iterable[int] | np.ndarray) -> str:
+    """An ``integer[]`` parameter as text (``{1,2,3}``), passed through by the driver (which
+    would otherwise inspect every element of a list)."""
+    items = values.tolist() if isinstance(values, np.ndarray) else values
+    return "{" + ",".join(map(str, items)) + "}"
 
 
 def binary_rows(session: Session, query: Any, params: Sequence[Any]) -> list[tuple[Any, ...]]:

@@ -1,17 +1,9 @@
-"""The feed reader's fast path: the vehicle positions of a ``FeedMessage`` read from its
-bytes by one compiled loop (numba), instead of a Python object per field.
+"""The feed reader's fast path: a ``FeedMessage``'s vehicle positions read from its bytes (the
+protobuf wire format) by one compiled loop (numba).
 
-:func:`scan_entities` walks the body (the protobuf wire format,
-https://protobuf.dev/programming-guides/encoding/) and takes, per entity, what
-:class:`app.ingest.gtfs_realtime.FeedReader` uses: ``vehicle.vehicle.id``,
-``vehicle.timestamp``, ``vehicle.position``'s latitude, longitude and speed, and whether
-each is present. Other fields are skipped by their wire type. An entity whose fields are
-not each given once with their declared wire type (which the bindings would merge, or
-keep as unknown) is flagged :data:`ODD`, and the reader reads it from the message the
-bindings parse; a wire type that cannot be skipped (a group, or anything invalid) stops
-the scan, and the reader reads the rest of the feed that way. Whether the body is a
-``FeedMessage`` at all is the bindings' to say: the reader has them parse it too.
-"""
+An entity whose fields are not each given once with their declared wire type is flagged
+:data:`ODD` and read from the bindings' message; a wire type that cannot be skipped stops the
+scan. Whether the body is a ``FeedMessage`` is the bindings' to say."""
 
 from __future__ import annotations
 
@@ -30,11 +22,9 @@ _FAIL = -1
 
 @dataclass
 class EntityFields:
-    """What :func:`scan_entities` read of ``count`` entities: ``flags``, ``ts`` (seconds),
-    ``lat``, ``lon`` and ``speed`` (the float32 values as doubles), and the vehicle id:
-    ``id_index`` (-1 when absent) into the distinct ids ``id_first``/``id_len`` (offsets in
-    the body, in order of first appearance). ``end`` is the offset to continue from, or -1
-    when the scan stopped."""
+    """What :func:`scan_entities` read of ``count`` entities: ``flags``, ``ts``, ``lat``, ``lon``,
+    ``speed``, and ``id_index`` (-1: absent) into the distinct ids ``id_first``/``id_len``;
+    ``end`` is where to continue, -1 when the scan stopped."""
 
     end: int
     count: int
@@ -125,10 +115,8 @@ def _u32(buf: np.ndarray, pos: int) -> np.uint32:
 
 @njit(cache=True, nogil=True)
 def _entity(buf, a, b, k, flags, ts, lat, lon, speed, id_at, ends):
-    """Read entity ``k`` from ``buf[a:b]``; ``id_at[0:2]`` receive its id's offset and length
-    (-1 when absent). ``ends`` (4) is room for where each open message ends: the entity,
-    its vehicle (1), the vehicle's descriptor (2) and position (3). False when the bytes
-    cannot be walked."""
+    """Read entity ``k`` from ``buf[a:b]`` (its id's offset and length into ``id_at``); False when
+    the bytes cannot be walked."""
     seen = 0  # a bit per field read, to flag one given twice
     id_at[0] = -1
     ends[0] = b

@@ -1,6 +1,4 @@
-"""All SQL about API keys: :class:`KeyRepository` in a session, and the look-up of a
-key by its hash from the event loop (:func:`find_key`, on a connection of the query
-pool, its own autocommit transaction: no thread hop on the request path)."""
+"""All SQL about API keys; :func:`find_key` runs from the event loop on the query pool."""
 
 from __future__ import annotations
 
@@ -34,8 +32,7 @@ class KeyRepository:
         return key
 
     def lock_active_admins(self) -> list[int]:
-        """The ids of the active admin keys, locked until the transaction ends (so two
-        revocations of admin keys are decided one after the other)."""
+        """The active admin keys' ids, locked (two admin revocations are decided in turn)."""
         query = select(ApiKey.id).where(ApiKey.role == "admin", ApiKey.revoked_at.is_(None))
         return list(self.session.scalars(query.with_for_update()).all())
 
