@@ -1,23 +1,10 @@
-"""Units of work: who opens, commits and rolls back a transaction.
+"""Units of work: the caller that owns the work owns its transaction; no repository commits
+(docs/architecture.md).
 
-One rule: the caller that owns the work owns its transaction, and no repository
-commits on its own. In a server process:
-
-* a request's ``SessionDep`` (``app.http.deps.get_session``): the endpoint works in the
-  session; the request commits once after it returns, before the response leaves;
-* :meth:`Database.run`: ``fn(session, *args)`` as a whole unit (open, work, commit or
-  roll back, close) in one hop to a database thread, for async code with no request
-  session (a query's rarer steps, ``app.queries.store``; the start-up key);
-* the query path's fast lane, the same look-up, commit and key look-up as
-  statements sent from the event loop on the query pool (``app.db.pg_async``), each
-  its own autocommit transaction;
-* :func:`separate_transaction`, the one exception: budget accounts are created and
-  committed on their own before a release's transaction locks them (so that one
-  never holds an insert lock outside the ascending lock order).
-
-Outside a server (the CLI, the demo's set-up, start-up checks) a unit is
-``sessionmaker.begin()``.
-"""
+In a server: a request's ``SessionDep`` (committed once after the endpoint), :meth:`Database.run`
+(one unit on a database thread), the query pool's autocommit statements, and
+:func:`separate_transaction` (accounts created before a release locks them). Elsewhere:
+``sessionmaker.begin()``."""
 
 from __future__ import annotations
 
@@ -36,14 +23,8 @@ R = TypeVar("R")
 
 
 class Database:
-    """Runs units of work, each in one hop to one of the process's database threads.
-
-    A unit enters the process's general database capacity first (shared with
-    ``app.http.deps.get_session``, so the two together never hold more connections than
-    the pool has), then runs ``fn(session, *args)`` on a thread of its own executor,
-    committing if ``fn`` returns and rolling back if it raises, and closes the
-    session — all in that one thread, which never waits for another request.
-    """
+    """Runs units of work, each in one hop to a database thread, after entering the general
+    capacity (shared with ``get_session``): commit if ``fn`` returns, roll back if it raises."""
 
     def __init__(self, make_session: sessionmaker[Session], gate: Capacity) -> None:
         self.make_session = make_session

@@ -144,6 +144,42 @@ def scan_plain(
 
 
 @njit(cache=True, nogil=True)
+def intern_bytes(
+    data: np.ndarray,
+    a: int,
+    length: int,
+    table: np.ndarray,
+    first: np.ndarray,
+    lens: np.ndarray,
+    count: int,
+) -> tuple[int, int]:
+    """The number of ``data[a:a+length]`` among the ``count`` distinct strings seen (FNV-1a
+    hash, open addressing in ``table``), numbering it ``count`` if new; and the new count."""
+    mask = table.size - 1
+    h = np.uint64(14695981039346656037)
+    for j in range(a, a + length):
+        h = (h ^ np.uint64(data[j])) * np.uint64(1099511628211)
+    slot = np.int64(h & np.uint64(mask))
+    while True:
+        u = table[slot]
+        if u < 0:
+            table[slot] = count
+            first[count] = a
+            lens[count] = length
+            return count, count + 1
+        if lens[u] == length:
+            f = first[u]
+            same = True
+            for j in range(length):
+                if data[f + j] != data[a + j]:
+                    same = False
+                    break
+            if same:
+                return u, count
+        slot = (slot + 1) & mask
+
+
+@njit(cache=True, nogil=True)
 def _digits(data: np.ndarray, at: int, count: int) -> int:
     """The number written by ``count`` ASCII digits at ``at``, or -1."""
     out = 0
@@ -247,7 +283,6 @@ def _scan(
     used = np.zeros(ncols, dtype=np.bool_)
     for col in cols:
         used[col] = True
-    mask = table.size - 1
     pos = start
     lines = kept = dropped = clamped = users = 0
     size = data.size
@@ -315,30 +350,7 @@ def _scan(
                 break
             v = 0.0 if v < 0.0 else U
             clamped += 1
-        # the user's number in this run: FNV-1a hash, open addressing
-        h = np.uint64(14695981039346656037)
-        for j in range(ua, ub):
-            h = (h ^ np.uint64(data[j])) * np.uint64(1099511628211)
-        slot = np.int64(h & np.uint64(mask))
-        while True:
-            u = table[slot]
-            if u < 0:
-                u = users
-                table[slot] = u
-                user_first[users] = ua
-                user_len[users] = ub - ua
-                users += 1
-                break
-            if user_len[u] == ub - ua:
-                f = user_first[u]
-                same = True
-                for j in range(ub - ua):
-                    if data[f + j] != data[ua + j]:
-                        same = False
-                        break
-                if same:
-                    break
-            slot = (slot + 1) & mask
+        u, users = intern_bytes(data, ua, ub - ua, table, user_first, user_len, users)
         user_index[kept] = u
         ts_out[kept] = us
         aware_out[kept] = has_offset

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 from numba import njit
 
+from app.ingest.csv_fast import intern_bytes
+
 __all__ = ["HAS_SPEED", "HAS_TS", "ODD", "EntityFields", "scan_entities"]
 
 #: ``flags`` bits: the field is present (once); ``ODD``: read the entity from the message.
@@ -188,7 +190,6 @@ def _entity(buf, a, b, k, flags, ts, lat, lon, speed, id_at, ends):
 def _scan(buf, pos, count, flags, ts, lat, lon, speed, id_index, id_first, id_len, table):
     """The loop of :func:`scan_entities`: ``(end, entities read, distinct ids)``."""
     end = buf.size
-    mask = table.size - 1
     id_at = np.empty(2, dtype=np.int64)
     ends = np.empty(4, dtype=np.int64)
     n = ids = 0
@@ -208,30 +209,8 @@ def _scan(buf, pos, count, flags, ts, lat, lon, speed, id_index, id_first, id_le
             return _FAIL, n, ids
         pos += int(size)
         a, length = id_at[0], id_at[1]
-        if a >= 0:  # the id's number in this scan: FNV-1a hash, open addressing
-            h = np.uint64(14695981039346656037)
-            for j in range(a, a + length):
-                h = (h ^ np.uint64(buf[j])) * np.uint64(1099511628211)
-            slot = np.int64(h & np.uint64(mask))
-            while True:
-                u = table[slot]
-                if u < 0:
-                    u = ids
-                    table[slot] = u
-                    id_first[ids] = a
-                    id_len[ids] = length
-                    ids += 1
-                    break
-                if id_len[u] == length:
-                    f = id_first[u]
-                    same = True
-                    for j in range(length):
-                        if buf[f + j] != buf[a + j]:
-                            same = False
-                            break
-                    if same:
-                        break
-                slot = (slot + 1) & mask
+        if a >= 0:
+            u, ids = intern_bytes(buf, a, length, table, id_first, id_len, ids)
             id_index[n] = u
         n += 1
     return pos, n, ids

@@ -1,8 +1,5 @@
-"""All SQL of ingestion: binary ``COPY`` and array (``unnest``) statements.
-
-Every statement runs on the session's own psycopg connection, inside its
-transaction; each counts what was really inserted, so duplicates are exact.
-"""
+"""All SQL of ingestion: binary ``COPY`` and ``unnest`` statements on the session's psycopg
+connection, counting what was really inserted."""
 
 from __future__ import annotations
 
@@ -85,10 +82,8 @@ def hash_user(secret: bytes, user_id: str) -> str:
 
 
 class IngestRepository:
-    """Bulk SQL of ingestion, on the session's own psycopg connection (so inside its
-    transaction). Writers to one dataset must hold its lock
-    (:meth:`app.datasets.repository.DatasetRepository.lock`): duplicate detection
-    relies on it."""
+    """Bulk SQL of ingestion, in the session's transaction. Writers to a dataset must hold its
+    lock (``DatasetRepository.lock``): duplicate detection relies on it."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -138,8 +133,7 @@ class IngestRepository:
         self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
     ) -> None:
         """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
-        max_user_records, version)`` with one binary ``COPY`` built by numpy (public ids
-        and cells of one length each, as ``secrets.token_urlsafe`` and H3 make them)."""
+        max_user_records, version)`` by one binary ``COPY`` built by numpy."""
         if not rows:
             return
         ids, public, cells, slots, nu, nr, mx, version = zip(*rows, strict=True)
@@ -223,16 +217,12 @@ class IngestRepository:
         values: np.ndarray,
         check: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Store the records whose (user, ts) is not stored yet; returns which were (a bool
-        per row; ``False``: a duplicate of a stored record).
+        """Store the records whose (user, ts) is not stored yet; a bool per row (False: a
+        duplicate).
 
-        The rows must not repeat a (user, ts) among themselves (see
-        ``app.uploads.ingestor.first_occurrences``); they are best given in (user, ts)
-        order, the records' key. ``check`` (bool per row, default all) marks the rows that
-        may repeat a stored one: they are looked up (a temporary table and one semi-join
-        on the key, exact under the dataset lock), then every new row goes into
-        ``records`` by one binary ``COPY`` (the primary key still guards them).
-        """
+        The rows must not repeat a (user, ts) (``app.uploads.ingestor.first_occurrences``), best
+        in key order. Rows marked by ``check`` are looked up (a temporary table, one semi-join,
+        exact under the dataset lock); then the new rows go in by one binary ``COPY``."""
         stored = np.ones(len(grid_ids), dtype=bool)
         if len(grid_ids) == 0:
             return stored
