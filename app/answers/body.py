@@ -29,10 +29,8 @@ def answer_body(
     unit: str | None,
     where: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The API.md statistic answer for ``release`` (its own epsilon share is reported);
-    ``privacy_unit`` is the dataset's (``app.time.budget_windows.privacy_unit``), ``unit``
-    its ``value_unit``; ``where`` the grid's ``h3_cell`` and ``slot_start`` (a release's
-    grids carry them instead)."""
+    """The API.md statistic answer for ``release``; ``where`` the grid's ``h3_cell`` and
+    ``slot_start``."""
     (body,) = _bodies(
         [grid.public_id],
         [statistic],
@@ -68,9 +66,8 @@ def answer_bodies(
     privacy_unit: str,
     unit: str | None,
 ) -> list[dict[str, Any]]:
-    """The statistic answer of each row of ``rows`` (row ``i`` released on grid
-    ``grid_ids[i]``), as :func:`answer_body` gives it. The rows share one ``options``
-    dict: answers are read, never changed."""
+    """The statistic answer of each row (row ``i`` on grid ``grid_ids[i]``), sharing one read-only
+    ``options`` dict."""
     p = rows.pending
     return _bodies(
         grid_ids,
@@ -117,9 +114,8 @@ def _bodies(
     privacy_unit: str,
     unit: str | None,
 ) -> list[dict[str, Any]]:
-    """One answer per row of the columns. A release's ``epsilon`` is its own share when
-    below the whole (levy's interval step, a joint release's half), else the amount
-    charged."""
+    """One answer per row. A release's ``epsilon`` is its own share when below the whole, else the
+    amount charged."""
     used, charged = eps.used, float(eps.charged)
     n_users, n_charged = _users(kept)
     return [

@@ -1,8 +1,5 @@
-"""The ``dpgate`` command: serve, migrate, keys, budget, ingest, publish, demo, experiments.
-
-Every command ends quietly on SIGINT or SIGTERM (exit 128 + the signal's number, no
-traceback), and refuses bad arguments with a message and exit 2 (``app.cli.support``).
-"""
+"""The ``dpgate`` command. Every command ends quietly on SIGINT or SIGTERM (exit 128 + the signal)
+and refuses bad arguments with exit 2 (``app.cli.support``)."""
 
 from __future__ import annotations
 
@@ -45,9 +42,8 @@ def _log_config(level: str = "info") -> dict[str, Any]:
 
 @contextmanager
 def _metrics_directory(workers: int) -> Iterator[None]:
-    """With several workers, a fresh directory where each keeps its metrics (so a scrape
-    of any worker reports them all), removed at exit; an operator's own
-    ``PROMETHEUS_MULTIPROC_DIR`` is used as it is."""
+    """With several workers, a fresh metrics directory removed at exit (an operator's
+    ``PROMETHEUS_MULTIPROC_DIR`` is kept)."""
     from app.observability.metrics import MULTIPROC_ENV
 
     if workers <= 1 or os.environ.get(MULTIPROC_ENV):
@@ -288,9 +284,8 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run() -> None:
-    """The ``dpgate`` program: :func:`main`, then exit. What is loaded stays to the end, so
-    it is frozen first: the interpreter's last collections skip it and the process ends in
-    ~0.1 s instead of ~1 s (a signal's deadline counts that time)."""
+    """The ``dpgate`` program: :func:`main`, then exit, with what is loaded frozen first (the exit
+    then takes ~0.1 s, not ~1 s)."""
     code = main()
     gc.freeze()
     sys.exit(code)

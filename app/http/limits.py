@@ -19,18 +19,9 @@ UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/records/?$")
 
 
 class BodyLimitMiddleware:
-    """Refuse bodies over the limit with 413, without reading them whole; and bodies
-    that stall with 408.
-
-    A declared ``Content-Length`` over the limit is refused before any byte is
-    read; a chunked body is counted as it streams and cut off at the limit (the
-    endpoint's transaction then rolls back, so nothing is written). While a body is
-    incomplete, each wait for its next part is limited to ``read_timeout`` seconds
-    (``None``: no limit), and the whole body to ``deadline`` seconds from the request's
-    start, so a client that stops sending, or sends a byte now and then, cannot hold a
-    database connection or the dataset's upload lock (and so block budget resets)
-    for long.
-    """
+    """413 for a body over the limit (a declared length before reading, a stream when it passes),
+    408 when a body stalls (``read_timeout`` per part, ``deadline`` in all), so no client holds a
+    connection or upload lock for long."""
 
     def __init__(
         self,
@@ -122,10 +113,8 @@ async def _send_413(send: Send, limit: int) -> None:
 
 
 class RateLimiter:
-    """A token bucket per key (an API key's id, a client's address; per server process):
-    ``per_minute`` requests a minute, as many at once (or ``burst``). At most
-    ``max_buckets`` are kept: past that, the full ones are forgotten (a full bucket is
-    what a new one is)."""
+    """A token bucket per key: ``per_minute`` a minute, ``burst`` at once; past ``max_buckets``,
+    full buckets are forgotten."""
 
     def __init__(
         self, per_minute: float, *, burst: float | None = None, max_buckets: int = 100_000
@@ -173,12 +162,9 @@ def client_address(scope: Scope) -> str:
 
 
 class AnonymousLimitMiddleware:
-    """Readers without a key (the catalogue, public releases, the map): each client
-    address has ``per_minute`` requests a minute, and the process answers at most
-    ``per_second`` of them a second in all; past either, 429 ``rate_limited`` at once,
-    before any routing or database work, so public traffic cannot starve the key holders
-    or the ledger. Requests with an ``Authorization`` header (their keys have their own
-    limit) and the operations' paths are not counted."""
+    """Readers without a key: ``per_minute`` per client address and ``per_second`` in all, else
+    429 ``rate_limited`` before any routing. Requests with ``Authorization`` and the operations'
+    paths are not counted."""
 
     def __init__(self, app: ASGIApp, *, per_minute: int, per_second: int) -> None:
         self.app = app

@@ -1,7 +1,5 @@
-"""Typed errors: each with its HTTP status, code and description (API.md's error
-shape ``{"error": {"code": ..., "message": ...}}``); ``app.http.error_handlers`` turns
-them, and every other failure, into answers.
-"""
+"""Typed errors, each with its HTTP status, code and description (API.md's error shape);
+``app.http.error_handlers`` answers them."""
 
 from __future__ import annotations
 

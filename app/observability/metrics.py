@@ -1,13 +1,6 @@
-"""dpgate's Prometheus metrics (``prometheus-client``) and the ``/metrics`` exposition.
-
-One server process keeps its metrics in memory. With several worker processes
-(``dpgate serve --workers N``, N > 1) every worker writes its own to files in
-``PROMETHEUS_MULTIPROC_DIR`` (the client library's multiprocess mode; ``dpgate serve``
-makes a fresh directory and removes it at exit unless the variable is set), and a
-scrape of any worker reports the sum over all of them. The database pools' gauges, the
-users at their cap (one query) and ``dpgate_database_up`` are read when scraped, from
-the process that answers.
-"""
+"""dpgate's Prometheus metrics (``prometheus-client``; multiprocess mode with several workers) and
+the ``/metrics`` exposition; pool gauges, users at cap and ``dpgate_database_up`` are read when
+scraped."""
 
 from __future__ import annotations
 
@@ -174,9 +167,8 @@ class LedgerCollector(Collector):
 
 
 def exposition(state: Any) -> bytes:
-    """The Prometheus text of every metric: the process's (or, in multiprocess mode,
-    all workers') counters and histograms, this process's pool gauges, the users at cap
-    and whether the database answers."""
+    """The Prometheus text: counters and histograms (all workers'), pool gauges, users at cap,
+    database up."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)

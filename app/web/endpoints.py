@@ -1,11 +1,6 @@
-"""``/`` (the catalogue), ``/docs`` (Swagger UI) and ``/map``, with every asset served by
-dpgate itself.
-
-Swagger UI's files come from the pinned ``swagger-ui-bundle-v2`` wheel (Apache-2.0, its
-licence ships in the wheel's metadata); the map's files live in ``app/static/map``. Both
-pages carry a Content-Security-Policy that only allows this server as a source, so a page
-cannot load anything from outside even if a file asked it to.
-"""
+"""``/`` (the catalogue), ``/docs`` (Swagger UI from the pinned ``swagger-ui-bundle-v2`` wheel)
+and ``/map`` (``app/static/map``), every asset served by dpgate under a Content-Security-Policy
+allowing this server only."""
 
 from __future__ import annotations
 
