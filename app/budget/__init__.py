@@ -97,8 +97,7 @@ class Budget:
 def exhausted(
     spent: Mapping[int, Decimal], user_ids: npt.ArrayLike, epsilon: Decimal, cap: Decimal
 ) -> npt.NDArray[np.bool_]:
-    """Bool per user: would ``epsilon`` more pass ``cap`` (no entry in ``spent``: nothing spent)?
-    """
+    """Bool per user: would ``epsilon`` more pass ``cap`` (no entry in ``spent``: nothing spent)?"""
     users = np.asarray(user_ids)
     return np.fromiter(
         (would_exceed(spent.get(int(u), ZERO), epsilon, cap) for u in users),

@@ -10,14 +10,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TypeVar
 
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid, GridSnapshot
 from app.datasets.repository import chunks
+from app.db.base import Repository
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,7 @@ class CoarseRow:
     values: bytes
 
 
+_Query = TypeVar("_Query", bound=Select)
 _GRID_COLUMNS = (
     "public_id",
     "h3_cell",
@@ -55,17 +56,14 @@ _GRID_COLUMNS = (
 )
 
 
-def _starting_in(q: Select[Any], start: datetime | None, end: datetime | None) -> Select[Any]:
+def _starting_in(q: _Query, start: datetime | None, end: datetime | None) -> _Query:
     """``q`` narrowed to grids starting in ``[start, end)`` (an open side when None)."""
     if start is not None:
         q = q.where(Grid.slot_start >= start)
     return q if end is None else q.where(Grid.slot_start < end)
 
 
-class CoarseGridRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class CoarseGridRepository(Repository):
     def share_lock(self, dataset_id: int) -> None:
         """Keep uploads of the dataset out until this transaction ends."""
         self.session.execute(

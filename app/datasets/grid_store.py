@@ -18,25 +18,6 @@ from app.core.data.grid import GridData
 from app.datasets.repository import GridRepository
 from app.kit.errors import Conflict
 
-__all__ = [
-    "GridArrays",
-    "GridChanged",
-    "GridRow",
-    "SlotGrid",
-    "cache_grid_snapshots",
-    "cacheable",
-    "cached_grid_snapshot",
-    "cached_grid_snapshots",
-    "check_version",
-    "clear_grid_cache",
-    "configure_grid_cache",
-    "grid_cache_info",
-    "load_grid_snapshot",
-    "native_array",
-    "read_grid_snapshot",
-    "summarise_grids",
-]
-
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 #: Keys looked up per hold of the cache's lock by a read of many grids.
 _LOOKUP_CHUNK = 4096

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
 from app.datasets.partitions import dataset_table
+from app.db.base import Repository
 from app.db.unit import binary_rows, int_array
 from app.time.slots import us_to_datetime
 
@@ -44,15 +45,7 @@ def chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]
         yield items[i : i + size]
 
 
-class DatasetRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def add(self, dataset: Dataset) -> Dataset:
-        self.session.add(dataset)
-        self.session.flush()
-        return dataset
-
+class DatasetRepository(Repository):
     def get(self, dataset_id: int) -> Dataset | None:
         return self.session.get(Dataset, dataset_id)
 
@@ -87,16 +80,8 @@ class DatasetRepository:
             select(Upload).where(Upload.dataset_id == dataset_id, Upload.idempotency_key == key)
         ).first()
 
-    def add_upload(self, upload: Upload) -> Upload:
-        self.session.add(upload)
-        self.session.flush()
-        return upload
 
-
-class GridRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class GridRepository(Repository):
     def by_public_id(self, public_id: str) -> Grid | None:
         return self.session.scalars(select(Grid).where(Grid.public_id == public_id)).first()
 

@@ -20,18 +20,7 @@ from app.ingest.csv_text import MAX_LINE_CHARS, CsvFormatError, iter_lines, text
 from app.ingest.h3_cells import cells
 from app.time.slots import MAX_US, MIN_US, TimestampParser, localize_us
 
-__all__ = [
-    "MAX_COLUMNS",
-    "MAX_LINE_CHARS",
-    "MAX_REPORTED_ERRORS",
-    "Batch",
-    "ColumnMap",
-    "CsvFormatError",
-    "ParseOptions",
-    "RecordReader",
-    "iter_lines",
-    "text_blocks",
-]
+__all__ = ["MAX_LINE_CHARS", "Batch", "CsvFormatError", "iter_lines", "text_blocks"]  # re-exported
 
 #: A header or row with more fields than this refuses the file.
 MAX_COLUMNS = 1000

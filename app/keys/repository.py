@@ -8,15 +8,12 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
+from app.db.base import Repository
 from app.keys.models import ApiKey
 
 
-class KeyRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class KeyRepository(Repository):
     def by_hash(self, key_hash: str) -> ApiKey | None:
         return self.session.scalars(select(ApiKey).where(ApiKey.key_hash == key_hash)).first()
 
@@ -25,11 +22,6 @@ class KeyRepository:
 
     def list_all(self) -> Sequence[ApiKey]:
         return self.session.scalars(select(ApiKey).order_by(ApiKey.id)).all()
-
-    def add(self, key: ApiKey) -> ApiKey:
-        self.session.add(key)
-        self.session.flush()
-        return key
 
     def lock_active_admins(self) -> list[int]:
         """The active admin keys' ids, locked (two admin revocations are decided in turn)."""

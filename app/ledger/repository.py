@@ -26,10 +26,10 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session
 
 from app.budget import Budget
 from app.datasets.models import Dataset, DatasetUser
+from app.db.base import Repository
 from app.db.unit import binary_rows, driver_connection, int_array
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
@@ -87,10 +87,7 @@ def _in_window(dataset_id: int, epoch: int, window: date) -> tuple[Any, ...]:
     )
 
 
-class LedgerRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class LedgerRepository(Repository):
     def lock_dataset(self, dataset_id: int, *, exclusive: bool = False) -> Dataset | None:
         """The dataset row, ``FOR KEY SHARE`` or, for a reset, ``FOR NO KEY UPDATE`` (which does not
         block the shared lockers)."""

@@ -11,16 +11,6 @@ from typing import Any, Literal
 
 import orjson
 
-__all__ = [
-    "REQUEST_ID",
-    "JsonFormatter",
-    "LogFormat",
-    "RequestIdFilter",
-    "TextFormatter",
-    "configure_logging",
-    "logging_config",
-]
-
 LogFormat = Literal["json", "text"]
 
 #: The id of the request being served (set by ``app.http.middleware``); each

@@ -28,20 +28,7 @@ from app.ledger.repository import LedgerRepository
 
 log = logging.getLogger("dpgate.metrics")
 
-__all__ = [
-    "ANSWERS",
-    "BUDGET_REFUSALS",
-    "CONTENT_TYPE_LATEST",
-    "EPSILON_CHARGED",
-    "MULTIPROC_ENV",
-    "RELEASES",
-    "RELEASE_SECONDS",
-    "REQUESTS",
-    "REQUEST_SECONDS",
-    "exposition",
-    "record_charge",
-    "record_release",
-]
+__all__ = ["CONTENT_TYPE_LATEST"]  # re-exported
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 

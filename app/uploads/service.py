@@ -37,14 +37,6 @@ from app.uploads.ingestor import Ingestor
 from app.uploads.retention import apply_retention
 from app.uploads.schemas import RowError, UploadResult
 
-__all__ = [
-    "BATCH_ROWS",
-    "PARSE_PROCESS_MIN_BYTES",
-    "RecordFormat",
-    "UploadOptions",
-    "upload_records",
-]
-
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
 #: A body at least this large (its declared size; a feed's joined size) is parsed in a
@@ -193,7 +185,7 @@ def upload_records(
         errors=[RowError(line=line, reason=reason) for line, reason in tally.errors],
     ).model_dump(mode="json")
     request_hash = None if request is None else request.digest(body.hexdigest())
-    datasets.add_upload(
+    datasets.add(
         Upload(
             dataset_id=dataset.id,
             idempotency_key=idempotency_key,
