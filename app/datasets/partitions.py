@@ -14,8 +14,6 @@ from sqlalchemy.orm import Session
 
 from app.db.unit import driver_connection
 
-MONTH_US_MAX = 31 * 24 * 3600 * 1_000_000
-
 
 def dataset_table(dataset_id: int) -> str:
     return f"records_d{int(dataset_id)}"
