@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, FineGrid
 from app.datasets.grid_store import summarise_grids
 from app.datasets.models import Dataset, Grid
-from app.datasets.repository import GridRepository, RecordArrays, copy_records
+from app.datasets.repository import GridRepository, RecordArrays, copy_records, snapshot_records
 from app.kit.errors import InvalidRequest
 from app.time.slots import (
     datetime_to_us,
@@ -136,19 +136,8 @@ def _from_snapshots(repo: CoarseGridRepository, part: list[FineGrid]) -> RecordA
     records only)."""
     ordered = sorted(part, key=lambda g: (g.slot_start, g.h3_cell))
     snaps = {r[0]: r for r in GridRepository(repo.session).snapshot_rows([g.id for g in ordered])}
-    cols: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for g in ordered:
-        if g.id not in snaps:
-            continue
-        _, _, users, counts, values = snaps[g.id]
-        vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
-        per = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, dtype="<i8"))
-        cols.append((np.full(vals.size, g.id, dtype=np.int64), per.astype(np.int64), vals))
-    if not cols:
-        empty = np.empty(0, dtype=np.int64)
-        return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
-    grid_ids, user_ids, vals = (np.concatenate(c) for c in zip(*cols, strict=True))
-    return RecordArrays(grid_ids, user_ids, np.arange(grid_ids.size, dtype=np.int64), vals)
+    found = (snaps[g.id] for g in ordered if g.id in snaps)
+    return snapshot_records((gid, users, counts, vals) for gid, _, users, counts, vals in found)
 
 
 def coarse_grids(

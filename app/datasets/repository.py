@@ -200,6 +200,24 @@ class RecordArrays:
         )
 
 
+_EMPTY = np.empty(0, dtype=np.int64)
+_NO_RECORDS = RecordArrays(_EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.float64))
+
+
+def snapshot_records(snapshots: Iterable[tuple[int, bytes, bytes, bytes]]) -> RecordArrays:
+    """The records held by snapshots ``(grid id, user_ids, counts, values)``, in the order given
+    and each snapshot's own (``ts_us`` is that order, not times)."""
+    cols = []
+    for grid_id, users, counts, values in snapshots:
+        vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
+        per = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, dtype="<i8"))
+        cols.append((np.full(vals.size, grid_id, dtype=np.int64), per.astype(np.int64), vals))
+    if not cols:
+        return _NO_RECORDS
+    grid_ids, user_ids, vals = (np.concatenate(c) for c in zip(*cols, strict=True))
+    return RecordArrays(grid_ids, user_ids, np.arange(grid_ids.size, dtype=np.int64), vals)
+
+
 def copy_records(
     session: Session,
     dataset_id: int,
@@ -214,8 +232,7 @@ def copy_records(
     grids = sorted({int(g) for g in grid_ids})
     users = None if user_ids is None else sorted({int(u) for u in user_ids})
     if not grids or users == [] or start_us >= end_us:
-        empty = np.empty(0, dtype=np.int64)
-        return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
+        return _NO_RECORDS
     # Integers and our own UTC datetimes only: safe to inline. One range scan of the key
     # per user, whatever the statistics; one bytea of packed rows back (a row per COPY
     # message costs more to receive than the reading itself).

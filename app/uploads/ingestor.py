@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset
-from app.datasets.repository import GridRepository, RecordArrays, copy_records
+from app.datasets.repository import GridRepository, RecordArrays, copy_records, snapshot_records
 from app.ingest.batches import Batch
 from app.time.slots import datetime_to_us, get_zone, slot_end_bound_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
@@ -231,21 +231,13 @@ class Ingestor:
         wanted = [c for c in wanted if self.grids[c].n_records]
         snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
         code_of = {self.grids[c].grid_id: c for c in wanted}
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        current = []
         for gid, version, users, counts, values in snaps:
             if version == self.grids[code_of[gid]].version:
                 del code_of[gid]
-                vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
-                user_of = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, "<i8"))
-                parts.append(
-                    (np.full(vals.size, gid, dtype=np.int64), user_of.astype(np.int64), vals)
-                )
+                current.append((gid, users, counts, values))
         self.reread[list(code_of.values())] = True
-        if not parts:
-            empty = np.empty(0, dtype=np.int64)
-            return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
-        gids, user_ids, vals = (np.concatenate(p) for p in zip(*parts, strict=True))
-        return RecordArrays(gids, user_ids, np.arange(gids.size, dtype=np.int64), vals)
+        return snapshot_records(current)
 
     def _read_back(self, new_users: dict[int, list[np.ndarray]]) -> Iterator[GridSummary]:
         """The summaries of stored grids read back whole from the database: every record
