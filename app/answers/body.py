@@ -31,27 +31,16 @@ def answer_body(
 ) -> dict[str, Any]:
     """The API.md statistic answer for ``release``; ``where`` the grid's ``h3_cell`` and
     ``slot_start``."""
+    row = (
+        statistic, release.mechanism, release.epsilon, float(release.estimate),
+        float(release.sensitivity), float(release.noise_scale), release.worst_case_bias,
+        release.worst_case_error, release.ci95, release.ci95_note,
+    )  # fmt: skip
     (body,) = _bodies(
-        [grid.public_id],
-        [statistic],
-        [release.mechanism],
-        [release.epsilon],
-        [float(release.estimate)],
-        [float(release.sensitivity)],
-        [float(release.noise_scale)],
-        [release.worst_case_bias],
-        [release.worst_case_error],
-        [release.ci95],
-        [release.ci95_note],
-        [release.kept],
-        [plain_details(dict(release.details))],
-        requested=requested,
-        eps=eps,
-        options=options,
-        epoch=epoch,
-        privacy_unit=privacy_unit,
-        unit=unit,
-    )
+        [grid.public_id], [row], [release.kept], [plain_details(dict(release.details))],
+        requested=requested, eps=eps, options=options, epoch=epoch,
+        privacy_unit=privacy_unit, unit=unit,
+    )  # fmt: skip
     return body if where is None else {**body, **where}
 
 
@@ -69,41 +58,19 @@ def answer_bodies(
     """The statistic answer of each row (row ``i`` on grid ``grid_ids[i]``), sharing one read-only
     ``options`` dict."""
     p = rows.pending
+    columns = zip(
+        p.statistic, p.mechanism, p.epsilon, rows.estimate, p.sensitivity, p.scale, p.bias,
+        rows.worst_case_error(), rows.ci95, rows.ci95_note, strict=True,
+    )  # fmt: skip
     return _bodies(
-        grid_ids,
-        p.statistic,
-        p.mechanism,
-        p.epsilon,
-        rows.estimate,
-        p.sensitivity,
-        p.scale,
-        p.bias,
-        rows.worst_case_error(),
-        rows.ci95,
-        rows.ci95_note,
-        p.kept,
-        p.details,
-        requested=requested,
-        eps=eps,
-        options=options,
-        epoch=epoch,
-        privacy_unit=privacy_unit,
-        unit=unit,
-    )
+        grid_ids, columns, p.kept, p.details, requested=requested, eps=eps, options=options,
+        epoch=epoch, privacy_unit=privacy_unit, unit=unit,
+    )  # fmt: skip
 
 
 def _bodies(
     grid_ids: Sequence[str],
-    statistics: Sequence[str],
-    mechanisms: Sequence[str],
-    epsilons: Sequence[float],
-    estimates: Sequence[float],
-    sensitivities: Sequence[float],
-    scales: Sequence[float],
-    biases: Sequence[float | None],
-    errors: Iterable[float | None],
-    intervals: Sequence[tuple[float, float] | None],
-    notes: Sequence[str | None],
+    rows: Iterable[tuple[Any, ...]],
     kept: Sequence[np.ndarray],
     details: Sequence[dict[str, Any]],
     *,
@@ -142,23 +109,8 @@ def _bodies(
             "options": options,
             "details": det,
         }
-        for qid, gid, stat, mech, e, est, sens, scale, bias, err, ci, note, n, n_chg, det in zip(
-            query_ids(len(grid_ids)),
-            grid_ids,
-            statistics,
-            mechanisms,
-            epsilons,
-            estimates,
-            sensitivities,
-            scales,
-            biases,
-            errors,
-            intervals,
-            notes,
-            n_users,
-            n_charged,
-            details,
-            strict=True,
+        for qid, gid, (stat, mech, e, est, sens, scale, bias, err, ci, note), n, n_chg, det in zip(
+            query_ids(len(grid_ids)), grid_ids, rows, n_users, n_charged, details, strict=True
         )
     ]
 
