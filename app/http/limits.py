@@ -4,7 +4,6 @@ the limits of readers without a key (per client address and per process)."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import threading
 import time
@@ -13,6 +12,7 @@ from collections.abc import Callable
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.http.error_handlers import error_response
 from app.kit.errors import PayloadTooLarge, RateLimited, RequestTimeout
 
 UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/records/?$")
@@ -48,7 +48,11 @@ class BodyLimitMiddleware:
             except ValueError:
                 too_big = False
             if too_big:
-                await _send_413(send, limit)
+                message = f"request body is over the limit of {limit} bytes"
+                headers = {"Connection": "close"}
+                await error_response(413, PayloadTooLarge.code, message, headers)(
+                    scope, receive, send
+                )
                 return
         seen = 0
         complete = False  # after the last part, receive() only waits for a disconnect
@@ -87,29 +91,6 @@ def _timeout_message(read_timeout: float | None, deadline: float | None) -> str:
     if deadline is not None:
         limits.append(f"took more than {deadline:g} s in all")
     return f"the request body {' or '.join(limits)}"
-
-
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "code": PayloadTooLarge.code,
-                "message": f"request body is over the limit of {limit} bytes",
-            }
-        }
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"connection", b"close"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
 
 
 class RateLimiter:
@@ -180,20 +161,12 @@ class AnonymousLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if self.per_address is not None and not self.per_address.allows(client_address(scope)):
-            await _send_429(send, "too many requests from this address without a key")
+            why = "too many requests from this address without a key"
         elif self.everyone is not None and not self.everyone.allows(None):
-            await _send_429(send, "too many readers without a key right now")
+            why = "too many readers without a key right now"
         else:
             await self.app(scope, receive, send)
-
-
-async def _send_429(send: Send, why: str) -> None:
-    message = f"{why}; retry in a second (a key has its own limit)"
-    body = json.dumps({"error": {"code": RateLimited.code, "message": message}}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"retry-after", b"1"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+            return
+        message = f"{why}; retry in a second (a key has its own limit)"
+        refusal = error_response(429, RateLimited.code, message, {"Retry-After": "1"})
+        await refusal(scope, receive, send)
