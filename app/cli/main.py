@@ -58,7 +58,7 @@ def _metrics_directory(workers: int) -> Iterator[None]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _preparedsettings_or_refusal() -> Settings:
+def _migrated_settings() -> Settings:
     """Valid settings, the database migrated, and its hashing secret the pinned one."""
     from app.db.embedded import export_database_url
     from app.db.migrate import upgrade
@@ -82,7 +82,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CommandFailed(EXIT_USAGE, f"{problem}: choose another --host or --port")
     log_config = _log_config(args.log_level)
     with _metrics_directory(args.workers):
-        _preparedsettings_or_refusal()
+        _migrated_settings()
         uvicorn.run(
             "app.main:create_server_app",
             factory=True,
@@ -99,7 +99,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _migrate(_: argparse.Namespace) -> int:
     _log_config()
-    _preparedsettings_or_refusal()
+    _migrated_settings()
     print("database is at the newest revision")
     return 0
 
