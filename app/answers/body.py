@@ -29,8 +29,7 @@ def answer_body(
     unit: str | None,
     where: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The API.md statistic answer for ``release``; ``where`` the grid's ``h3_cell`` and
-    ``slot_start``."""
+    """The API.md statistic answer for ``release`` (``where``: the grid's cell and slot)."""
     row = (
         statistic, release.mechanism, release.epsilon, float(release.estimate),
         float(release.sensitivity), float(release.noise_scale), release.worst_case_bias,
@@ -55,8 +54,7 @@ def answer_bodies(
     privacy_unit: str,
     unit: str | None,
 ) -> list[dict[str, Any]]:
-    """The statistic answer of each row (row ``i`` on grid ``grid_ids[i]``), sharing one read-only
-    ``options`` dict."""
+    """The statistic answer of each row, on grid ``grid_ids[i]`` (one shared ``options``)."""
     p = rows.pending
     columns = zip(
         p.statistic, p.mechanism, p.epsilon, rows.estimate, p.sensitivity, p.scale, p.bias,

@@ -41,8 +41,7 @@ def limit(value: Amount) -> Decimal:
 
 
 def float_at_most(amount: Decimal) -> float:
-    """The largest double not above ``amount``: the epsilon that calibrates a charge of
-    ``amount``."""
+    """The largest double not above ``amount`` (the epsilon that calibrates it)."""
     value = float(amount)
     while value > 0 and Decimal(value) > amount:
         value = math.nextafter(value, 0.0)

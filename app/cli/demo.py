@@ -127,8 +127,7 @@ DEMO_KEY_NAMES = {"admin": "demo admin", "analyst": "demo analyst"}
 
 
 def _fresh_demo_keys(session: Session) -> tuple[str, str]:
-    """A new admin and analyst key; the keys of earlier demo runs are revoked (their
-    secrets were shown once and cannot be shown again), so runs do not pile keys up."""
+    """A new admin and analyst key; earlier demo runs' keys are revoked."""
     from app.keys.repository import KeyRepository
     from app.keys.service import create_key, revoke_key
 
@@ -235,8 +234,7 @@ def _banner(setup: DemoSetup, base_url: str) -> str:
 
 
 def bind_listener(host: str, port: int) -> socket.socket | str:
-    """A socket listening on ``host:port`` as uvicorn opens it, or why not; held until the demo
-    serves on it."""
+    """A socket listening on ``host:port`` as uvicorn opens it, or why not."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OverflowError) as exc:

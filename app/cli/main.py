@@ -42,8 +42,7 @@ def _log_config(level: str = "info") -> dict[str, Any]:
 
 @contextmanager
 def _metrics_directory(workers: int) -> Iterator[None]:
-    """With several workers, a fresh metrics directory removed at exit (an operator's
-    ``PROMETHEUS_MULTIPROC_DIR`` is kept)."""
+    """With several workers, a fresh metrics directory, removed at exit."""
     from app.observability.metrics import MULTIPROC_ENV
 
     if workers <= 1 or os.environ.get(MULTIPROC_ENV):
@@ -123,8 +122,7 @@ def _experiments(args: argparse.Namespace) -> int:
 
 
 def _add_experiments(sub: argparse._SubParsersAction) -> None:
-    """``dpgate experiments``: the ``research`` package's own options, imported lazily
-    (its heavy libraries load only when an experiment runs)."""
+    """``dpgate experiments``: the ``research`` package's options, imported lazily."""
     exp = sub.add_parser(
         "experiments",
         help="reproduce the seed papers' figures (the research extra)",
@@ -284,8 +282,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run() -> None:
-    """The ``dpgate`` program: :func:`main`, then exit, with what is loaded frozen first (the exit
-    then takes ~0.1 s, not ~1 s)."""
+    """The ``dpgate`` program: :func:`main`, then exit (frozen first: a fast exit)."""
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -78,8 +78,7 @@ def _keys(fine: list[FineGrid], dataset: Dataset, level: GridLevel) -> list[tupl
 def _build(
     repo: CoarseGridRepository, dataset: Dataset, groups: dict[tuple[str, int], list[FineGrid]]
 ) -> dict[tuple[str, int], CoarseRow]:
-    """Occupancy and snapshot of each coarser grid from its grids' records, one coarser slot at a
-    time."""
+    """Occupancy and snapshot of each coarser grid, one coarser slot at a time."""
     fine = [g for v in groups.values() for g in v]
     users = GridRepository(repo.session).snapshot_users([g.id for g in fine])
     starts = np.array([datetime_to_us(g.slot_start) for g in fine], dtype=np.int64)
@@ -223,8 +222,7 @@ def _stored(
 
 
 def refresh_after_upload(session: Session, dataset: Dataset, slots_us: Iterable[int]) -> None:
-    """Bring the stored coarser grids over these slots up to date (an upload, under the dataset
-    lock)."""
+    """Bring the stored coarser grids over these slots up to date (an upload)."""
     slots = list(slots_us)
     if not slots:
         return

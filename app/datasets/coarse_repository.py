@@ -95,8 +95,7 @@ class CoarseGridRepository(Repository):
     def coarse_starts(
         self, dataset_id: int, start: datetime, end: datetime
     ) -> list[tuple[int, str, datetime]]:
-        """``(slot_minutes, h3_cell, slot_start)`` of the coarser grids starting in ``[start,
-        end]``."""
+        """``(slot_minutes, h3_cell, slot_start)`` of coarser grids in ``[start, end]``."""
         rows = self.session.execute(
             select(Grid.slot_minutes, Grid.h3_cell, Grid.slot_start).where(
                 Grid.dataset_id == dataset_id,

@@ -94,8 +94,7 @@ class _LRU:
     def get_many(
         self, items: Sequence[GridVersion], key: Callable[[GridVersion], tuple[str, int, int]]
     ) -> list[GridArrays | None]:
-        """:meth:`get` of each item, the lock taken per chunk of keys (single-grid queries are not
-        held up)."""
+        """:meth:`get` of each item, the lock taken per chunk of keys."""
         if not self._items:  # a put racing this only turns a hit into a read
             with self._lock:
                 self.misses += len(items)
@@ -213,8 +212,7 @@ def cached_grid_snapshots(grids: Sequence[GridVersion]) -> list[GridArrays | Non
 
 
 def cacheable(nbytes: int) -> bool:
-    """Whether a read of ``nbytes`` is cached: more than the cache holds would evict every hot
-    grid."""
+    """Whether a read of ``nbytes`` is cached (no more than the cache holds)."""
     return nbytes <= _cache.max_bytes
 
 

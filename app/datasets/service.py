@@ -99,8 +99,7 @@ def no_grid(public_id: str) -> NotFound:
 
 
 def parse_slot_start(dataset: Dataset, text: str) -> datetime:
-    """A slot start in ISO 8601 (naive: the dataset's local time) or epoch seconds, as UTC; 400 if
-    not."""
+    """A slot start (ISO 8601, naive: local; or epoch seconds) as UTC, or 400."""
     try:
         us, aware = parse_timestamp(text)
     except (ValueError, OverflowError):

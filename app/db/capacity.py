@@ -34,8 +34,7 @@ def _malloc_trim() -> None:
 
 
 class Capacity:
-    """At most ``slots`` holders at once; a wait for a slot lasts at most ``deadline``
-    seconds, then 503."""
+    """At most ``slots`` holders; a wait lasts at most ``deadline`` seconds, then 503."""
 
     def __init__(self, slots: int, deadline: float, *, what: str, trim: bool = False) -> None:
         self.limiter = CapacityLimiter(slots)

@@ -66,8 +66,7 @@ class QueryPool(AsyncConnectionPool):
 
 
 async def _check(conn: AsyncConnection) -> None:
-    """At checkout: refuse a connection the server closed (no round trip; the pool
-    then takes or opens another)."""
+    """At checkout: refuse a connection the server closed (no round trip)."""
     if closed_while_idle(conn):
         await conn.close()  # so the pool discards it rather than offering it again
         raise OperationalError("the server closed this pooled connection")

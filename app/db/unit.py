@@ -53,8 +53,7 @@ class Database:
 
 @contextmanager
 def separate_transaction(session: Session) -> Iterator[Session]:
-    """A transaction beside ``session``'s (a second session on the same engine),
-    committed when the block ends, rolled back if it raises."""
+    """A transaction beside ``session``'s, committed at the end of the block."""
     with Session(bind=session.get_bind()) as own:
         try:
             yield own
@@ -65,8 +64,7 @@ def separate_transaction(session: Session) -> Iterator[Session]:
 
 
 def driver_connection(session: Session) -> Any:
-    """The psycopg connection under ``session``, in its transaction: for what SQLAlchemy
-    does not expose (``COPY``, binary results)."""
+    """The psycopg connection under ``session`` (``COPY``, binary results)."""
     driver = session.connection().connection.driver_connection
     if driver is None:
         raise RuntimeError("the session's connection is closed")
@@ -81,8 +79,7 @@ def int_array(values: Iterable[int] | np.ndarray) -> str:
 
 
 def binary_rows(session: Session, query: Any, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-    """The rows of ``query`` in the session's transaction, fetched in binary (``bytea``
-    as bytes, not the hex text that is twice their size and slow to decode)."""
+    """The rows of ``query`` in the session's transaction, fetched in binary."""
     with driver_connection(session).cursor(binary=True) as cursor:
         cursor.execute(query, params)
         rows: list[tuple[Any, ...]] = cursor.fetchall()

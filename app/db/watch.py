@@ -47,8 +47,7 @@ async def _overslept(awaitable: Awaitable[Any], seconds: float) -> bool:
 
 
 def shut_socket(conn: Any) -> None:
-    """Shut a psycopg connection's socket both ways: a statement waiting on it fails at once and
-    its pool discards it."""
+    """Shut a psycopg connection's socket both ways: a waiting statement fails at once."""
     if conn.closed:
         return
     try:

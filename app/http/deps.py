@@ -33,8 +33,7 @@ def _finish(session: Session, ok: bool) -> None:
 
 
 def _session_in(capacity: str) -> Callable[[Request], AsyncIterator[Session]]:
-    """A request-session dependency inside one of the process's database capacities
-    (``app.db.capacity``: ``db_gate`` or ``heavy_gate``)."""
+    """A request-session dependency in one of the capacities (``db_gate``, ``heavy_gate``)."""
 
     async def get_session(request: Request) -> AsyncIterator[Session]:
         """The request's session, once the capacity admits it (bounded wait, then 503) and before

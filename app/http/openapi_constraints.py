@@ -58,8 +58,7 @@ def declare_dataset_rules(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def drop_default_validation_error(schema: dict[str, Any]) -> dict[str, Any]:
-    """Remove FastAPI's 422 ``HTTPValidationError``: validation errors are 400
-    ``invalid_request``."""
+    """Remove FastAPI's 422 ``HTTPValidationError`` (dpgate answers 400)."""
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             answer = operation.get("responses", {}).get("422", {})

@@ -10,8 +10,7 @@ from app.db.base import Base, UTCDateTime, utcnow
 
 
 class IdempotentRequest(Base):
-    """A completed request made with an ``Idempotency-Key`` (unique within ``scope``) and its
-    answer."""
+    """A completed request with an ``Idempotency-Key`` and its answer."""
 
     __tablename__ = "idempotent_requests"
     __table_args__ = (UniqueConstraint("scope", "idempotency_key"),)

@@ -242,8 +242,7 @@ class FeedReader:
 
 @dataclass
 class _Rows:
-    """Entities read (``numbers``, 1-based, ascending, and their fields as columns) and
-    the rejections so far."""
+    """Entities read (1-based ``numbers``, ascending; fields as columns) and rejections."""
 
     errors: list[tuple[int, str]]
     numbers: np.ndarray

@@ -75,8 +75,7 @@ def _mismatch(settings: Settings) -> SecretMismatch:
 
 
 def resolve_in_session(session: Session, settings: Settings) -> bytes:
-    """The hashing secret for this database, pinning its fingerprint on first use;
-    :class:`SecretMismatch` if it differs."""
+    """The hashing secret, its fingerprint pinned on first use (else SecretMismatch)."""
     repo = InstanceRepository(session)
     row = repo.get()
     secret = _configured_secret(settings)

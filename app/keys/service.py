@@ -46,8 +46,7 @@ def create_key(
     epsilon_quota: float | None = None,
     secret: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key; the row and its secret (shown once). A quota is rounded down
-    (``app.budget.limit``)."""
+    """Create a key: the row and its secret (shown once); a quota rounded down."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
     secret = secret or new_secret()

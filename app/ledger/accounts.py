@@ -30,8 +30,7 @@ def window_users(subjects: Int64s, index: int) -> Int64s:
 
 @dataclass(frozen=True)
 class Accounts:
-    """The accounts of some subjects of one dataset and epoch, locked (a release) or not (a
-    preview)."""
+    """The accounts of some subjects of one dataset and epoch, locked or not."""
 
     dataset_id: int
     epoch: int

@@ -120,8 +120,7 @@ class LedgerRepository(Repository):
     def insert_accounts(
         self, dataset_id: int, epoch: int, user_ids: npt.ArrayLike, *, window: date
     ) -> int:
-        """Zero accounts for ``user_ids`` (ascending) in the window, existing ones left alone; how
-        many were created."""
+        """Zero accounts for ``user_ids`` (ascending) where missing; how many."""
         params = (dataset_id, epoch, window, int_array(np.asarray(user_ids, dtype=np.int64)))
         with driver_connection(self.session).cursor() as cursor:
             cursor.execute(_INSERT_ACCOUNTS, params)
@@ -144,8 +143,7 @@ class LedgerRepository(Repository):
         return None if row is None or row[0] is None else Budget(cap=row[0], spent=row[1])
 
     def spend_quota(self, key_id: int, epsilon: Decimal) -> bool:
-        """Atomically add ``epsilon`` to the key's spend unless it passes the quota
-        (``app.budget``'s cap test, in SQL)."""
+        """Add ``epsilon`` to the key's spend unless it passes the quota (atomic)."""
         result = self.session.execute(
             update(ApiKey)
             .where(ApiKey.id == key_id)
@@ -246,8 +244,7 @@ class LedgerRepository(Repository):
         return (max_spent or Decimal(0)), int(at_cap or 0)
 
     def users_at_cap(self) -> list[tuple[int, int]]:
-        """``(dataset id, users at the cap)`` in each dataset's current epoch, any window (a
-        metric)."""
+        """``(dataset id, users at the cap)`` in each current epoch (a metric)."""
         at_cap = func.count(distinct(BudgetAccount.user_id)).filter(
             BudgetAccount.spent >= Dataset.budget_per_user
         )

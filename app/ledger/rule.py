@@ -22,8 +22,7 @@ ChargeKind = Literal["query", "release"]
 
 @dataclass(frozen=True)
 class Charge:
-    """``epsilon`` to each of ``users`` (distinct, ascending) of one dataset, epoch and
-    budget window."""
+    """``epsilon`` to each of ``users`` (distinct, ascending) in one budget window."""
 
     dataset_id: int
     epoch: int

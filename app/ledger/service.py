@@ -48,8 +48,7 @@ RESET_WAIT_SECONDS = 5.0
 
 
 def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
-    """The dataset locked for a budget reset, waiting at most ``RESET_WAIT_SECONDS`` for an upload
-    (then 409)."""
+    """The dataset locked for a reset, waiting at most ``RESET_WAIT_SECONDS`` (then 409)."""
     LedgerRepository(session).limit_lock_waits(RESET_WAIT_SECONDS)
     try:
         return lock_dataset(session, dataset_id, exclusive=True)
@@ -134,8 +133,7 @@ def exhausted_now(
 def create_accounts(
     session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int], *, window: date
 ) -> None:
-    """Create the missing accounts of ``user_ids`` in ``window``, ascending, in ``session``'s
-    transaction."""
+    """Create the missing accounts of ``user_ids`` in ``window``, ascending."""
     repo = LedgerRepository(session)
     added = repo.insert_accounts(
         dataset_id, epoch, np.unique(np.fromiter(user_ids, dtype=np.int64)), window=window

@@ -122,8 +122,7 @@ class PoolCollector(Collector):
 
 
 class LedgerCollector(Collector):
-    """The ledger's state and the database's, read when scraped: users at their cap per
-    dataset (current epoch) and whether this process finds the database answering."""
+    """Users at their cap per dataset and whether the database answers, read when scraped."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
@@ -154,8 +153,7 @@ class LedgerCollector(Collector):
 
 
 def exposition(state: Any) -> bytes:
-    """The Prometheus text: counters and histograms (all workers'), pool gauges, users at cap,
-    database up."""
+    """The Prometheus text of every metric."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)

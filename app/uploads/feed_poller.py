@@ -86,8 +86,7 @@ class FeedPoller:
         return self._stopping.is_set()
 
     def run(self, every: float | None, polls: int | None = None) -> PollTotals:
-        """Poll once (``every`` None), or every ``every`` seconds (start to start) until stopped
-        or after ``polls`` polls."""
+        """Poll once (``every`` None) or every ``every`` seconds, until stopped or ``polls``."""
         done = 0
         while not self.stopping:
             started = time.monotonic()

@@ -37,8 +37,7 @@ STORE_GRIDS = 5000
 
 
 def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
-    """Indices of the rows to keep, in (user, ts) order: the first row of every
-    (user, ts) pair (file order decides among equals)."""
+    """Indices of the first row of every (user, ts) pair, in (user, ts) order."""
     order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
     u, t = user_ids[order], ts_us[order]
     keep = np.ones(order.size, dtype=bool)
@@ -129,8 +128,7 @@ class NewGridRows:
 
 
 class Ingestor:
-    """Maps a batch's user and grid codes to database ids and writes its records; a new grid gets
-    only an id until :meth:`finish`."""
+    """Maps a batch's user and grid codes to database ids and writes its records."""
 
     def __init__(self, session: Session, dataset: Dataset, secret: bytes) -> None:
         self.session = session

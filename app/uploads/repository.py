@@ -91,8 +91,7 @@ class IngestRepository:
         return [found[h] for h in hashes]
 
     def allocate_grid_ids(self, n: int) -> list[int]:
-        """``n`` fresh grid ids for grids inserted later in this transaction (from the id
-        sequence, in blocks)."""
+        """``n`` fresh grid ids from the id sequence (drawn in blocks)."""
         if n <= 0:
             return []
         if len(self._spare_ids) < n:

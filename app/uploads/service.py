@@ -199,8 +199,7 @@ def upload_records(
 def _parse_here(
     body: Iterable[bytes] | bytes, parse: ParseOptions, tally: _Tally, ingestor: Ingestor
 ) -> None:
-    """Parse in this thread (a feed's joined ``body``, or a CSV's chunks) while a helper
-    thread writes."""
+    """Parse in this thread while a helper thread writes."""
     writer = _Writer(ingestor.write)
     try:
         reader = FeedReader(body, parse) if isinstance(body, bytes) else RecordReader(body, parse)
