@@ -3,7 +3,8 @@ first other line goes back to :class:`app.ingest.csv_records.RecordReader`, so e
 keeps its exact reason and line. A plain line reads the same either way:
 
 * it ends with ``\\n`` (or ``\\r\\n``), has the header's number of fields, no NUL or other
-  ``\\r``, and a ``"`` only around a whole field of a column not read;
+  ``\\r``, and a ``"`` only around a whole field of a column not read, with no other ``"`` or
+  newline inside;
 * its user id has no leading or trailing space or control character;
 * its time is ``YYYY-MM-DD[T ]HH:MM:SS`` with nothing, ``Z`` or ``±HH:MM`` after it (a valid date
   and time), or 1 to 11 digits (epoch seconds), in range;
