@@ -113,7 +113,7 @@ def _grids_per_user(users: np.ndarray) -> int:
     return max(grids_per_user(users), 1)
 
 
-def _input(
+def make_input(
     dataset: Dataset,
     span: SpanGrids,
     grids: list[SlotGrid],
@@ -149,7 +149,7 @@ def release_input(session: Session, req: ReleaseRequest) -> ReleaseInput:
         grids, arrays = [span.grids[i] for i in kept], [fine.arrays[i] for i in kept]
         occ = _fixed_occupancy(fine.columns, covered)
         joined = fine.joined if len(kept) == len(covered) else None
-        return _input(dataset, span, grids, arrays, covered, fine.columns, occ, joined)
+        return make_input(dataset, span, grids, arrays, covered, fine.columns, occ, joined)
     return _adaptive_input(session, req, span, fine)
 
 
@@ -202,7 +202,7 @@ def adaptive_over(
             break
         seen.add(key)
         chosen = chooser(released)
-        inp = _input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
+        inp = make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
         if req.eps is not None or not inp.grids:
             break
         eps = float(choose_plan(inp, req, None).eps.used) / n_stats
@@ -241,4 +241,4 @@ def _adaptive_for_intervals(
     if best is None:
         raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
     _, chosen, covered = best
-    return _input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
+    return make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)

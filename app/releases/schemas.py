@@ -35,6 +35,16 @@ class ProfileIn(JsonBody):
         "'weekends', or a list of ISO weekdays (1 = Monday … 7 = Sunday).",
     )
 
+    @field_validator("date_from", "date_to", mode="before")
+    @classmethod
+    def _iso_date(cls, value: object) -> date:
+        try:
+            if isinstance(value, str) and len(value) == 10:
+                return date.fromisoformat(value)
+        except ValueError:
+            pass
+        raise ValueError(f"give a local date YYYY-MM-DD (sent {str(value)[:40]!r})")
+
     @field_validator("days")
     @classmethod
     def _weekdays(cls, days: DayChoice | list[int]) -> DayChoice | list[int]:

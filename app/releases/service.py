@@ -54,6 +54,7 @@ from app.releases.planning import (
     largest_affordable,
     over_budget,
 )
+from app.releases.profile_input import profile_input
 from app.releases.repository import ReleaseRepository
 from app.releases.request import ReleaseRequest, parse_release
 from app.releases.schemas import ReleaseIn
@@ -174,7 +175,7 @@ def release_slot(
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
     req = parse_release(body, dataset)
     epoch = dataset.epoch
-    inp = release_input(session, req)
+    inp = profile_input(session, req) if req.profile else release_input(session, req)
     fp = _fingerprint(inp, req)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
@@ -238,7 +239,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     """The plan of ``body`` without values and without any charge."""
     dataset = get_dataset(session, dataset_id)
     req = parse_release(body, dataset)
-    inp = release_input(session, req)
+    inp = profile_input(session, req) if req.profile else release_input(session, req)
     plan = choose_plan(inp, req, None)
     rb = release_budget(
         session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
