@@ -340,6 +340,14 @@ class ReleaseSummary(BaseModel):
     )
     slot_minutes: int | None = Field(description="Length of its slots; null for old releases.")
     created_at: str = Field(description="When it was made, with the local UTC offset.")
+    profile: dict[str, Any] | None = Field(
+        default=None,
+        description="A typical day's profile (`from`, `to`, `days`, `n_days`); then "
+        "`slot_start` is its time of day. Null for a release of consecutive slots.",
+    )
+    useful: dict[str, Any] | None = Field(
+        default=None, description="Its `useful` (null for releases made before it)."
+    )
 
 
 class ReleaseList(BaseModel):
