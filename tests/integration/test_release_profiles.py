@@ -106,6 +106,15 @@ def test_a_weekday_profile_pools_units_and_charges_each_in_its_own_window(
     assert csv.status_code == 200 and ",08:00," in csv.text
     listed = client.get(f"/datasets/{ds}/releases").json()["releases"]
     assert listed[0]["release_id"] == release["release_id"]
+    assert listed[0]["profile"] == release["profile"] and listed[0]["slot_start"] == "08:00"
+    geo = client.get(f"/releases/{release['release_id']}", params={"format": "geojson"}).json()
+    assert geo["features"][0]["properties"]["slot_start"] == "08:00"
+    package = client.get(f"/releases/{release['release_id']}", params={"format": "datapackage"})
+    assert package.json()["privacy"]["profile"] == release["profile"]
+    made_public = client.patch(f"/releases/{release['release_id']}", json={"public": True})
+    assert made_public.status_code == 200, made_public.text
+    catalogue = client.get("/", headers={"Authorization": ""})
+    assert "typical weekday 08:00, 4 days" in catalogue.text
 
 
 def test_without_a_window_the_unit_is_the_user_over_all_dates(client: TestClient, app) -> None:
