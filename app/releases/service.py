@@ -22,6 +22,7 @@ import numpy as np
 import orjson
 from sqlalchemy.orm import Session
 
+from app.core.noise.threads import in_parallel
 from app.datasets.models import Dataset
 from app.datasets.service import (
     get_dataset,
@@ -205,21 +206,18 @@ def release_slot(
         epsilon=plan.eps.charged,
         key_id=key.id,
     )
-    grids, kept = draw_grids(
-        inp.dataset,
-        inp.grids,
-        inp.arrays,
-        inp.occ,
-        req,
-        plan,
-        record.public_id,
-        epoch,
-        inp.columns,
-    )
+    # the draw (numpy and OpenDP, mostly outside the GIL) and the public widths at once
+    (grids, kept), useful = in_parallel(
+        lambda: draw_grids(
+            inp.dataset, inp.grids, inp.arrays, inp.occ, req, plan, record.public_id, epoch,
+            inp.columns,
+        ),
+        lambda: _usefulness(inp, req, plan),
+    )  # fmt: skip
     charged_users = plan.user_costs(inp.occ)[0]
     answer = {
         "release_id": record.public_id,
-        **_plan_fields(inp, req, plan, _usefulness(inp, req, plan)),
+        **_plan_fields(inp, req, plan, useful),
         "grids": grids,
         "withheld_grids": len(inp.grids) - len(grids),
         "n_users_charged": int(charged_users.size),
