@@ -109,14 +109,9 @@ def _coarsest(body: ReleaseIn, finest: int) -> int:
 
 
 def _useful_width(body: ReleaseIn, U: float) -> float:
-    if body.useful_width is None:
-        return DEFAULT_USEFUL_SHARE * U
-    if body.useful_width > U:
-        raise InvalidRequest(
-            f"useful_width {body.useful_width:g} is wider than the value range {U:g}: "
-            f"give one between 0 and {U:g}"
-        )
-    return float(body.useful_width)
+    """The body's ``useful_width``, or a fifth of ``U`` (any positive width is accepted:
+    one wider than a statistic's range just counts every cell)."""
+    return DEFAULT_USEFUL_SHARE * U if body.useful_width is None else float(body.useful_width)
 
 
 def parse_release(body: ReleaseIn, dataset: Dataset) -> ReleaseRequest:

@@ -164,7 +164,7 @@ def test_the_repeated_hour_of_a_25_hour_day_pools_both(client: TestClient, app) 
         ({"slot_start": "08:30"}, "slot_start"),
         ({"slot_start": "23:00", "slots": 2}, "slots"),
         ({"slot_minutes": 90}, "slot_minutes"),
-        ({"useful_width": 11}, "useful_width"),
+        ({"useful_width": -1}, "useful_width"),
     ],
 )
 def test_bad_profiles_are_refused_naming_the_field_and_charge_nobody(
