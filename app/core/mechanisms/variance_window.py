@@ -47,11 +47,6 @@ from app.core.mechanisms.mean_window import (
 )
 from app.core.noise.laplace import NoiseSource, calibrate_scale
 
-CI95_NOTE = (
-    "no honest 95% interval: the estimate clips at a privately chosen level, a bias "
-    "with no data-independent bound; the Laplace part alone is estimate ± noise_scale·ln 20"
-)
-
 __all__ = [
     "VARIANCE_WINDOW_FRACTIONS",
     "mixture_variance",
