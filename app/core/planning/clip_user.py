@@ -71,8 +71,9 @@ import numpy as np
 
 from app.core.data.checks import check_bound, check_epsilon
 from app.core.data.occupancy import Occupancy, int_columns, validate_occupancy
+from app.core.mechanisms.bounds import joint_clip_errors
 from app.core.planning.clip_user_greedy import Suppression, suppress_users
-from app.core.planning.grid_errors import check_split, grid_joint_errors
+from app.core.planning.grid_errors import check_split
 from app.core.planning.pseudo_user import pseudo_user_step
 
 __all__ = [
@@ -243,7 +244,7 @@ def _run(
     kept_mask[removed_rows] = False
     S_a = np.asarray(sup.kept_total, dtype=np.int64)
     top1_a = np.asarray(sup.kept_max, dtype=np.int64)
-    errs = grid_joint_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
+    errs = joint_clip_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
 
     if pseudo_user:
         m_a, errs_bar = pseudo_user_step(
