@@ -193,7 +193,7 @@ def plan_centred_clip(
         lo, hi = centred_window(m, U, c, R)
         value = exact_sum(np.clip(sums, lo, hi)) / n
         sens = float_sum_sensitivity(float((hi - lo).max()) / n, U)
-        spread = centred_spread(info, U, lo, hi, min(m.size, clipped_bound(pen, j, e2)))
+        spread = centred_spread(info, U, lo, hi, min(m.size, int(clipped_bound(pen, j, e2))))
         extra: dict[str, object] = {"centre": c, "half_width": R}
         return Estimate(min(max(value, 0.0), U), sens, extra, spread)
 

@@ -143,7 +143,7 @@ def plan_variance_centred(
         j = monotone_noisy_max(noise, (-clipped - pen).astype(np.int64), e_q)
         Q = float(levels[j])
         value = centred_variance_value(w, v, q, c, Q)
-        A = min(L, clipped_bound(pen, j, e_q))
+        A = min(L, int(clipped_bound(pen, j, e_q)))
         spread = centred_variance_spread(info, U, w, c, Q, A)
         extra: dict[str, object] = {"centre": c, "moment_clip": Q}
         sens = float_variance_sensitivity(centred_sensitivity(w_max, Q), math.sqrt(Q), info.m_max)
