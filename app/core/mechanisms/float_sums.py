@@ -1,14 +1,8 @@
 """Sums whose floating-point result moves by no more than the declared sensitivity allows.
 
-A user-level sensitivity ``Δ`` is a statement about real numbers: changing one user's
-values moves the exact estimate by at most ``Δ``. The released float is a rounded sum,
-and the rounding of a sum of ``L`` terms (``np.dot``, ``np.sum``) grows with ``L``, so
-two neighbouring datasets can give floats further apart than ``Δ``. Here an estimate is
-a sum of per-user terms, each computed from that user's values only and lying in a
-public range; it is summed with :func:`math.fsum` (correctly rounded: the float nearest
-the exact sum of the float terms), and the Laplace step is calibrated on
-:func:`float_sum_sensitivity`, which adds what the two roundings can add
-(docs/math.md §9.5).
+An estimate is a sum of per-user terms, each from one user's values in a public range,
+summed with :func:`math.fsum`; the Laplace step is calibrated on a sensitivity grown by what
+the two roundings can add (docs/math.md §9.5).
 """
 
 from __future__ import annotations
