@@ -230,9 +230,7 @@ def window_widths(done: Callable[[np.ndarray], WindowDone], C: int, eps_noise: f
     out = np.empty(C)
     for j in range(C):
         d = done(np.array([j]))
-        q = calibrate_scale(float(d.sensitivity[0]), eps_noise) * math.log(
-            1.0 / (0.05 - SPREAD_BETA)
-        )
+        q = calibrate_scale(float(d.sensitivity[0]), eps_noise) * LOG_SPREAD
         out[j] = 2.0 * q + float(d.below[0]) + float(d.above[0])
     return out
 
