@@ -1,7 +1,7 @@
-"""A slot release's window path (docs/math.md §9.4.9): on random grids, with the same seeded
-private choices and noise, a grid's release in a slot is bit for bit its release alone (a
-batch of one); the vectorised exact scale calibration is ``calibrate_scale``; grids off the
-window path run one by one."""
+"""The batched window path of a slot release (docs/math.md §9.4.9) is the grid-by-grid one:
+on random grids, with the same seeded private choices and noise, every release is bit for
+bit what ``start_releases`` / ``finish_releases`` give grid by grid; the vectorised exact
+scale calibration is ``calibrate_scale``; grids off the window path keep the per-grid path."""
 
 from __future__ import annotations
 
@@ -10,7 +10,12 @@ import pytest
 
 from app.core import GridData, finish_batch, finish_releases, start_many, start_releases
 from app.core.engine.many_grids import GridError
-from app.core.mechanisms.float_sums import float_sum_sensitivities, float_variance_sensitivities
+from app.core.mechanisms.float_sums import (
+    float_sum_sensitivities,
+    float_sum_sensitivity,
+    float_variance_sensitivities,
+    float_variance_sensitivity,
+)
 from app.core.noise.laplace import calibrate_scale
 from app.core.noise.many import calibrate_scales
 from research.noise import SeededNoise
@@ -100,7 +105,21 @@ def test_calibrate_scales_is_calibrate_scale() -> None:
         calibrate_scales([1.0, 1e300], 1e-10)
 
 
-def test_float_sensitivities_refuse_invalid_inputs() -> None:
+def test_float_sensitivities_in_arrays_are_the_scalar_ones() -> None:
+    rng = np.random.default_rng(8)
+    sens = np.concatenate(
+        [rng.random(3000) * 10.0 ** rng.integers(-12, 6, size=3000), [0.0, 1.0, 5e-324, 1e300]]
+    )
+    bounds = np.concatenate([rng.random(3000) * 10.0 ** rng.integers(-3, 4, 3000), [0, 30, 1, 0]])
+    per_user = rng.integers(0, 500, size=sens.size)
+    for r in (0, 2, 7):
+        got = float_sum_sensitivities(sens, bounds, r)
+        want = [float_sum_sensitivity(s, b, r) for s, b in zip(sens, bounds, strict=True)]
+        assert got.tolist() == want
+    got = float_variance_sensitivities(sens, bounds, per_user)
+    triples = zip(sens, bounds, per_user, strict=True)
+    want = [float_variance_sensitivity(s, b, int(k)) for s, b, k in triples]
+    assert got.tolist() == want
     for bad in (np.array([-1.0]), np.array([np.nan]), np.array([np.inf])):
         with pytest.raises(ValueError, match="invalid"):
             float_sum_sensitivities(bad, np.array([1.0]))
