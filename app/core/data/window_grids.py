@@ -15,11 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from app.core.data.counts import CountsInfo
 from app.core.data.joined import JoinedGrids, offsets
 
 __all__ = [
     "WindowGrids",
-    "counts_only",
     "fits",
     "grid_fsums",
     "kept_records",
@@ -76,14 +76,39 @@ class WindowGrids:
             w_max=np.maximum.reduceat(w, start[:-1]),
         )
 
+    @classmethod
+    def one(cls, info: CountsInfo) -> WindowGrids:
+        """One grid from its checked counts: the fields :meth:`of` gives it (the same
+        integers and the same float weights), without joining."""
+        m = info.eff[info.active]
+        gam = np.minimum(m, info.median()).astype(np.float64)
+        w = gam / gam.sum()  # integers: exact
+        return cls(
+            eff=[info.eff],
+            grid=np.zeros(m.size, dtype=np.int64),
+            m=m,
+            start=np.array([0, m.size], dtype=np.int64),
+            L=np.array([m.size], dtype=np.int64),
+            n=np.array([info.n], dtype=np.int64),
+            dropped=np.array([info.dropped], dtype=np.int64),
+            median=np.array([info.median()], dtype=np.int64),
+            m_max=np.array([info.m_max], dtype=np.int64),
+            w=w,
+            w_max=np.array([w.max()]),
+        )
+
     def by_size(self) -> dict[int, np.ndarray]:
         """The grids of each number of active users (rows of equal length)."""
+        if self.L.size == 1:
+            return {int(self.L[0]): np.zeros(1, dtype=np.int64)}
         order = np.argsort(self.L, kind="stable")
         cuts = np.flatnonzero(np.diff(self.L[order])) + 1
         return {int(self.L[idx[0]]): idx for idx in np.split(order, cuts)}
 
     def rows(self, x: np.ndarray, idx: np.ndarray, size: int) -> np.ndarray:
         """``x`` (one entry per active user) of grids ``idx``, all with ``size`` users, as rows."""
+        if idx.size == self.L.size:  # every grid has ``size`` users: ``idx`` is 0..G-1 (by_size)
+            return x.reshape(idx.size, size)
         pos = self.start[idx][:, None] + np.arange(size)[None, :]
         out: np.ndarray = x[pos]
         return out
@@ -140,15 +165,3 @@ def fits(joined: JoinedGrids, U: float) -> bool:
         return False
     values = joined.values
     return bool(np.all(np.isfinite(values)) and values.min() >= 0.0 and values.max() <= U)
-
-
-def counts_only(counts: np.ndarray, eff: np.ndarray) -> JoinedGrids:
-    """One grid's counts (all users) and kept counts, its values zeros: for public rules."""
-    n = int(np.sum(counts))
-    return JoinedGrids(
-        counts=np.asarray(counts, dtype=np.int64),
-        caps=np.asarray(eff, dtype=np.int64),
-        values=np.zeros(n),
-        pairs=np.array([0, np.size(counts)], dtype=np.int64),
-        records=np.array([0, n], dtype=np.int64),
-    )

@@ -84,13 +84,13 @@ def start_window_releases(
     ``known``: their :class:`WindowGrids`, if made."""
     wg = WindowGrids.of(joined) if known is None else known
     groups = wg.by_size()
+    x, first = kept_records(joined, wg)
     parts: list[WindowRows] = []
     for statistic in statistics:
         if statistic == "mean":
-            v = user_means(joined, wg, U)
+            v = user_means(x, first, wg, U)
             parts.append(user_window_rows(wg, v, U, eps, WINDOW_SHARE, groups))
         else:
-            x, first = kept_records(joined, wg)
             parts.append(variance_window_rows(wg, x, first, U, eps, WINDOW_SHARE, groups))
     chosen = noisy_max_rows(noise, [(p.scores, p.eps_choice) for p in parts])
     done = [

@@ -22,13 +22,10 @@ import numpy as np
 
 from app.core.data.counts import CountsInfo
 from app.core.data.grid import GridData
-from app.core.data.joined import JoinedGrids
 from app.core.data.results import BiasSpread
 from app.core.data.window_grids import (
     WindowGrids,
-    counts_only,
     grid_fsums,
-    kept_records,
     row_sums,
     top_sums,
 )
@@ -130,7 +127,7 @@ def window_spreads(
 
 def window_spread(info: CountsInfo, U: float, b: float, clipped_at_most: int) -> BiasSpread:
     """:func:`window_spreads` of one grid (public counts)."""
-    wg = WindowGrids.of(counts_only(info.counts, info.eff))
+    wg = WindowGrids.one(info)
     below, above = window_spreads(wg, U, np.array([b]), np.array([clipped_at_most]), wg.by_size())
     return BiasSpread(float(below[0]), float(above[0]), SPREAD_BETA)
 
@@ -182,9 +179,9 @@ def user_window_rows(
     return WindowRows(scores, 2.0 * e_w, e_w, e_n, finish)
 
 
-def user_means(joined: JoinedGrids, wg: WindowGrids, U: float) -> np.ndarray:
-    """Each active user's mean over its kept records, from its values only, in ``[0, U]``."""
-    x, first = kept_records(joined, wg)
+def user_means(x: np.ndarray, first: np.ndarray, wg: WindowGrids, U: float) -> np.ndarray:
+    """Each active user's mean over its kept records ``x[first[l]:]``, from its values only,
+    in ``[0, U]``."""
     out: np.ndarray = np.clip(np.add.reduceat(x, first) / wg.m.astype(np.float64), 0.0, U)
     return out
 
@@ -200,9 +197,11 @@ def one_grid(
     grid: GridData, info: CountsInfo, noise: NoiseSource, rows: Callable[..., WindowRows]
 ) -> Estimate:
     """A window mechanism's estimate of one grid: its array rules on a batch of one."""
-    joined = JoinedGrids.of([grid], [info.eff])
-    wg = WindowGrids.of(joined)
-    done_rows = rows(joined, wg, wg.by_size())
+    wg = WindowGrids.one(info)
+    x = grid.values[grid.record_rank < info.eff[grid.record_user]]  # kept, user after user
+    first = np.zeros(wg.m.size, dtype=np.int64)
+    np.cumsum(wg.m[:-1], out=first[1:])
+    done_rows = rows(wg, x, first, wg.by_size())
     j = np.array([monotone_noisy_max(noise, done_rows.scores[0], done_rows.eps_window)])
     done = done_rows.finish(j)
     b = float(done.b[0])
@@ -215,8 +214,10 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
     e_w, e_n = split_share(eps, window_share)
     details = window_details(info, window_share, e_w, e_n)
 
-    def rows(joined: JoinedGrids, wg: WindowGrids, groups: dict[int, np.ndarray]) -> WindowRows:
-        return user_window_rows(wg, user_means(joined, wg, U), U, eps, window_share, groups)
+    def rows(
+        wg: WindowGrids, x: np.ndarray, first: np.ndarray, groups: dict[int, np.ndarray]
+    ) -> WindowRows:
+        return user_window_rows(wg, user_means(x, first, wg, U), U, eps, window_share, groups)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
         return one_grid(grid, info, noise, rows)
@@ -237,6 +238,6 @@ def window_widths(done: Callable[[np.ndarray], WindowDone], C: int, eps_noise: f
 
 def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
     """:func:`window_widths` of ``user_window`` on these counts."""
-    wg = WindowGrids.of(counts_only(info.counts, info.eff))
+    wg = WindowGrids.one(info)
     rows = user_window_rows(wg, np.zeros(wg.m.size), U, eps, window_share, wg.by_size())
     return window_widths(rows.finish, len(WINDOW_FRACTIONS), rows.eps_noise)

@@ -15,13 +15,10 @@ import numpy as np
 
 from app.core.data.counts import CountsInfo
 from app.core.data.grid import GridData
-from app.core.data.joined import JoinedGrids
 from app.core.data.results import BiasSpread
 from app.core.data.window_grids import (
     WindowGrids,
-    counts_only,
     grid_fsums,
-    kept_records,
     row_sums,
     top_sums,
 )
@@ -83,7 +80,7 @@ def variance_spreads(
 
 def variance_spread(info: CountsInfo, U: float, b: float, clipped_at_most: int) -> BiasSpread:
     """:func:`variance_spreads` of one grid (public counts)."""
-    wg = WindowGrids.of(counts_only(info.counts, info.eff))
+    wg = WindowGrids.one(info)
     s = variance_spreads(wg, U, np.array([b]), np.array([clipped_at_most]), wg.by_size())
     return BiasSpread(float(s[0]), float(s[0]), SPREAD_BETA)
 
@@ -127,8 +124,9 @@ def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: f
     e_w, e_n = split_share(eps, window_share)
     details = window_details(info, window_share, e_w, e_n)
 
-    def rows(joined: JoinedGrids, wg: WindowGrids, groups: dict[int, np.ndarray]) -> WindowRows:
-        x, first = kept_records(joined, wg)
+    def rows(
+        wg: WindowGrids, x: np.ndarray, first: np.ndarray, groups: dict[int, np.ndarray]
+    ) -> WindowRows:
         return variance_window_rows(wg, x, first, U, eps, window_share, groups)
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
@@ -141,7 +139,7 @@ def window_variance_widths(
     info: CountsInfo, U: float, eps: float, window_share: float
 ) -> np.ndarray:
     """:func:`window_widths` of the ``window`` variance on these counts."""
-    wg = WindowGrids.of(counts_only(info.counts, info.eff))
+    wg = WindowGrids.one(info)
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
     x = np.zeros(int(wg.m.sum()))
