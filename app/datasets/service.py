@@ -121,14 +121,14 @@ def parse_slot_start(dataset: Dataset, text: str, slot_minutes: int | None = Non
     return us_to_datetime(us)
 
 
-def _check_boundary(
-    text: str, us: int, wall: int, aware: bool, tz: ZoneInfo, minutes: int
-) -> None:
+def _check_boundary(text: str, us: int, wall: int, aware: bool, tz: ZoneInfo, minutes: int) -> None:
     """400 unless ``us`` starts a local slot of ``minutes``, naming the nearest boundaries."""
     skipped = not aware and us + int(utc_offsets_us(np.array([us]), tz)[0]) != wall
     before = int(slot_start_us(np.array([us - 1 if skipped else us]), tz, minutes)[0])
     after = int(slot_start_us(np.array([before + minutes * 60 * US]), tz, minutes)[0])
-    nearest = f"the nearest slot starts are {format_local(before, tz)} and {format_local(after, tz)}"
+    nearest = (
+        f"the nearest slot starts are {format_local(before, tz)} and {format_local(after, tz)}"
+    )
     if skipped:
         raise InvalidRequest(
             f"slot_start {text!r} does not exist in {tz.key} (clocks skip it); {nearest}"
