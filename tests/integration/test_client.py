@@ -100,6 +100,16 @@ def test_mean_variance_quote_budget_and_stored_answers(world: World) -> None:
     assert all(s.reusable for s in stored)
 
 
+def test_user_mean_is_a_statistic_answer_with_its_interval(world: World) -> None:
+    c = world.analyst
+    grid = _busiest(world)
+    answer = c.user_mean(grid.grid_id, 0.1)
+    assert isinstance(answer, dpgate.StatisticAnswer) and answer.statistic == "user_mean"
+    assert answer.mechanism == "baseline" and answer.ci95 is not None
+    assert answer.n_users_charged == 12 and answer.cached is False
+    assert c.user_mean(grid.grid_id, 0.1).cached is True
+
+
 def test_errors_are_typed(world: World) -> None:
     c = world.analyst
     grid = _busiest(world)
