@@ -48,17 +48,18 @@ def _candidates(cells: np.ndarray) -> list[int]:
 
 
 def _antichains(cells: np.ndarray) -> list[list[int]]:
-    """Every set of cells on distinct ancestor chains (candidates: ancestors of fine cells)."""
+    """Every set of cells on distinct ancestor chains (candidates: ancestors of fine
+    cells): in each tree, nothing, its root alone, or one such set in each child's tree."""
     cand = _candidates(cells)
-    out = []
-    for k in range(len(cand) + 1):
-        for combo in itertools.combinations(cand, k):
-            s = [str(c) for c in combo]
-            if all(not b.startswith(a) for a, b in itertools.permutations(s, 2)):
-                out.append(list(combo))
-            if len(out) > 200_000:
-                return out
-    return out
+    children = {c: [d for d in cand if len(str(d)) > 1 and parent_of(d, len(str(c))) == c
+                    and len(str(d)) == len(str(c)) + 1] for c in cand}  # fmt: skip
+
+    def under(c: int) -> list[list[int]]:  # the non-empty sets in c's tree
+        below = [[[]] + under(d) for d in children[c]]
+        return [[c]] + [sum(pick, []) for pick in itertools.product(*below) if any(pick)]
+
+    roots = [c for c in cand if len(str(c)) == COARSEST]
+    return [sum(pick, []) for pick in itertools.product(*([[]] + under(r) for r in roots))]
 
 
 @pytest.mark.parametrize("seed", range(3))
