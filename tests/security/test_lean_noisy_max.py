@@ -63,6 +63,7 @@ def test_lean_choices_have_the_law_of_report_noisy_max(scores: list[int], eps: f
     laws_hold(lambda: {"choices": _p_value(_draws(lambda: src.noisy_max(scores, eps)), law)})
 
 
+@pytest.mark.slow  # an audit's power: 80,000 draws
 @pytest.mark.parametrize(("scores", "eps"), CASES[:2])
 def test_broken_copies_are_caught(scores: list[int], eps: float) -> None:
     scale = calibrate_choice_scale(1, eps)
@@ -75,6 +76,7 @@ def test_broken_copies_are_caught(scores: list[int], eps: float) -> None:
     assert _p_value(_draws(lambda: invoke_noisy_max(half, values)), law) < 1e-12  # scale halved
 
 
+@pytest.mark.slow  # the fallback is not in use (the first test): 20,000 draws of it
 def test_the_public_fallback_has_the_same_law(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(noise_mod, "_LEAN", False)
     scores, eps = CASES[0]

@@ -152,7 +152,7 @@ def _issue_example() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cands, u0, u1
 
 
-@pytest.mark.parametrize("eps", [0.5, 0.2])
+@pytest.mark.parametrize("eps", [0.5, pytest.param(0.2, marks=pytest.mark.slow)])
 def test_exact_audit_passes_noisy_max_and_fails_the_old_inverse_cdf_draw(eps: float) -> None:
     """On exact output laws (no sampling): the old 53-bit inverse-CDF draw gives one
     candidate probability 0 on one neighbour and a positive multiple of 2^-53 on the

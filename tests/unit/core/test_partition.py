@@ -54,12 +54,14 @@ def _antichains(cells: np.ndarray) -> list[list[int]]:
     children = {c: [d for d in cand if len(str(d)) > 1 and parent_of(d, len(str(c))) == c
                     and len(str(d)) == len(str(c)) + 1] for c in cand}  # fmt: skip
 
+    def joined(options: list[list[list[int]]]) -> list[list[int]]:  # one set of each, joined
+        return [list(itertools.chain(*pick)) for pick in itertools.product(*options)]
+
     def under(c: int) -> list[list[int]]:  # the non-empty sets in c's tree
-        below = [[[]] + under(d) for d in children[c]]
-        return [[c]] + [sum(pick, []) for pick in itertools.product(*below) if any(pick)]
+        return [[c], *(s for s in joined([[[], *under(d)] for d in children[c]]) if s)]
 
     roots = [c for c in cand if len(str(c)) == COARSEST]
-    return [sum(pick, []) for pick in itertools.product(*([[]] + under(r) for r in roots))]
+    return joined([[[], *under(r)] for r in roots])
 
 
 @pytest.mark.parametrize("seed", range(3))
