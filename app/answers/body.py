@@ -29,31 +29,17 @@ def answer_body(
     unit: str | None,
     where: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """The API.md statistic answer for ``release`` (its own epsilon share is reported);
-    ``privacy_unit`` is the dataset's (``app.time.budget_windows.privacy_unit``), ``unit``
-    its ``value_unit``; ``where`` the grid's ``h3_cell`` and ``slot_start`` (a release's
-    grids carry them instead)."""
+    """The API.md statistic answer for ``release`` (``where``: the grid's cell and slot)."""
+    row = (
+        statistic, release.mechanism, release.epsilon, float(release.estimate),
+        float(release.sensitivity), float(release.noise_scale), release.worst_case_bias,
+        release.worst_case_error, release.ci95, release.ci95_note,
+    )  # fmt: skip
     (body,) = _bodies(
-        [grid.public_id],
-        [statistic],
-        [release.mechanism],
-        [release.epsilon],
-        [float(release.estimate)],
-        [float(release.sensitivity)],
-        [float(release.noise_scale)],
-        [release.worst_case_bias],
-        [release.worst_case_error],
-        [release.ci95],
-        [release.ci95_note],
-        [release.kept],
-        [plain_details(dict(release.details))],
-        requested=requested,
-        eps=eps,
-        options=options,
-        epoch=epoch,
-        privacy_unit=privacy_unit,
-        unit=unit,
-    )
+        [grid.public_id], [row], [release.kept], [plain_details(dict(release.details))],
+        requested=requested, eps=eps, options=options, epoch=epoch,
+        privacy_unit=privacy_unit, unit=unit,
+    )  # fmt: skip
     return body if where is None else {**body, **where}
 
 
@@ -68,45 +54,21 @@ def answer_bodies(
     privacy_unit: str,
     unit: str | None,
 ) -> list[dict[str, Any]]:
-    """The statistic answer of each row of ``rows`` (row ``i`` released on grid
-    ``grid_ids[i]``), as :func:`answer_body` gives it. The rows share one ``options``
-    dict: answers are read, never changed."""
+    """The statistic answer of each row, on grid ``grid_ids[i]`` (one shared ``options``)."""
     p = rows.pending
+    columns = zip(
+        p.statistic, p.mechanism, p.epsilon, rows.estimate, p.sensitivity, p.scale, p.bias,
+        rows.worst_case_error(), rows.ci95, rows.ci95_note, strict=True,
+    )  # fmt: skip
     return _bodies(
-        grid_ids,
-        p.statistic,
-        p.mechanism,
-        p.epsilon,
-        rows.estimate,
-        p.sensitivity,
-        p.scale,
-        p.bias,
-        rows.worst_case_error(),
-        rows.ci95,
-        rows.ci95_note,
-        p.kept,
-        p.details,
-        requested=requested,
-        eps=eps,
-        options=options,
-        epoch=epoch,
-        privacy_unit=privacy_unit,
-        unit=unit,
-    )
+        grid_ids, columns, p.kept, p.details, requested=requested, eps=eps, options=options,
+        epoch=epoch, privacy_unit=privacy_unit, unit=unit,
+    )  # fmt: skip
 
 
 def _bodies(
     grid_ids: Sequence[str],
-    statistics: Sequence[str],
-    mechanisms: Sequence[str],
-    epsilons: Sequence[float],
-    estimates: Sequence[float],
-    sensitivities: Sequence[float],
-    scales: Sequence[float],
-    biases: Sequence[float | None],
-    errors: Iterable[float | None],
-    intervals: Sequence[tuple[float, float] | None],
-    notes: Sequence[str | None],
+    rows: Iterable[tuple[Any, ...]],
     kept: Sequence[np.ndarray],
     details: Sequence[dict[str, Any]],
     *,
@@ -117,9 +79,8 @@ def _bodies(
     privacy_unit: str,
     unit: str | None,
 ) -> list[dict[str, Any]]:
-    """One answer per row of the columns. A release's ``epsilon`` is its own share when
-    below the whole (levy's interval step, a joint release's half), else the amount
-    charged."""
+    """One answer per row. A release's ``epsilon`` is its own share when below the whole, else the
+    amount charged."""
     used, charged = eps.used, float(eps.charged)
     n_users, n_charged = _users(kept)
     return [
@@ -146,23 +107,8 @@ def _bodies(
             "options": options,
             "details": det,
         }
-        for qid, gid, stat, mech, e, est, sens, scale, bias, err, ci, note, n, n_chg, det in zip(
-            query_ids(len(grid_ids)),
-            grid_ids,
-            statistics,
-            mechanisms,
-            epsilons,
-            estimates,
-            sensitivities,
-            scales,
-            biases,
-            errors,
-            intervals,
-            notes,
-            n_users,
-            n_charged,
-            details,
-            strict=True,
+        for qid, gid, (stat, mech, e, est, sens, scale, bias, err, ci, note), n, n_chg, det in zip(
+            query_ids(len(grid_ids)), grid_ids, rows, n_users, n_charged, details, strict=True
         )
     ]
 

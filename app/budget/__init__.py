@@ -1,21 +1,11 @@
-"""The privacy budget as one value type: epsilon amounts, their rounding, the cap test.
+"""The privacy budget as one value type: epsilon amounts, their rounding, the cap test
+(docs/math.md §10).
 
-In the manner of Tumult Analytics' ``privacy_budget.py`` every rule about amounts of
-epsilon lives here, pure (no database, no request), and the rest of dpgate calls it:
-
-* amounts are exact decimals with :data:`EPSILON_SCALE` places (the ledger's
-  ``NUMERIC(24, 12)``);
-* rounding always favours privacy: what is **charged** rounds up (:func:`charged`),
-  a **limit** rounds down (:func:`limit`: a stored ``budget_per_user``, a quota, a
-  cap on one release's cost, every "largest epsilon that still fits"), and the
-  epsilon that calibrates noise is never above the one charged (:func:`float_at_most`);
-* the cap test is :func:`fits` (``spent + epsilon <= cap``: reaching the cap is fine),
-  and :class:`Budget` is one account's limit and spend.
-
-The PL/pgSQL function ``dpgate_commit_query`` (``migrations/sql/commit_query_0009.sql``)
-makes the same cap test inside its one statement: the one allowed second copy,
-held to this module case by case by ``tests/integration/test_ledger_commit.py``.
-"""
+Amounts are decimals on the ledger's quantum (``NUMERIC(24, 12)``). Rounding favours privacy: a
+charge rounds up (:func:`charged`), a limit down (:func:`limit`), and noise is calibrated to at
+most what was charged (:func:`float_at_most`). The cap test is :func:`fits`;
+``dpgate_commit_query`` repeats it in SQL, held equal by
+``tests/integration/test_ledger_commit.py``."""
 
 from __future__ import annotations
 
@@ -51,8 +41,7 @@ def limit(value: Amount) -> Decimal:
 
 
 def float_at_most(amount: Decimal) -> float:
-    """The largest double not above ``amount``: the epsilon that calibrates the noise of
-    a charge of ``amount``, and the number to send back as "at most this much"."""
+    """The largest double not above ``amount`` (the epsilon that calibrates it)."""
     value = float(amount)
     while value > 0 and Decimal(value) > amount:
         value = math.nextafter(value, 0.0)
@@ -80,8 +69,7 @@ def per_part(total: Decimal, parts: int) -> Decimal:
 
 
 def largest_affordable(limits: Iterable[Decimal], minimum: Decimal) -> Decimal:
-    """The largest epsilon within every one of ``limits``, rounded down; 0 when that is
-    below ``minimum`` (the smallest epsilon accepted)."""
+    """The largest epsilon within every one of ``limits``, rounded down; 0 below ``minimum``."""
     fit = limit(min(limits))
     return fit if fit >= minimum else ZERO
 
@@ -108,8 +96,7 @@ class Budget:
 def exhausted(
     spent: Mapping[int, Decimal], user_ids: npt.ArrayLike, epsilon: Decimal, cap: Decimal
 ) -> npt.NDArray[np.bool_]:
-    """Bool per user of ``user_ids``: would ``epsilon`` more pass ``cap``? (a user
-    without an entry in ``spent`` has spent nothing)"""
+    """Bool per user: would ``epsilon`` more pass ``cap`` (no entry in ``spent``: nothing spent)?"""
     users = np.asarray(user_ids)
     return np.fromiter(
         (would_exceed(spent.get(int(u), ZERO), epsilon, cap) for u in users),
@@ -143,9 +130,8 @@ def of_quanta(count: int) -> Decimal:
 def over_cap_counts(
     spent: npt.NDArray[np.int64], grids: npt.NDArray[np.int64], epsilon: Decimal, cap: Decimal
 ) -> npt.NDArray[np.bool_]:
-    """Bool per account: would ``grids`` charges of ``epsilon`` each pass ``cap`` on top of
-    ``spent`` (quanta)? The cap test of :func:`fits`, exact: ``spent + e·k <= cap`` is
-    ``k <= (cap - spent) // e`` in whole quanta (no product that could overflow)."""
+    """Bool per account: would ``grids`` charges of ``epsilon`` pass ``cap`` on top of ``spent``
+    (quanta)? :func:`fits` exactly, as ``k <= (cap - spent) // e`` (no overflowing product)."""
     eps = quanta(charged(epsilon))
     room = quanta(limit(cap)) - np.asarray(spent, dtype=np.int64)
     if eps == 0:
@@ -154,6 +140,5 @@ def over_cap_counts(
 
 
 def largest_part(remaining: npt.NDArray[np.int64], parts: npt.NDArray[np.int64]) -> Decimal:
-    """``min(per_part(r, k))`` over the accounts (quanta; :func:`per_part` exactly, as
-    ``r // k`` whole quanta); the accounts must not be empty."""
+    """``min(per_part(r, k))`` over the (non-empty) accounts, in whole quanta."""
     return of_quanta(int((np.asarray(remaining) // np.asarray(parts)).min()))

@@ -1,23 +1,8 @@
 """``dpgate demo``: a dataset, two keys and a running server on the embedded database.
 
-On the database of :func:`app.config.get_settings` (by default the embedded Postgres
-of :mod:`app.db.embedded`, data in ``./dpgate-postgres``) the demo
-
-1. brings the schema to the newest revision;
-2. finds its dataset by name, or creates it and loads it in **one transaction**
-   through the same service layer as ``POST /datasets`` and
-   ``POST /datasets/{id}/records`` (so a crash leaves no half-loaded dataset and a
-   second run in the same directory simply reuses the first run's data):
-
-   * default: a synthetic ITMS-like city (:func:`app.synth.city.synthetic_city`,
-     seed 0: 300 buses, 7 H3 cells at resolution 8, 6 hours, ``U = 65`` km/h,
-     time zone Asia/Kolkata);
-   * ``--data PATH``: a CapMetrics day (``vehicle_id, timestamp, latitude,
-     longitude, speed``; ``U = 30`` m/s, America/Chicago, zero speeds dropped);
-3. creates a fresh admin and a fresh analyst key, revoking those of earlier runs;
-4. prints them with three ready-to-paste ``curl`` commands (list grids, a DP mean
-   of the busiest grid, the budget) and serves with uvicorn.
-"""
+It migrates; finds its dataset by name or creates and loads it in one transaction through the
+service layer (a synthetic city, or ``--data`` a CapMetrics day); issues fresh admin and analyst
+keys (revoking earlier runs'); prints them with ready ``curl`` commands and serves."""
 
 from __future__ import annotations
 
@@ -142,8 +127,7 @@ DEMO_KEY_NAMES = {"admin": "demo admin", "analyst": "demo analyst"}
 
 
 def _fresh_demo_keys(session: Session) -> tuple[str, str]:
-    """A new admin and analyst key; the keys of earlier demo runs are revoked (their
-    secrets were shown once and cannot be shown again), so runs do not pile keys up."""
+    """A new admin and analyst key; earlier demo runs' keys are revoked."""
     from app.keys.repository import KeyRepository
     from app.keys.service import create_key, revoke_key
 
@@ -250,9 +234,7 @@ def _banner(setup: DemoSetup, base_url: str) -> str:
 
 
 def bind_listener(host: str, port: int) -> socket.socket | str:
-    """A socket listening on ``host:port`` as uvicorn would open it (``SO_REUSEADDR``), or
-    why it cannot be had. The demo holds it from the first check until it serves on it,
-    so nothing can take the port while the data loads."""
+    """A socket listening on ``host:port`` as uvicorn opens it, or why not."""
     try:
         infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM)
     except (socket.gaierror, UnicodeError, OverflowError) as exc:
@@ -279,11 +261,8 @@ def port_problem(host: str, port: int) -> str | None:
 
 
 def run_demo(*, host: str, port: int, data: str | None) -> int:
-    """``dpgate demo``: prepare, print keys and curl commands, then serve (blocks).
-
-    The port is taken first: when it cannot be, nothing is created or printed but the
-    reason, and the exit status is 2 (the keys and curl lines would otherwise point at
-    whatever holds the port)."""
+    """``dpgate demo``: prepare, print keys and curl commands, then serve (blocks). When the port
+    cannot be had, only the reason is printed (exit 2)."""
     import uvicorn
 
     from app.observability.logs import logging_config

@@ -1,9 +1,5 @@
-"""The demo's seeded synthetic city (the one module of ``app`` that creates a generator).
-
-Besides this module only ``research/`` (and tests, benchmarks) may create a source
-of randomness (repo hooks check it); :mod:`app.cli.demo` asks this module for the demo
-city, and nothing reachable from the service imports it.
-"""
+"""The demo's seeded synthetic city: the one module of ``app`` that creates a generator (repo
+hooks check it); nothing the service reaches imports it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The ``dpgate`` command: serve, migrate, keys, budget, ingest, publish, demo, experiments.
-
-Every command ends quietly on SIGINT or SIGTERM (exit 128 + the signal's number, no
-traceback), and refuses bad arguments with a message and exit 2 (``app.cli.support``).
-"""
+"""The ``dpgate`` command. Every command ends quietly on SIGINT or SIGTERM (exit 128 + the signal)
+and refuses bad arguments with exit 2 (``app.cli.support``)."""
 
 from __future__ import annotations
 
@@ -45,9 +42,7 @@ def _log_config(level: str = "info") -> dict[str, Any]:
 
 @contextmanager
 def _metrics_directory(workers: int) -> Iterator[None]:
-    """With several workers, a fresh directory where each keeps its metrics (so a scrape
-    of any worker reports them all), removed at exit; an operator's own
-    ``PROMETHEUS_MULTIPROC_DIR`` is used as it is."""
+    """With several workers, a fresh metrics directory, removed at exit."""
     from app.observability.metrics import MULTIPROC_ENV
 
     if workers <= 1 or os.environ.get(MULTIPROC_ENV):
@@ -62,7 +57,7 @@ def _metrics_directory(workers: int) -> Iterator[None]:
         shutil.rmtree(path, ignore_errors=True)
 
 
-def _preparedsettings_or_refusal() -> Settings:
+def _migrated_settings() -> Settings:
     """Valid settings, the database migrated, and its hashing secret the pinned one."""
     from app.db.embedded import export_database_url
     from app.db.migrate import upgrade
@@ -86,7 +81,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise CommandFailed(EXIT_USAGE, f"{problem}: choose another --host or --port")
     log_config = _log_config(args.log_level)
     with _metrics_directory(args.workers):
-        _preparedsettings_or_refusal()
+        _migrated_settings()
         uvicorn.run(
             "app.main:create_server_app",
             factory=True,
@@ -103,7 +98,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _migrate(_: argparse.Namespace) -> int:
     _log_config()
-    _preparedsettings_or_refusal()
+    _migrated_settings()
     print("database is at the newest revision")
     return 0
 
@@ -127,8 +122,7 @@ def _experiments(args: argparse.Namespace) -> int:
 
 
 def _add_experiments(sub: argparse._SubParsersAction) -> None:
-    """``dpgate experiments``: the ``research`` package's own options, imported lazily
-    (its heavy libraries load only when an experiment runs)."""
+    """``dpgate experiments``: the ``research`` package's options, imported lazily."""
     exp = sub.add_parser(
         "experiments",
         help="reproduce the seed papers' figures (the research extra)",
@@ -288,9 +282,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def run() -> None:
-    """The ``dpgate`` program: :func:`main`, then exit. What is loaded stays to the end, so
-    it is frozen first: the interpreter's last collections skip it and the process ends in
-    ~0.1 s instead of ~1 s (a signal's deadline counts that time)."""
+    """The ``dpgate`` program: :func:`main`, then exit (frozen first: a fast exit)."""
     code = main()
     gc.freeze()
     sys.exit(code)

@@ -1,8 +1,6 @@
-"""What the ``dpgate`` command's modules share: the help format, settings or a refusal,
-argument types that refuse what cannot be meant (NaN, infinities, out-of-range numbers
-and dates: a message and exit 2, never a traceback), and one convention for the
-commands that talk to a server (``--url``/``DPGATE_URL``, ``--key``/``DPGATE_KEY``, the
-exit codes of :data:`EXIT_CODES`)."""
+"""What the ``dpgate`` command's modules share: the help format, settings, argument types that
+refuse what cannot be meant (exit 2), and the server-talking commands' convention (``--url``,
+``--key``, :data:`EXIT_CODES`)."""
 
 from __future__ import annotations
 

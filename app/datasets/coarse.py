@@ -1,16 +1,8 @@
-"""Coarser grids on demand: H3 parent cells and longer slots aligned to local midnight.
+"""Coarser grids on demand: H3 parent cells and longer slots aligned to local midnight
+(:func:`app.time.slots.slot_start_us`).
 
-A coarser grid covers every grid of the dataset whose cell has it as H3 parent
-and whose slot lies in its slot. Slots follow :func:`app.time.slots.slot_start_us`
-with the longer length: a slot starts where local wall time is a multiple of its
-length after local midnight, so on a daylight-saving day the slot holding the
-change is an hour longer or shorter, never misaligned. The coarser grid's
-occupancy and engine input come from the stored records (earliest first per
-user, as for the dataset's own grids; read through the records' key, by the users of
-its grids and their time range) and are stored as its snapshot, so the
-grid cache serves it by version like any grid (``coarse_repository`` says how
-versions and concurrent creation work).
-"""
+A coarser grid's occupancy and snapshot come from the stored records of the grids it covers and
+are stored like any grid's, so the grid cache serves it by version (``coarse_repository``)."""
 
 from __future__ import annotations
 
@@ -27,7 +19,7 @@ from sqlalchemy.orm import Session
 from app.datasets.coarse_repository import CoarseGridRepository, CoarseRow, FineGrid
 from app.datasets.grid_store import summarise_grids
 from app.datasets.models import Dataset, Grid
-from app.datasets.repository import GridRepository, RecordArrays
+from app.datasets.repository import GridRepository, RecordArrays, copy_records, snapshot_records
 from app.kit.errors import InvalidRequest
 from app.time.slots import (
     datetime_to_us,
@@ -86,10 +78,9 @@ def _keys(fine: list[FineGrid], dataset: Dataset, level: GridLevel) -> list[tupl
 def _build(
     repo: CoarseGridRepository, dataset: Dataset, groups: dict[tuple[str, int], list[FineGrid]]
 ) -> dict[tuple[str, int], CoarseRow]:
-    """Occupancy and snapshot of each coarser grid, from its grids' stored records (read
-    one coarser slot at a time: the users of its grids, in their slots' time range)."""
+    """Occupancy and snapshot of each coarser grid, one coarser slot at a time."""
     fine = [g for v in groups.values() for g in v]
-    users = repo.grid_users([g.id for g in fine])
+    users = GridRepository(repo.session).snapshot_users([g.id for g in fine])
     starts = np.array([datetime_to_us(g.slot_start) for g in fine], dtype=np.int64)
     ends = slot_end_bound_us(starts, get_zone(dataset.timezone), dataset.timeslot_minutes)
     end_of = {g.id: int(e) for g, e in zip(fine, ends.tolist(), strict=True)}
@@ -105,7 +96,8 @@ def _build(
         if dataset.raw_kept_from is not None and start < datetime_to_us(dataset.raw_kept_from):
             rec = _from_snapshots(repo, part)  # raw records dropped (retention)
         else:
-            rec = repo.records(
+            rec = copy_records(
+                repo.session,
                 dataset.id,
                 list(index),
                 np.unique(np.concatenate([users[g.id][1] for g in part])).tolist()
@@ -138,26 +130,13 @@ def _build(
 
 
 def _from_snapshots(repo: CoarseGridRepository, part: list[FineGrid]) -> RecordArrays:
-    """The records of grids whose raw records were dropped, from their snapshots: each
-    user's values in (slot, cell) order of the grids, then as each snapshot holds them
-    (earliest first). Within one coarser grid a user's records from two cells of one
-    slot are thus not interleaved by time, as they would be from the raw records
-    (docs/math.md: the order a cap keeps depends on that user's records only)."""
+    """The records of grids whose raw records were dropped, from their snapshots, each user's
+    values in (slot, cell) order of the grids (docs/math.md: a cap's order depends on that user's
+    records only)."""
     ordered = sorted(part, key=lambda g: (g.slot_start, g.h3_cell))
-    snaps = {r[0]: r for r in repo.snapshot_rows([g.id for g in ordered])}
-    cols: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
-    for g in ordered:
-        if g.id not in snaps:
-            continue
-        _, _, users, counts, values = snaps[g.id]
-        vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
-        per = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, dtype="<i8"))
-        cols.append((np.full(vals.size, g.id, dtype=np.int64), per.astype(np.int64), vals))
-    if not cols:
-        empty = np.empty(0, dtype=np.int64)
-        return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
-    grid_ids, user_ids, vals = (np.concatenate(c) for c in zip(*cols, strict=True))
-    return RecordArrays(grid_ids, user_ids, np.arange(grid_ids.size, dtype=np.int64), vals)
+    snaps = {r[0]: r for r in GridRepository(repo.session).snapshot_rows([g.id for g in ordered])}
+    found = (snaps[g.id] for g in ordered if g.id in snaps)
+    return snapshot_records((gid, users, counts, vals) for gid, _, users, counts, vals in found)
 
 
 def coarse_grids(
@@ -167,8 +146,8 @@ def coarse_grids(
     slot: datetime | None = None,
     until: datetime | None = None,
 ) -> list[Grid]:
-    """The coarser grids of ``level`` — only those starting at ``slot`` if given, or in
-    ``[slot, until)`` with ``until`` — made or refreshed as needed, in (slot, cell) order."""
+    """The coarser grids of ``level`` (those starting at ``slot``, or in ``[slot, until)``), made
+    or refreshed as needed, in (slot, cell) order."""
     repo = CoarseGridRepository(session)
     repo.share_lock(dataset.id)
     length = timedelta(minutes=level.slot_minutes)
@@ -207,12 +186,8 @@ def coarse_grids(
 
 
 def ensure_level(session: Session, dataset: Dataset, level: GridLevel) -> None:
-    """Make the coarser grids of ``level`` over every slot of the dataset that has none
-    stored yet, so that a listing can page through the stored ones by index. Stored
-    coarser grids stay up to date by themselves (:func:`refresh_after_upload`), so
-    after the first listing of a level only new slots are built. Builders of one level
-    take turns (a transaction-level advisory lock): a burst of first listings builds
-    it once."""
+    """Make the coarser grids of ``level`` over every slot that has none stored yet, so a listing
+    pages the stored ones by index; builders of a level take turns (an advisory lock)."""
     repo = GridRepository(session)
     zone = get_zone(dataset.timezone)
 
@@ -247,8 +222,7 @@ def _stored(
 
 
 def refresh_after_upload(session: Session, dataset: Dataset, slots_us: Iterable[int]) -> None:
-    """Bring the stored coarser grids over these slots of the dataset's own grids up to
-    date (called by an upload, inside its transaction, under the dataset lock)."""
+    """Bring the stored coarser grids over these slots up to date (an upload)."""
     slots = list(slots_us)
     if not slots:
         return

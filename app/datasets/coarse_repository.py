@@ -1,32 +1,23 @@
-"""All SQL of coarser grids (H3 parents and/or longer slots, made on demand).
+"""All SQL of coarser grids: rows of ``grids`` with ``slot_minutes > 0`` and a snapshot, so every
+``/grids/{id}/…`` path serves them.
 
-A coarser grid is a row of ``grids`` with ``slot_minutes > 0`` and a snapshot in
-``grid_snapshots`` like any grid, so every ``/grids/{id}/…`` path serves it
-unchanged. Its ``version`` is the sum of the versions of the dataset's own
-grids it covers: every upload that changes one of them raises the sum, so the
-version moves exactly when the coarser grid's records do.
-
-Creation is race-safe: rows are inserted with ``ON CONFLICT DO NOTHING`` on the
-unique key and read back; the builder holds the dataset row ``FOR SHARE``
-(uploads take ``FOR NO KEY UPDATE``, so none can commit between reading the
-records and writing the grid).
-"""
+A coarser grid's ``version`` is the sum of its fine grids' versions, so it moves exactly when its
+records do. Creation is race-safe (``ON CONFLICT DO NOTHING``, read back) and the builder holds
+the dataset row ``FOR SHARE`` against uploads."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
-import numpy as np
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid, GridSnapshot
-from app.datasets.repository import GridRepository, RecordArrays, copy_records
-
-IN_CHUNK = 500
+from app.datasets.repository import chunks
+from app.db.base import Repository
 
 
 @dataclass(frozen=True)
@@ -53,10 +44,26 @@ class CoarseRow:
     values: bytes
 
 
-class CoarseGridRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
+_Query = TypeVar("_Query", bound=Select)
+_GRID_COLUMNS = (
+    "public_id",
+    "h3_cell",
+    "slot_start",
+    "n_users",
+    "n_records",
+    "max_user_records",
+    "version",
+)
 
+
+def _starting_in(q: _Query, start: datetime | None, end: datetime | None) -> _Query:
+    """``q`` narrowed to grids starting in ``[start, end)`` (an open side when None)."""
+    if start is not None:
+        q = q.where(Grid.slot_start >= start)
+    return q if end is None else q.where(Grid.slot_start < end)
+
+
+class CoarseGridRepository(Repository):
     def share_lock(self, dataset_id: int) -> None:
         """Keep uploads of the dataset out until this transaction ends."""
         self.session.execute(
@@ -64,8 +71,7 @@ class CoarseGridRepository:
         )
 
     def build_lock(self, dataset_id: int, h3_resolution: int, slot_minutes: int) -> None:
-        """Wait for the other builders of this level of the dataset (until this
-        transaction ends)."""
+        """Wait for the other builders of this level (until the transaction ends)."""
         self.session.execute(
             select(func.pg_advisory_xact_lock(dataset_id, h3_resolution << 16 | slot_minutes))
         )
@@ -77,27 +83,19 @@ class CoarseGridRepository:
         q = select(Grid.id, Grid.h3_cell, Grid.slot_start, Grid.version).where(
             Grid.dataset_id == dataset_id, Grid.slot_minutes == 0, Grid.n_records > 0
         )
-        if start is not None:
-            q = q.where(Grid.slot_start >= start)
-        if end is not None:
-            q = q.where(Grid.slot_start < end)
-        return [FineGrid(*r) for r in self.session.execute(q)]
+        return [FineGrid(*r) for r in self.session.execute(_starting_in(q, start, end))]
 
     def coarse_grids(
         self, dataset_id: int, slot_minutes: int, start: datetime | None, end: datetime | None
     ) -> list[Grid]:
         q = select(Grid).where(Grid.dataset_id == dataset_id, Grid.slot_minutes == slot_minutes)
-        if start is not None:
-            q = q.where(Grid.slot_start >= start)
-        if end is not None:
-            q = q.where(Grid.slot_start < end)
-        return list(self.session.scalars(q.execution_options(populate_existing=True)))
+        q = _starting_in(q, start, end).execution_options(populate_existing=True)
+        return list(self.session.scalars(q))
 
     def coarse_starts(
         self, dataset_id: int, start: datetime, end: datetime
     ) -> list[tuple[int, str, datetime]]:
-        """``(slot_minutes, h3_cell, slot_start)`` of the coarser grids starting in
-        ``[start, end]``."""
+        """``(slot_minutes, h3_cell, slot_start)`` of coarser grids in ``[start, end]``."""
         rows = self.session.execute(
             select(Grid.slot_minutes, Grid.h3_cell, Grid.slot_start).where(
                 Grid.dataset_id == dataset_id,
@@ -108,41 +106,16 @@ class CoarseGridRepository:
         )
         return [(r[0], r[1], r[2]) for r in rows]
 
-    def snapshot_rows(self, grid_ids: Sequence[int]) -> list[tuple[int, int, bytes, bytes, bytes]]:
-        return GridRepository(self.session).snapshot_rows(grid_ids)
-
-    def grid_users(self, grid_ids: Sequence[int]) -> dict[int, tuple[int, np.ndarray]]:
-        """``{grid_id: (version, user ids)}`` of these grids' snapshots."""
-        return GridRepository(self.session).snapshot_users(grid_ids)
-
-    def records(
-        self,
-        dataset_id: int,
-        grid_ids: Sequence[int],
-        user_ids: Sequence[int] | None,
-        start_us: int,
-        end_us: int,
-    ) -> RecordArrays:
-        """These grids' records (in no order), given all their users and time range."""
-        return copy_records(self.session, dataset_id, grid_ids, user_ids, start_us, end_us)
-
     def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:
         """Insert coarser grids not stored yet (a concurrent twin is kept as it is)."""
-        for i in range(0, len(rows), IN_CHUNK):
-            part = rows[i : i + IN_CHUNK]
+        for part in chunks(rows):
             stmt = (
                 insert(Grid)
                 .values(
                     [
                         {
-                            "public_id": r.public_id,
+                            **{c: getattr(r, c) for c in _GRID_COLUMNS},
                             "dataset_id": dataset_id,
-                            "h3_cell": r.h3_cell,
-                            "slot_start": r.slot_start,
-                            "n_users": r.n_users,
-                            "n_records": r.n_records,
-                            "max_user_records": r.max_user_records,
-                            "version": r.version,
                             "slot_minutes": slot_minutes,
                         }
                         for r in part
@@ -169,8 +142,7 @@ class CoarseGridRepository:
 
     def write_snapshots(self, rows: Sequence[tuple[int, CoarseRow]]) -> None:
         """Store ``(grid id, row)`` snapshots, replacing older versions only."""
-        for i in range(0, len(rows), IN_CHUNK):
-            part = rows[i : i + IN_CHUNK]
+        for part in chunks(rows):
             stmt = insert(GridSnapshot).values(
                 [
                     {

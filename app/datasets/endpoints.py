@@ -25,8 +25,6 @@ from app.kit.ids import DatasetId
 
 router = APIRouter(tags=["datasets"], route_class=CheckedRoute)
 
-ColumnName = Annotated[str, Query(min_length=1, max_length=200)]
-
 
 @router.post(
     "/datasets",

@@ -1,11 +1,5 @@
-"""Many grids' snapshots at once (a slot release reads 10⁵ of them): the cache's hits as
-they are, every miss in one query, decoded as columns.
-
-A read the cache could hold is decoded grid by grid and cached, each grid's arrays over
-its own buffers. A larger one (a day's grids) is not cached: its buffers are joined per
-column, decoded with one ``np.frombuffer`` each, and each grid's arrays are views into
-them, so the release also reads every grid's pairs as one column without concatenating.
-"""
+"""Many grids' snapshots at once (a slot release reads 10⁵): cache hits as they are, every miss in
+one query. A read too large to cache is decoded per column, each grid's arrays views into them."""
 
 from __future__ import annotations
 
@@ -90,9 +84,8 @@ def load_grid_snapshots(session: Session, grids: Sequence[GridVersion]) -> list[
 
 
 def load_grid_batch(session: Session, grids: Sequence[GridVersion]) -> GridBatch:
-    """Each grid's arrays at its version: a cache hit as it is, every miss read in one
-    query (a grid whose stored version differs raises ``GridChanged``; one without a
-    snapshot has empty arrays), cached unless the read outsizes the cache."""
+    """Each grid's arrays at its version: hits as they are, misses in one query (``GridChanged``
+    at another version), cached unless too large."""
     found = cached_grid_snapshots(grids)
     missing = [i for i, hit in enumerate(found) if hit is None]
     if grids and len(missing) == len(grids):

@@ -1,11 +1,5 @@
-"""Per-grid engine input: snapshots built at ingestion, loaded through an LRU cache.
-
-A grid's snapshot holds three little-endian numpy buffers: ``user_ids`` (int64,
-ascending ``dataset_users.id``), ``counts`` (int64, records per user) and
-``values`` (float64, by user then timestamp then record id). Queries read it
-instead of rescanning raw records; the process-wide cache is keyed by the grid
-and its ``version``, which every change bumps, so a stale entry is never served.
-"""
+"""Per-grid engine input: snapshots built at ingestion, loaded through a byte-bounded LRU keyed by
+grid and ``version`` (which every change bumps, so a stale entry is never served)."""
 
 from __future__ import annotations
 
@@ -24,25 +18,6 @@ from app.core.data.grid import GridData
 from app.datasets.repository import GridRepository
 from app.kit.errors import Conflict
 
-__all__ = [
-    "GridArrays",
-    "GridChanged",
-    "GridRow",
-    "SlotGrid",
-    "cache_grid_snapshots",
-    "cacheable",
-    "cached_grid_snapshot",
-    "cached_grid_snapshots",
-    "check_version",
-    "clear_grid_cache",
-    "configure_grid_cache",
-    "grid_cache_info",
-    "load_grid_snapshot",
-    "native_array",
-    "read_grid_snapshot",
-    "summarise_grids",
-]
-
 DEFAULT_CACHE_BYTES = 256 * 1024 * 1024
 #: Keys looked up per hold of the cache's lock by a read of many grids.
 _LOOKUP_CHUNK = 4096
@@ -55,11 +30,8 @@ def _readonly(a: np.ndarray) -> np.ndarray:
 
 @dataclass(frozen=True, eq=False)
 class GridArrays:
-    """The engine's input for one grid version (read-only arrays).
-
-    User ``i`` (``user_ids[i]``, a ``dataset_users.id``) owns the ``counts[i]``
-    consecutive entries of ``values`` starting at ``counts[:i].sum()``, earliest first.
-    """
+    """The engine's input for one grid version (read-only): user ``i`` owns ``counts[i]``
+    consecutive ``values``, earliest first."""
 
     grid_id: int
     version: int
@@ -69,8 +41,7 @@ class GridArrays:
 
     @cached_property
     def grid(self) -> GridData:
-        """The engine's grid, built once per cached version: its prepared structures
-        (range check, prefix sums, array groupings) then serve every later query."""
+        """The engine's grid, built once per cached version."""
         return GridData.from_counts_and_values(self.counts, self.values)
 
     @property
@@ -92,8 +63,7 @@ class GridArrays:
 
 
 def native_array(buffer: bytes, stored: str) -> np.ndarray:
-    """A read-only native-order array over a stored little-endian buffer: a view of the
-    bytes where the machine is little-endian (no copy), else a converted copy."""
+    """A read-only native-order array over a little-endian buffer (a view where possible)."""
     if not isinstance(buffer, bytes):
         buffer = bytes(buffer)
     a = np.frombuffer(buffer, dtype=stored)
@@ -124,8 +94,7 @@ class _LRU:
     def get_many(
         self, items: Sequence[GridVersion], key: Callable[[GridVersion], tuple[str, int, int]]
     ) -> list[GridArrays | None]:
-        """:meth:`get` of each item's key, the lock taken per chunk of keys (so that
-        single-grid queries are not held up), no key made while the cache is empty."""
+        """:meth:`get` of each item, the lock taken per chunk of keys."""
         if not self._items:  # a put racing this only turns a hit into a read
             with self._lock:
                 self.misses += len(items)
@@ -202,8 +171,7 @@ class GridVersion(Protocol):
 
 
 class SlotGrid(GridVersion, Protocol):
-    """A grid as a release reads it: a :class:`GridRow`, or an ORM ``Grid`` (the coarser
-    grids, made and refreshed through the ORM)."""
+    """A grid as a release reads it: a :class:`GridRow` or an ORM ``Grid``."""
 
     @property
     def h3_cell(self) -> str: ...
@@ -225,8 +193,7 @@ class GridRow(NamedTuple):
 
 
 class GridChanged(Conflict):
-    """The grid's stored snapshot is not the version the caller saw: an upload
-    committed in between. The caller looks the grid up again (409 if it cannot)."""
+    """The grid's snapshot is not the version the caller saw (an upload committed in between)."""
 
 
 def _key(grid: GridVersion) -> tuple[str, int, int]:
@@ -245,9 +212,7 @@ def cached_grid_snapshots(grids: Sequence[GridVersion]) -> list[GridArrays | Non
 
 
 def cacheable(nbytes: int) -> bool:
-    """Whether a read of this many bytes (:attr:`GridArrays.nbytes` summed) is cached:
-    more than the cache holds (a day's grids) would only evict each other and every hot
-    grid of single-grid queries."""
+    """Whether a read of ``nbytes`` is cached (no more than the cache holds)."""
     return nbytes <= _cache.max_bytes
 
 
@@ -272,9 +237,8 @@ def check_version(grid: GridVersion, version: int) -> None:
 
 
 def read_grid_snapshot(session: Session, grid: GridVersion) -> GridArrays:
-    """A cache miss: ``grid``'s snapshot from the database, then cached. A grid without
-    a snapshot (no records) gives empty arrays; one whose snapshot is at another
-    version than ``grid.version`` raises :class:`GridChanged`."""
+    """A cache miss: ``grid``'s snapshot from the database, then cached; empty arrays without one;
+    :class:`GridChanged` at another version."""
     snap = GridRepository(session).snapshot(grid.id)
     if snap is None:
         arrays = GridArrays.from_bytes(grid.id, grid.version, b"", b"", b"")

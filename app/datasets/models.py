@@ -64,12 +64,8 @@ class DatasetUser(Base):
 
 
 class Grid(Base):
-    """One H3 cell × one timeslot, with its public occupancy summary.
-
-    ``slot_minutes`` is 0 for the dataset's own grids (its resolution and slot
-    length); a coarser grid made on demand (``app.datasets.coarse``) has an H3
-    parent cell and/or a longer slot, and records its slot length here.
-    """
+    """One H3 cell × one timeslot, with its public occupancy; ``slot_minutes`` is 0 for the
+    dataset's own grids, else a coarser grid's slot length."""
 
     __tablename__ = "grids"
     __table_args__ = (
@@ -113,17 +109,9 @@ class Grid(Base):
 
 
 class Record(Base):
-    """One accepted raw record (value already clamped to [0, U]), keyed by its user and
-    time: a user's repeated timestamp is a duplicate, not a second record.
-
-    Deliberately without FOREIGN KEY constraints, surrogate id or grid index (each one
-    multiplied the cost of inserting records on Postgres): ingestion is the only writer and
-    resolves ``grid_id`` and ``user_id`` itself, in the same transaction and under the
-    dataset's lock (it also inserts a new grid only at the end of an upload). A grid's
-    records are read through the key, by its users and time range
-    (:func:`app.datasets.repository.copy_records`). Partitioned by dataset, then by
-    month of ``ts`` (``app.datasets.partitions``).
-    """
+    """One accepted raw record (value clamped to [0, U]), keyed by user and time. No foreign keys,
+    surrogate id or grid index (each multiplied insert cost): ingestion, the only writer, resolves
+    ids under the dataset lock. Partitioned by dataset and month (``app.datasets.partitions``)."""
 
     __tablename__ = "records"
     # then by month (app.datasets.partitions, migration 0017)
@@ -137,11 +125,8 @@ class Record(Base):
 
 
 class GridSnapshot(Base):
-    """The engine's input for one grid version, prepared at ingestion.
-
-    ``user_ids`` (int64), ``counts`` (int64) and ``values`` (float64, by user then
-    time) are raw little-endian numpy buffers, so a query never rescans records.
-    """
+    """The engine's input for one grid version: little-endian ``user_ids`` and ``counts`` (int64)
+    and ``values`` (float64, by user then time)."""
 
     __tablename__ = "grid_snapshots"
 

@@ -1,17 +1,9 @@
-"""The raw records' partitions: one per dataset, then one per month of the records' time.
+"""The raw records' partitions: ``records`` by ``LIST (dataset_id)``, each ``records_d{id}`` by
+``RANGE (ts)``, one per UTC month (migration 0017).
 
-``records`` is partitioned by ``LIST (dataset_id)``; each dataset's partition
-``records_d{id}`` is partitioned by ``RANGE (ts)``, one partition per UTC month,
-``records_d{id}_m{YYYYMM}`` (migration 0017). A dataset's partition is made with the
-dataset; a month's before the first record of that month is written, with the month
-after it (ahead of a live feed). Retention (``app.uploads.retention``) detaches and
-drops whole months. Every statement names a partition by the dataset's table, so it
-locks nothing of other datasets.
-
-Partitions are attached, not created ``PARTITION OF``: ``ATTACH PARTITION`` takes a
-``SHARE UPDATE EXCLUSIVE`` lock on the parent, which lets the parent's readers and
-writers (other uploads) go on.
-"""
+A dataset's partition is made with it, a month's (and the next) before its first record; retention
+drops whole months. Partitions are attached (``SHARE UPDATE EXCLUSIVE`` on the parent), so other
+datasets' work goes on."""
 
 from __future__ import annotations
 
@@ -21,8 +13,6 @@ from psycopg import sql
 from sqlalchemy.orm import Session
 
 from app.db.unit import driver_connection
-
-MONTH_US_MAX = 31 * 24 * 3600 * 1_000_000
 
 
 def dataset_table(dataset_id: int) -> str:

@@ -1,6 +1,5 @@
-"""All SQL about datasets, their grids, snapshots and uploads, and the reading of
-grids' records by binary ``COPY`` (:func:`copy_records`). Ingestion's bulk writes are
-``app.uploads.repository``'s."""
+"""All SQL about datasets, grids, snapshots and uploads, and the reading of grids' records
+(:func:`copy_records`). Ingestion's bulk writes are ``app.uploads.repository``'s."""
 
 from __future__ import annotations
 
@@ -16,7 +15,8 @@ from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, DatasetUser, Grid, GridSnapshot, Upload
 from app.datasets.partitions import dataset_table
-from app.db.unit import binary_rows
+from app.db.base import Repository
+from app.db.unit import binary_rows, int_array
 from app.time.slots import us_to_datetime
 
 #: The distinct slot starts of one dataset and slot length (and resolution), one index
@@ -40,30 +40,18 @@ SELECT t FROM s WHERE t IS NOT NULL ORDER BY t
 IN_CHUNK = 500
 
 
-def _chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
+def chunks(items: Sequence[Any], size: int = IN_CHUNK) -> Iterable[Sequence[Any]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
 
 
-class DatasetRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
-    def add(self, dataset: Dataset) -> Dataset:
-        self.session.add(dataset)
-        self.session.flush()
-        return dataset
-
+class DatasetRepository(Repository):
     def get(self, dataset_id: int) -> Dataset | None:
         return self.session.get(Dataset, dataset_id)
 
     def lock(self, dataset_id: int) -> Dataset | None:
-        """The dataset row, locked for an upload until the transaction ends.
-
-        ``FOR NO KEY UPDATE`` serialises uploads (and budget resets, which take it
-        too) but not queries, which take ``FOR KEY SHARE`` and so keep
-        running during a long upload.
-        """
+        """The dataset row, ``FOR NO KEY UPDATE`` until the transaction ends: serialises uploads
+        and resets, not queries (``FOR KEY SHARE``)."""
         return self.session.scalars(
             select(Dataset)
             .where(Dataset.id == dataset_id)
@@ -92,16 +80,8 @@ class DatasetRepository:
             select(Upload).where(Upload.dataset_id == dataset_id, Upload.idempotency_key == key)
         ).first()
 
-    def add_upload(self, upload: Upload) -> Upload:
-        self.session.add(upload)
-        self.session.flush()
-        return upload
 
-
-class GridRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class GridRepository(Repository):
     def by_public_id(self, public_id: str) -> Grid | None:
         return self.session.scalars(select(Grid).where(Grid.public_id == public_id)).first()
 
@@ -117,12 +97,10 @@ class GridRepository:
         min_users: int = 0,
         sort: str | None = None,
     ) -> tuple[Sequence[Grid], bool]:
-        """One page of the dataset's own grids, or of the stored coarser grids of
-        ``level`` (``(h3 resolution, slot minutes)``), in (slot, cell) order or by
-        ``sort`` (``n_users``, ``slot_start``, ``-`` for descending), and whether more
-        follow. The page's ids are found on an index in that order (migration 0016)
-        whose entries hold every column filtered on, so the rows an ``offset`` skips are
-        index entries, never read from the table."""
+        """One page of the dataset's own grids, or of the stored coarser grids of ``level`` ``(h3
+        resolution, slot minutes)``, in (slot, cell) order or by ``sort``, and whether more
+        follow; the page's ids are found on a covering index (migration 0016), so an ``offset``
+        skips index entries only."""
         minutes = 0 if level is None else level[1]
         where = [Grid.dataset_id == dataset_id, Grid.slot_minutes == minutes]
         if level is not None:  # an H3 cell's second hex digit is its resolution
@@ -148,9 +126,8 @@ class GridRepository:
     def slot_starts(
         self, dataset_id: int, slot_minutes: int, h3_resolution: int | None = None
     ) -> list[datetime]:
-        """The distinct slot starts of the dataset's grids of one slot length (0: its own
-        grids, those with records) and, if given, H3 resolution: one index probe per
-        slot (a skip scan), however many grids each holds."""
+        """The distinct slot starts of the dataset's grids of one slot length (0: its own, with
+        records) and H3 resolution, one index probe per slot."""
         rows = self.session.execute(
             text(_SLOT_STARTS),
             {"d": dataset_id, "m": slot_minutes, "r": f"{h3_resolution or 0:x}"},
@@ -173,9 +150,8 @@ class GridRepository:
     def _snapshots(
         self, columns: tuple[str, ...], grid_ids: Sequence[int]
     ) -> list[tuple[Any, ...]]:
-        """``columns`` of these grids' snapshots: one statement with the ids as one array
-        parameter, fetched in binary in the session's transaction (a day release reads
-        10⁵ snapshots, 200 MB: as text, their hex took seconds to decode)."""
+        """``columns`` of these grids' snapshots in one statement, fetched in binary (hex text of
+        10⁵ snapshots took seconds to decode)."""
         query = sql.SQL("SELECT {} FROM {} WHERE grid_id = ANY(%s)").format(
             sql.SQL(", ").join(map(sql.Identifier, columns)),
             sql.Identifier(GridSnapshot.__tablename__),
@@ -187,7 +163,7 @@ class GridRepository:
     ) -> list[tuple[int, str, datetime, int, int]]:
         """``(id, h3_cell, slot_start, version, n_records)`` of the grids in these slots."""
         out: list[tuple[int, str, datetime, int, int]] = []
-        for part in _chunks(slots):
+        for part in chunks(slots):
             rows = self.session.execute(
                 select(Grid.id, Grid.h3_cell, Grid.slot_start, Grid.version, Grid.n_records).where(
                     Grid.dataset_id == dataset_id,
@@ -214,8 +190,7 @@ class RecordArrays:
     values: np.ndarray
 
     def sorted(self, *, by_grid: bool) -> RecordArrays:
-        """In (grid, user, time) order, or (user, time) order: ``(user, time)`` is the
-        records' key, so either order is total."""
+        """In (grid, user, time) or (user, time) order; ``(user, time)`` is the records' key."""
         keys = (
             (self.ts_us, self.user_ids, self.grid_ids) if by_grid else (self.ts_us, self.user_ids)
         )
@@ -223,6 +198,24 @@ class RecordArrays:
         return RecordArrays(
             self.grid_ids[order], self.user_ids[order], self.ts_us[order], self.values[order]
         )
+
+
+_EMPTY = np.empty(0, dtype=np.int64)
+_NO_RECORDS = RecordArrays(_EMPTY, _EMPTY, _EMPTY, np.empty(0, dtype=np.float64))
+
+
+def snapshot_records(snapshots: Iterable[tuple[int, bytes, bytes, bytes]]) -> RecordArrays:
+    """The records held by snapshots ``(grid id, user_ids, counts, values)``, in the order given
+    and each snapshot's own (``ts_us`` is that order, not times)."""
+    cols = []
+    for grid_id, users, counts, values in snapshots:
+        vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
+        per = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, dtype="<i8"))
+        cols.append((np.full(vals.size, grid_id, dtype=np.int64), per.astype(np.int64), vals))
+    if not cols:
+        return _NO_RECORDS
+    grid_ids, user_ids, vals = (np.concatenate(c) for c in zip(*cols, strict=True))
+    return RecordArrays(grid_ids, user_ids, np.arange(grid_ids.size, dtype=np.int64), vals)
 
 
 def copy_records(
@@ -233,15 +226,13 @@ def copy_records(
     start_us: int,
     end_us: int,
 ) -> RecordArrays:
-    """The records of grids ``grid_ids`` (in no order), given every user with a record in
-    them and a time range ``[start_us, end_us)`` holding them all: read through the
-    records' key ``(dataset_id, user_id, ts)``, one range per user (``user_ids=None``:
-    users unknown, the dataset's whole key is scanned for the range)."""
+    """The records of ``grid_ids`` (in no order), given all their users and a time range
+    ``[start_us, end_us)`` holding them, read by the records' key one range per user
+    (``user_ids=None``: the dataset's whole key range)."""
     grids = sorted({int(g) for g in grid_ids})
     users = None if user_ids is None else sorted({int(u) for u in user_ids})
     if not grids or users == [] or start_us >= end_us:
-        empty = np.empty(0, dtype=np.int64)
-        return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
+        return _NO_RECORDS
     # Integers and our own UTC datetimes only: safe to inline. One range scan of the key
     # per user, whatever the statistics; one bytea of packed rows back (a row per COPY
     # message costs more to receive than the reading itself).
@@ -249,12 +240,12 @@ def copy_records(
     sql = (
         "SELECT string_agg(int4send(r.grid_id) || int4send(r.user_id) || "  # noqa: S608
         "timestamptz_send(r.ts) || float8send(r.value), ''::bytea) "
-        f"FROM unnest('{_int_array(users or [0])}'::int[]) AS u(id) CROSS JOIN LATERAL "
+        f"FROM unnest('{int_array(users or [0])}'::int[]) AS u(id) CROSS JOIN LATERAL "
         f"(SELECT * FROM {dataset_table(dataset_id)} WHERE dataset_id = {int(dataset_id)} "
         f"{per_user}"
         f"AND ts >= '{us_to_datetime(start_us).isoformat()}' "
         f"AND ts < '{us_to_datetime(end_us).isoformat()}' OFFSET 0) AS r "
-        f"WHERE r.grid_id = ANY('{_int_array(grids)}'::int[])"
+        f"WHERE r.grid_id = ANY('{int_array(grids)}'::int[])"
     )
     packed = session.connection().exec_driver_sql(sql).scalar()
     rows = np.frombuffer(packed or b"", dtype=_FETCH_ROW)
@@ -264,7 +255,3 @@ def copy_records(
         rows["ts"].astype(np.int64) + PG_EPOCH_OFFSET_US,
         rows["value"].astype(np.float64),
     )
-
-
-def _int_array(values: Sequence[int]) -> str:
-    return "{" + ",".join(map(str, values)) + "}"

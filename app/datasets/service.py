@@ -1,9 +1,4 @@
-"""Datasets and grids: create, list, look up; the engine input of a grid.
-
-The query code imports :func:`get_dataset`, :func:`get_grid_by_public_id` and
-:func:`load_grid_snapshot` (with :class:`GridArrays`) from here; a slot release reads
-all its grids at once with :func:`load_grid_snapshots`.
-"""
+"""Datasets and grids: create, list, look up; the engine input of a grid."""
 
 from __future__ import annotations
 
@@ -43,29 +38,16 @@ from app.time.slots import (
     us_to_datetime,
 )
 
-__all__ = [
-    "GridArrays",
-    "clear_grid_cache",
-    "configure_grid_cache",
-    "create_dataset",
-    "dataset_out",
-    "get_dataset",
-    "get_grid_by_public_id",
-    "grid_out",
-    "list_datasets",
-    "list_grids",
-    "load_grid_snapshot",
+__all__ = [  # re-exported for the query and release code
+    "GridArrays", "clear_grid_cache", "configure_grid_cache", "load_grid_snapshot",
     "load_grid_snapshots",
-    "no_grid",
-    "parse_slot_start",
-]
+]  # fmt: skip
 
 _PUBLIC_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 
 
 def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
-    """Create a dataset (epoch 1, no records). Its limits are stored rounded down to the
-    ledger's precision (``app.budget.limit``): a user is never charged past the number given."""
+    """Create a dataset (epoch 1, no records); its limits rounded down (``app.budget.limit``)."""
     limits = {
         name: budget.limit(getattr(spec, name))
         for name in ("budget_per_user", "max_epsilon_per_query")
@@ -75,23 +57,8 @@ def create_dataset(session: Session, spec: DatasetCreate) -> Dataset:
             raise InvalidRequest(
                 f"{name} must be at least {budget.QUANTUM} (the ledger's precision)"
             )
-    dataset = DatasetRepository(session).add(
-        Dataset(
-            name=spec.name,
-            value_bound=spec.value_bound,
-            h3_resolution=spec.h3_resolution,
-            timeslot_minutes=spec.timeslot_minutes,
-            timezone=spec.timezone,
-            budget_per_user=limits["budget_per_user"],
-            max_epsilon_per_query=limits["max_epsilon_per_query"],
-            on_exhausted=spec.on_exhausted,
-            value_filters_public=spec.value_filters_public,
-            budget_window=spec.budget_window,
-            value_unit=spec.value_unit,
-            raw_retention_days=spec.raw_retention_days,
-            epoch=1,
-        )
-    )
+    fields = spec.model_dump(exclude=set(limits))
+    dataset = DatasetRepository(session).add(Dataset(**fields, **limits, epoch=1))
     ensure_dataset_partition(session, dataset.id)
     return dataset
 
@@ -101,8 +68,7 @@ def list_datasets(session: Session) -> Sequence[Dataset]:
 
 
 def parse_dataset_id(dataset_id: int | str) -> int:
-    """A dataset id from a path, or ``NotFound`` (never a database error) if malformed
-    (``app.kit.ids``: the one spelling of an id)."""
+    """A dataset id from a path, or ``NotFound`` if malformed (``app.kit.ids``)."""
     return parse_path_id(dataset_id, "dataset")
 
 
@@ -133,8 +99,7 @@ def no_grid(public_id: str) -> NotFound:
 
 
 def parse_slot_start(dataset: Dataset, text: str) -> datetime:
-    """A slot start given in any ISO 8601 form (naive = the dataset's local time) or
-    epoch seconds, as an aware UTC datetime; ``InvalidRequest`` if unparsable."""
+    """A slot start (ISO 8601, naive: local; or epoch seconds) as UTC, or 400."""
     try:
         us, aware = parse_timestamp(text)
     except (ValueError, OverflowError):
@@ -147,25 +112,8 @@ def parse_slot_start(dataset: Dataset, text: str) -> datetime:
 
 
 def dataset_out(dataset: Dataset) -> DatasetOut:
-    return DatasetOut(
-        id=dataset.id,
-        name=dataset.name,
-        value_bound=dataset.value_bound,
-        h3_resolution=dataset.h3_resolution,
-        timeslot_minutes=dataset.timeslot_minutes,
-        timezone=dataset.timezone,
-        budget_per_user=float(dataset.budget_per_user),
-        max_epsilon_per_query=float(dataset.max_epsilon_per_query),
-        on_exhausted=dataset.on_exhausted,
-        value_filters_public=dataset.value_filters_public,
-        budget_window=dataset.budget_window,  # type: ignore[arg-type]  # checked at creation
-        value_unit=dataset.value_unit,
-        privacy_unit=privacy_unit(dataset),
-        epoch=dataset.epoch,
-        created_at=dataset.created_at,
-        raw_retention_days=dataset.raw_retention_days,
-        raw_kept_from=dataset.raw_kept_from,
-    )
+    names = set(DatasetOut.model_fields) - {"privacy_unit"}
+    return DatasetOut(**{n: getattr(dataset, n) for n in names}, privacy_unit=privacy_unit(dataset))
 
 
 def dataset_detail(session: Session, dataset: Dataset) -> DatasetDetail:
@@ -216,9 +164,8 @@ def list_grids(
     h3_resolution: int | None = None,
     slot_minutes: int | None = None,
 ) -> GridList:
-    """One page of the dataset's grids (its own, or coarser ones made on demand) in
-    (slot, cell) order or by ``sort``; its cost is the page's, whatever the offset
-    (``GridRepository.page``)."""
+    """One page of the dataset's grids (its own, or coarser ones made on demand), in (slot, cell)
+    order or by ``sort``; its cost is the page's (``GridRepository.page``)."""
     level = grid_level(dataset, h3_resolution, slot_minutes)
     slot = parse_slot_start(dataset, slot_start) if slot_start is not None else None
     cell = parse_h3_cell(h3_cell)

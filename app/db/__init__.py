@@ -1,4 +1,2 @@
-"""Database plumbing (Postgres only): declarative base and column types (``base``), the
-embedded server used when no URL is set (``embedded``), engine and sessions (``engine``),
-units of work (``unit``), the query hot path's asyncio pool (``pg_async``) and
-migrations (``migrate``)."""
+"""Database plumbing (Postgres only): base and types, embedded server, engine, units of work, the
+query pool, migrations."""

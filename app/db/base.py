@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import DateTime, MetaData, Numeric, TypeDecorator
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import DeclarativeBase
+from sqlalchemy.orm import DeclarativeBase, Session
 
 from app.budget import EPSILON_SCALE
 
@@ -49,3 +49,19 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+_Row = TypeVar("_Row")
+
+
+class Repository:
+    """SQL in the caller's session (its unit of work commits, never a repository)."""
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+
+    def add(self, row: _Row) -> _Row:
+        """Insert an ORM row and flush it (its id is then known)."""
+        self.session.add(row)
+        self.session.flush()
+        return row

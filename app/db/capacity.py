@@ -1,19 +1,9 @@
-"""How many requests of a server process use the database at once, and how long one
-waits for its turn.
+"""How many requests of a server process use the database at once (docs/architecture.md).
 
-Two capacities per process (``app.main``): the **general** one (``db_pool_size``
-holders: reads, key checks, admin calls, a query's rarer steps) and the **heavy** one
-(``heavy_concurrency`` holders: releases, their previews and uploads, each of which may
-hold a connection for seconds). A heavy request never takes a general slot, so cheap
-requests never queue behind releases. Each is entered before any connection is taken,
-so a burst queues here rather than deadlocking on the pool, and a wait is bounded: a
-request not admitted within ``db_deadline_seconds`` answers 503 ``unavailable`` with
-``Retry-After`` (the heavy one's: the recent mean time a holder kept its slot).
-
-When the last heavy holder leaves, the C heap is trimmed (``malloc_trim``) on a
-thread: a release's arrays come from many ``malloc`` arenas, which glibc would
-otherwise keep after the burst.
-"""
+A **general** capacity (``db_pool_size``) and a **heavy** one (``heavy_concurrency``: releases,
+previews, uploads), so cheap requests never queue behind releases. Each is entered before a
+connection is taken; one not admitted within ``db_deadline_seconds`` answers 503 with
+``Retry-After``. When the last heavy holder leaves, the C heap is trimmed (``malloc_trim``)."""
 
 from __future__ import annotations
 
@@ -44,8 +34,7 @@ def _malloc_trim() -> None:
 
 
 class Capacity:
-    """At most ``slots`` holders at once; a wait for a slot lasts at most ``deadline``
-    seconds, then 503."""
+    """At most ``slots`` holders; a wait lasts at most ``deadline`` seconds, then 503."""
 
     def __init__(self, slots: int, deadline: float, *, what: str, trim: bool = False) -> None:
         self.limiter = CapacityLimiter(slots)

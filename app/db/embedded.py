@@ -1,13 +1,6 @@
-"""The embedded Postgres: what ``DPGATE_DATABASE_URL`` unset means.
-
-Postgres is dpgate's only database. Without a URL, ``dpgate demo``, ``dpgate serve``
-and the other commands start a private server from the ``pgserver`` pip package
-(PostgreSQL binaries in a wheel, pinned in ``pyproject.toml``) whose data directory is
-``./dpgate-postgres`` in the working directory, so a second run finds its data again.
-It listens on a Unix socket only (nothing on the network) and stops when the process
-that started it exits (SIGTERM included). The code path is the production one: the same migrations,
-commit function and connection pools as on any other server.
-"""
+"""The embedded Postgres when ``DPGATE_DATABASE_URL`` is unset: a private ``pgserver`` in
+``./dpgate-postgres``, on a Unix socket only, stopped when its process exits; otherwise the
+production code path."""
 
 from __future__ import annotations
 
@@ -63,9 +56,7 @@ def embedded_url(data_dir: str = DATA_DIR) -> str:
 
 
 def _exit_on_sigterm() -> None:
-    """Make SIGTERM a normal exit, so the exit hook that stops the server runs: its
-    default action ends the process without exit hooks, and uvicorn raises the signal
-    again under the handler it found once its own shutdown is done."""
+    """Make SIGTERM a normal exit, so the hook that stops the server runs."""
     if threading.current_thread() is not threading.main_thread():
         return
     if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:

@@ -16,10 +16,8 @@ if TYPE_CHECKING:
 
 
 def json_dumps(value: Any) -> str:
-    """How JSON columns are written: orjson (a stored release of 10⁴
-    grids is serialised in a tenth of the time of ``json.dumps``). Keys become strings, as
-    ``json.dumps`` makes them; objects JSON cannot hold are refused (``TypeError``); a
-    NaN is written as ``null`` (``json.dumps`` wrote ``NaN``, which is not JSON)."""
+    """JSON columns by orjson (10× ``json.dumps`` on a stored release): string keys, ``TypeError``
+    for what JSON cannot hold, NaN as ``null``."""
     return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
 
 
@@ -34,15 +32,9 @@ def make_engine(
     pool_timeout: float = 120,
     lock_timeout: float | None = None,
 ) -> Engine:
-    """Create an engine on Postgres.
-
-    ``connect_timeout`` and ``statement_timeout`` (seconds) bound a connection attempt
-    and each statement, and a pooled connection the server closed is replaced at
-    checkout (:mod:`app.db.liveness`). With a ``watch`` (a server process), its
-    connections are shut when the database stops answering and none is opened while
-    it does not (:mod:`app.db.watch`); ``pool_timeout`` bounds the wait for a free one,
-    ``lock_timeout`` every wait for a lock.
-    """
+    """An engine on Postgres: time limits as :func:`app.db.liveness.session_parameters`, closed
+    pooled connections replaced at checkout, and with a ``watch`` none opened while the database
+    is down (:mod:`app.db.watch`)."""
     engine = create_engine(
         url,
         pool_size=pool_size,

@@ -1,11 +1,5 @@
-"""Postgres connections: time limits, and spotting the ones a server restart closed.
-
-A pooled connection that sat idle while Postgres restarted is dead, but nothing
-says so until a statement fails on it (a 503 per stale connection). Postgres tells
-its clients when it shuts down (a ``FATAL`` message, then the socket closes), so an
-idle connection whose socket has anything to read was closed under it: checking for
-that is one ``select()`` call at checkout, no round trip to the server.
-"""
+"""Postgres connections: time limits, and spotting at checkout (one ``select()``, no round trip)
+the idle ones a server restart closed."""
 
 from __future__ import annotations
 
@@ -19,11 +13,7 @@ from sqlalchemy.engine import make_url
 
 
 def closed_while_idle(conn: Any) -> bool:
-    """Whether an idle psycopg connection was closed by the server (or is unusable).
-
-    An idle connection expects nothing from the server, so a readable socket means a
-    termination notice or end of file (an unsolicited notice, e.g. ``NOTIFY``, also
-    makes it readable: a needless reconnect, as dpgate listens to none)."""
+    """Whether an idle psycopg connection was closed by the server: its socket is readable."""
     if conn.closed or conn.broken:
         return True
     try:
@@ -45,19 +35,11 @@ def session_parameters(
     keepalive_seconds: float | None = None,
     lock_timeout: float | None = None,
 ) -> dict[str, Any]:
-    """libpq connection parameters adding the time limits to those of ``url``
-    (``options`` is merged with the URL's own, e.g. a ``search_path``).
+    """libpq parameters adding the time limits to ``url``'s (``options`` merged).
 
-    ``IDLE_IN_TRANSACTION_FACTOR`` times ``statement_timeout`` also bounds how long a
-    session may sit idle inside a transaction (``idle_in_transaction_session_timeout``:
-    a client that stopped midway releases its row locks). Not the statement timeout
-    itself: between two statements of its transaction a release computes in Python for
-    as long as its slots need (a day of a 10⁶-record-per-hour city plans and draws for
-    over a minute), and being cut there would waste the whole release.
-    ``keepalive_seconds`` turns on TCP keepalives that find a peer gone from the network
-    in about that time on an idle connection (a stopped server's kernel still answers
-    them: ``app.db.watch`` covers that case). ``lock_timeout`` bounds every wait for a
-    row or table lock (a server's: its deadline, then 503)."""
+    ``idle_in_transaction_session_timeout`` is ``IDLE_IN_TRANSACTION_FACTOR`` ×
+    ``statement_timeout`` (a release computes between statements); ``keepalive_seconds`` turns on
+    TCP keepalives; ``lock_timeout`` bounds every lock wait."""
     params: dict[str, Any] = {}
     if connect_timeout is not None:  # libpq takes whole seconds, at least 2
         params["connect_timeout"] = max(2, math.ceil(connect_timeout))

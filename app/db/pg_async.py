@@ -1,11 +1,5 @@
-"""An asyncio connection pool to Postgres for the query hot path.
-
-A single-grid query needs two statements (the look-up and the atomic commit
-function); sent from the event loop, they cost no hop to a thread and no ORM
-round. The pool connects with exactly the arguments SQLAlchemy's engine uses for
-the same URL (host, database, user, ``options`` such as a ``search_path``), in
-autocommit mode: each statement is its own transaction, which is what the commit
-function is written for (``migrations/versions/0003``).
+"""An asyncio pool for the query hot path: its statements go from the event loop, in autocommit
+(the commit function is one transaction), connecting with the engine's arguments for the same URL.
 """
 
 from __future__ import annotations
@@ -26,9 +20,8 @@ if TYPE_CHECKING:
 
 
 class QueryPool(AsyncConnectionPool):
-    """The query path's pool, watched (:mod:`app.db.watch`): it shows ``watch`` every
-    connection it opens, refuses at once (503) while the database is down, and when
-    it goes down the requests waiting for a connection stop waiting (503)."""
+    """The query path's pool, watched (:mod:`app.db.watch`): 503 at once while the database is
+    down, and waiters stop waiting when it goes down."""
 
     def __init__(self, conninfo: str, *, watch: DatabaseWatch | None, **kwargs: Any) -> None:
         self.watch = watch
@@ -73,8 +66,7 @@ class QueryPool(AsyncConnectionPool):
 
 
 async def _check(conn: AsyncConnection) -> None:
-    """At checkout: refuse a connection the server closed (no round trip; the pool
-    then takes or opens another)."""
+    """At checkout: refuse a connection the server closed (no round trip)."""
     if closed_while_idle(conn):
         await conn.close()  # so the pool discards it rather than offering it again
         raise OperationalError("the server closed this pooled connection")
@@ -90,10 +82,8 @@ def make_async_pool(
     timeout: float = 30,
     lock_timeout: float | None = None,
 ) -> QueryPool:
-    """A closed pool of up to ``size`` autocommit connections; open it in the serving
-    event loop (``await pool.open()``) and close it there. Time limits and ``watch`` as
-    in :func:`app.db.engine.make_engine`; ``timeout`` bounds the wait for a free
-    connection (then 503)."""
+    """A closed pool of up to ``size`` autocommit connections (open it in the serving loop);
+    ``timeout`` bounds the wait for one (then 503)."""
     params = session_parameters(
         url,
         connect_timeout=connect_timeout,

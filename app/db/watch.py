@@ -1,22 +1,11 @@
-"""Noticing a database that stopped answering, and answering 503 in bounded time.
+"""Noticing a database that stopped answering, and answering 503 in bounded time
+(docs/architecture.md).
 
-A stopped or frozen Postgres (``SIGSTOP``, a paused container, a hung host) accepts
-connections and its kernel acknowledges every byte, so neither TCP keepalives nor the
-server's own ``statement_timeout`` ever fire: a request on an open connection waited
-for the whole outage (issue 26). Each server process therefore keeps a heartbeat: a
-``SELECT 1`` on a connection of its own, once a second. When none has been answered
-for ``silence`` seconds the database is **down**: every connection this process holds
-to it has its socket shut (``shutdown(2)``), so each statement waiting on one fails at
-once (503, and a transaction not yet committed is rolled back by the server when it
-resumes), and new connections are refused at once (:meth:`DatabaseWatch.check`)
-until a heartbeat is answered again.
-
-A request therefore waits at most about ``silence`` for a database that stopped
-answering (the setting ``db_deadline_seconds`` is ``silence`` plus one second).
-A statement that is merely slow is never cut: the heartbeat still answers. Nor is a
-process that could not run for a while (its event loop blocked, the GIL held by a long
-computation): the time the watch overslept does not count as the database's silence.
-"""
+A frozen Postgres still acknowledges bytes, so each server process sends a heartbeat ``SELECT 1``
+each second. When none is answered for ``silence`` seconds the database is **down**: every
+connection of this process has its socket shut (waiting statements fail at once) and new ones are
+refused (:meth:`DatabaseWatch.check`) until a heartbeat answers. A slow statement is never cut,
+and time the process itself could not run does not count."""
 
 from __future__ import annotations
 
@@ -58,9 +47,7 @@ async def _overslept(awaitable: Awaitable[Any], seconds: float) -> bool:
 
 
 def shut_socket(conn: Any) -> None:
-    """Shut the socket of a psycopg connection (either kind) in both directions: a
-    statement waiting on it, in any thread, fails at once; the connection is then
-    broken and its pool discards it. A closed connection is left alone."""
+    """Shut a psycopg connection's socket both ways: a waiting statement fails at once."""
     if conn.closed:
         return
     try:
@@ -137,9 +124,7 @@ class DatabaseWatch:
                 last_answer = self._after_stall(last_answer)
 
     def _after_stall(self, last_answer: float) -> float:
-        """This process could not run for a while (its event loop blocked, the GIL held by
-        a long computation): that is not the database's silence, and an answer may be
-        waiting unread, so the heartbeat gets another interval of running time."""
+        """The process itself could not run for a while: give the heartbeat another interval."""
         return max(last_answer, time.monotonic() - self.silence + INTERVAL)
 
     async def _beat(self) -> None:

@@ -1,15 +1,6 @@
-"""FastAPI dependencies as ``Annotated`` aliases.
-
-The request owns the transaction (``app.db.unit`` lists every way to run database
-work), committing once **before** the response is sent and rolling back on any
-error (an answer therefore never leaves before its charge is durable):
-
-* :data:`SessionDep` — :func:`get_session` yields a session to the endpoint and
-  commits after it returns (``scope="function"``); :data:`HeavySessionDep` the same
-  in the heavy requests' own capacity (``app.db.capacity``);
-* :class:`KeyAuth` — the caller's key, looked up on the query pool from the event
-  loop (and cached for half a second).
-"""
+"""FastAPI dependencies as ``Annotated`` aliases. The request owns its transaction and commits
+**before** the response is sent (``app.db.unit``), so no answer leaves before its charge is
+durable."""
 
 from __future__ import annotations
 
@@ -42,18 +33,12 @@ def _finish(session: Session, ok: bool) -> None:
 
 
 def _session_in(capacity: str) -> Callable[[Request], AsyncIterator[Session]]:
-    """A request-session dependency inside one of the process's database capacities
-    (``app.db.capacity``: ``db_gate`` or ``heavy_gate``)."""
+    """A request-session dependency in one of the capacities (``db_gate``, ``heavy_gate``)."""
 
     async def get_session(request: Request) -> AsyncIterator[Session]:
-        """The request's session, once the capacity admits the request (a wait bounded
-        by the deadline, then 503) and before any connection is taken, so a burst queues
-        there rather than deadlocking (requests holding connections while waiting for
-        threads held by requests waiting for connections). Commit (or rollback) and
-        close run in one hop on their own limiter, never waiting for request threads: a
-        transaction holding row locks can always finish. A failed commit raises here,
-        before any response is sent.
-        """
+        """The request's session, once the capacity admits it (bounded wait, then 503) and before
+        a connection is taken, so bursts queue rather than deadlock. Commit or rollback runs on
+        its own limiter; a failed commit raises before any response."""
         state = request.app.state
         async with getattr(state, capacity).held():
             session: Session = state.sessionmaker()
@@ -77,13 +62,8 @@ HeavySessionDep = Annotated[Session, Depends(get_heavy_session, scope="function"
 
 
 class KeyAuth(HTTPBearer):
-    """The request's API key (``Authorization: Bearer <key>``), holding one of ``roles``.
-
-    A security scheme (``APIKey``, HTTP bearer) in the OpenAPI document, so ``/docs``
-    offers its *Authorize* button and every operation lists it; one dependency call
-    per request (the hot path counts them). A missing or malformed header is 401, a
-    key of the wrong role 403, each with the error shape.
-    """
+    """The request's API key (``Authorization: Bearer``) with one of ``roles``: 401 or 403,
+    declared as a security scheme in OpenAPI; one dependency call per request."""
 
     def __init__(self, *roles: str) -> None:
         super().__init__(

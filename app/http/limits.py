@@ -4,7 +4,6 @@ the limits of readers without a key (per client address and per process)."""
 from __future__ import annotations
 
 import ipaddress
-import json
 import re
 import threading
 import time
@@ -13,24 +12,16 @@ from collections.abc import Callable
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from app.http.error_handlers import error_response
 from app.kit.errors import PayloadTooLarge, RateLimited, RequestTimeout
 
 UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/records/?$")
 
 
 class BodyLimitMiddleware:
-    """Refuse bodies over the limit with 413, without reading them whole; and bodies
-    that stall with 408.
-
-    A declared ``Content-Length`` over the limit is refused before any byte is
-    read; a chunked body is counted as it streams and cut off at the limit (the
-    endpoint's transaction then rolls back, so nothing is written). While a body is
-    incomplete, each wait for its next part is limited to ``read_timeout`` seconds
-    (``None``: no limit), and the whole body to ``deadline`` seconds from the request's
-    start, so a client that stops sending, or sends a byte now and then, cannot hold a
-    database connection or the dataset's upload lock (and so block budget resets)
-    for long.
-    """
+    """413 for a body over the limit (a declared length before reading, a stream when it passes),
+    408 when a body stalls (``read_timeout`` per part, ``deadline`` in all), so no client holds a
+    connection or upload lock for long."""
 
     def __init__(
         self,
@@ -57,7 +48,11 @@ class BodyLimitMiddleware:
             except ValueError:
                 too_big = False
             if too_big:
-                await _send_413(send, limit)
+                message = f"request body is over the limit of {limit} bytes"
+                headers = {"Connection": "close"}
+                await error_response(413, PayloadTooLarge.code, message, headers)(
+                    scope, receive, send
+                )
                 return
         seen = 0
         complete = False  # after the last part, receive() only waits for a disconnect
@@ -98,34 +93,9 @@ def _timeout_message(read_timeout: float | None, deadline: float | None) -> str:
     return f"the request body {' or '.join(limits)}"
 
 
-async def _send_413(send: Send, limit: int) -> None:
-    body = json.dumps(
-        {
-            "error": {
-                "code": PayloadTooLarge.code,
-                "message": f"request body is over the limit of {limit} bytes",
-            }
-        }
-    ).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 413,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"connection", b"close"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
-
-
 class RateLimiter:
-    """A token bucket per key (an API key's id, a client's address; per server process):
-    ``per_minute`` requests a minute, as many at once (or ``burst``). At most
-    ``max_buckets`` are kept: past that, the full ones are forgotten (a full bucket is
-    what a new one is)."""
+    """A token bucket per key: ``per_minute`` a minute, ``burst`` at once; past ``max_buckets``,
+    full buckets are forgotten."""
 
     def __init__(
         self, per_minute: float, *, burst: float | None = None, max_buckets: int = 100_000
@@ -173,12 +143,9 @@ def client_address(scope: Scope) -> str:
 
 
 class AnonymousLimitMiddleware:
-    """Readers without a key (the catalogue, public releases, the map): each client
-    address has ``per_minute`` requests a minute, and the process answers at most
-    ``per_second`` of them a second in all; past either, 429 ``rate_limited`` at once,
-    before any routing or database work, so public traffic cannot starve the key holders
-    or the ledger. Requests with an ``Authorization`` header (their keys have their own
-    limit) and the operations' paths are not counted."""
+    """Readers without a key: ``per_minute`` per client address and ``per_second`` in all, else
+    429 ``rate_limited`` before any routing. Requests with ``Authorization`` and the operations'
+    paths are not counted."""
 
     def __init__(self, app: ASGIApp, *, per_minute: int, per_second: int) -> None:
         self.app = app
@@ -194,20 +161,12 @@ class AnonymousLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if self.per_address is not None and not self.per_address.allows(client_address(scope)):
-            await _send_429(send, "too many requests from this address without a key")
+            why = "too many requests from this address without a key"
         elif self.everyone is not None and not self.everyone.allows(None):
-            await _send_429(send, "too many readers without a key right now")
+            why = "too many readers without a key right now"
         else:
             await self.app(scope, receive, send)
-
-
-async def _send_429(send: Send, why: str) -> None:
-    message = f"{why}; retry in a second (a key has its own limit)"
-    body = json.dumps({"error": {"code": RateLimited.code, "message": message}}).encode()
-    headers = [
-        (b"content-type", b"application/json"),
-        (b"retry-after", b"1"),
-        (b"content-length", str(len(body)).encode()),
-    ]
-    await send({"type": "http.response.start", "status": 429, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
+            return
+        message = f"{why}; retry in a second (a key has its own limit)"
+        refusal = error_response(429, RateLimited.code, message, {"Retry-After": "1"})
+        await refusal(scope, receive, send)

@@ -1,11 +1,6 @@
-"""Per request: its id (``X-Request-ID``), its metrics and its access log line.
-
-A pure ASGI middleware, outermost of the application's own (so a 408/413 from the body
-limit is counted and carries the id too). The client's ``X-Request-ID`` is kept when
-it is 1-128 characters of ``A-Z a-z 0-9 . _ : -`` (anything else could forge or break a
-log line), else a new one is made (32 hex digits: a random prefix drawn once per process
-and a counter, so making one costs no system call); the answer echoes it.
-"""
+"""Per request: its id (``X-Request-ID``), its metrics and its access log line, as the outermost
+middleware. A client's id of 1-128 characters of ``A-Z a-z 0-9 . _ : -`` is kept, else a new one
+is made (a per-process random prefix and a counter)."""
 
 from __future__ import annotations
 

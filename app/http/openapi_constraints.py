@@ -1,11 +1,5 @@
-"""Constraints the OpenAPI document declares beyond what the signatures say.
-
-``epsilon`` query parameters are checked by ``app.answers.epsilon`` (so a bad one is a
-400 reported in the documented order) rather than by FastAPI; the document still
-declares their range: a number of at least ``MIN_EPSILON``. Rules that depend on the
-dataset a request names (a maximum epsilon, a budget window, a coarser resolution) cannot
-be a JSON schema keyword: each such parameter or body field carries
-``x-depends-on-dataset``, the rule in words, which its description also ends with.
+"""Constraints the OpenAPI document declares beyond the signatures: ``epsilon`` ranges (checked by
+``app.answers.epsilon``), and ``x-depends-on-dataset`` for rules that depend on the dataset named.
 """
 
 from __future__ import annotations
@@ -64,9 +58,7 @@ def declare_dataset_rules(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def drop_default_validation_error(schema: dict[str, Any]) -> dict[str, Any]:
-    """Remove the 422 ``HTTPValidationError`` FastAPI adds to every operation with
-    parameters: dpgate answers validation errors with 400 ``invalid_request`` (declared
-    by ``app.kit.errors.responses``); 422 is only ``idempotency_conflict``."""
+    """Remove FastAPI's 422 ``HTTPValidationError`` (dpgate answers 400)."""
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             answer = operation.get("responses", {}).get("422", {})

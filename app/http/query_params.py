@@ -1,15 +1,6 @@
-r"""Unknown query parameters are refused (400) on every route (API.md, Conventions).
-
-Every feature router's routes are :class:`CheckedRoute`\ s, which compare the request's
-query parameter names with those the route declares: the endpoint's own
-``Query`` parameters (also those of its dependencies and of pydantic query models) and
-the ``in: query`` parameters of its ``openapi_extra`` (the mechanism options of
-``/grids/{grid_id}/mean`` and ``/variance``, generated from the registry). So a name
-that ``/openapi.json`` does not document is never silently ignored. As everywhere, the
-key is checked first: a caller without a valid key (or role) gets 401 (403), not 400.
-A numeric parameter written with an underscore (``epsilon=1_0``, which Python and
-pydantic read as 10) is refused with 400 in the same way. A JSON body is read by
-:func:`app.kit.json_numbers.parse_json` (duplicate keys, ``NaN``, malformed JSON: 400).
+r"""Unknown query parameters are refused (400) on every route (API.md, Conventions): a
+:class:`CheckedRoute` compares the names with those the route declares (its ``Query`` parameters
+and ``openapi_extra``'s), after the key check; a number written with an underscore is refused too.
 """
 
 from __future__ import annotations
@@ -109,11 +100,8 @@ class _JsonRequest(Request):
 
 
 class CheckedRoute(APIRoute):
-    """An API route that refuses query parameters it does not declare (400
-    ``invalid_request`` naming them), before FastAPI solves its dependencies: the check
-    costs one set difference (as a router dependency it cost about 12% of the cached
-    answers' throughput, ``benchmarks/api.py``). Every feature router uses it
-    (``APIRouter(route_class=CheckedRoute)``), which also reads JSON bodies strictly."""
+    """An API route that refuses undeclared query parameters (400 naming them) before solving
+    dependencies (one set difference) and reads JSON bodies strictly."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()

@@ -10,11 +10,7 @@ from app.db.base import Base, UTCDateTime, utcnow
 
 
 class IdempotentRequest(Base):
-    """A completed request made with an ``Idempotency-Key``, and its answer.
-
-    ``scope`` names what the key is unique within (e.g. ``reset:<dataset id>``);
-    ``request_hash`` identifies the request (method, path, query, body).
-    """
+    """A completed request with an ``Idempotency-Key`` and its answer."""
 
     __tablename__ = "idempotent_requests"
     __table_args__ = (UniqueConstraint("scope", "idempotency_key"),)

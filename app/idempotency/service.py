@@ -1,10 +1,6 @@
-"""What identifies a request, and replaying or refusing a reused ``Idempotency-Key``.
-
-A request is identified by the SHA-256 of its method, path, query parameters (sorted)
-and the SHA-256 of its body. A key seen before with the same request replays the first
-answer; with a different one it is refused (``IdempotencyConflict``, 422), so a
-client bug can never silently drop the second request.
-"""
+"""A request's identity (SHA-256 of method, path, sorted query and body digest) and replaying a
+reused ``Idempotency-Key``: the same request gets the first answer, another one 422
+``IdempotencyConflict``."""
 
 from __future__ import annotations
 
@@ -87,11 +83,8 @@ def run_idempotent(
     request_hash: str,
     run: Callable[[], dict[str, Any]],
 ) -> tuple[dict[str, Any], bool]:
-    """``run()`` once per ``(scope, key)``: ``(answer, replayed)``.
-
-    The caller holds a lock that serialises the requests of ``scope`` (so a key is
-    looked up and stored by one transaction at a time).
-    """
+    """``run()`` once per ``(scope, key)``: ``(answer, replayed)``; the caller holds a lock
+    serialising ``scope``."""
     if key is None:
         return run(), False
     previous = session.scalars(

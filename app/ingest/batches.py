@@ -16,14 +16,11 @@ __all__ = ["Batch", "GridCoder"]
 
 @dataclass
 class Batch:
-    """Kept rows of one batch, as arrays, plus this batch's tallies.
+    """Kept rows of one batch as arrays, plus its tallies.
 
-    Users and grids are given as *codes*, numbered in order of first appearance
-    across the whole upload: ``new_users`` / ``new_grids`` list the raw user
-    identifiers and ``(h3 cell as int, slot start µs)`` keys first seen in this
-    batch, whose codes continue from the previous batch's. ``ts_us`` are UTC
-    microseconds; ``values`` are already clamped to ``[0, U]``. ``errors`` are
-    ``(line, reason)``: a CSV line, or a feed entity's number.
+    Users and grids are *codes* numbered by first appearance across the upload; ``new_users`` /
+    ``new_grids`` list the identifiers and ``(cell int, slot µs)`` keys first seen here. ``ts_us``
+    are UTC µs, ``values`` clamped to ``[0, U]``, ``errors`` ``(line or entity number, reason)``.
     """
 
     user_codes: np.ndarray

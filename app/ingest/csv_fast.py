@@ -1,29 +1,16 @@
-"""The CSV reader's fast path: runs of plain lines parsed by one compiled loop (numba).
+"""The CSV reader's fast path: runs of *plain* lines parsed by one compiled loop (numba); the
+first other line goes back to :class:`app.ingest.csv_records.RecordReader`, so every rejection
+keeps its exact reason and line. A plain line reads the same either way:
 
-:class:`app.ingest.csv_records.RecordReader` hands :func:`scan_plain` the ASCII text of
-its current block from a line on; the kernel reads lines while each is *plain* and kept
-or dropped, and stops at the first other line, which the reader then reads the usual way
-(``csv`` and the row checks), so every rejection, quoted field or unusual spelling keeps
-its exact reason and line. A plain line is one whose reading cannot differ from the usual
-one:
-
-* it ends with ``\\n`` (or ``\\r\\n``), has exactly the header's number of fields, and no
-  NUL or other ``\\r``; a ``"`` only around a whole field of a column not read, with no
-  other ``"`` or newline inside: ``csv`` splits it at the delimiters outside the quotes;
-* its user id neither starts nor ends with a space or control character (``str.strip``
-  leaves it as it is);
-* its time is ``YYYY-MM-DD[T ]HH:MM:SS`` with nothing, ``Z`` or ``±HH:MM`` after it, a
-  valid date and time (what ``datetime.fromisoformat`` reads), or 1 to 11 digits (epoch
-  seconds), inside the supported range;
-* its latitude, longitude and value are ``[+-]digits[.digits]`` (or ``.digits``) of at most
-  2^53 as an integer of all their digits, with at most 22 after the point: the integer
-  divided by 10^k is then exactly the double ``float()`` reads (both are exact doubles
-  and an IEEE division is correctly rounded: Clinger's fast path, as in CPython's and
-  every strtod's), within range, and the value is not refused by ``out_of_range``.
-
-Users are numbered in order of first appearance by a hash table in the loop; the caller
-maps the few distinct ids to the upload's codes.
-"""
+* it ends with ``\\n`` (or ``\\r\\n``), has the header's number of fields, no NUL or other
+  ``\\r``, and a ``"`` only around a whole field of a column not read, with no other ``"`` or
+  newline inside;
+* its user id has no leading or trailing space or control character;
+* its time is ``YYYY-MM-DD[T ]HH:MM:SS`` with nothing, ``Z`` or ``±HH:MM`` after it (a valid date
+  and time), or 1 to 11 digits (epoch seconds), in range;
+* its latitude, longitude and value are ``[+-]digits[.digits]`` of at most 2^53 as an integer, at
+  most 22 decimals: the integer / 10^k is then exactly ``float()``'s double (Clinger's fast path),
+  in range and not refused by ``out_of_range``."""
 
 from __future__ import annotations
 
@@ -57,10 +44,9 @@ def fast_delimiter(delimiter: str) -> int:
 
 @dataclass
 class PlainRun:
-    """What :func:`scan_plain` read: ``end`` (the offset after its last line), ``lines``,
-    the kept rows' fields, and ``dropped`` / ``clamped`` counts. ``user_first`` and
-    ``user_len`` locate each distinct user id (in order of first appearance) in the text;
-    ``user_index`` gives each kept row's."""
+    """What :func:`scan_plain` read: ``end`` (offset after its last line), ``lines``, the kept
+    rows' fields, ``dropped`` / ``clamped``; ``user_first`` / ``user_len`` locate each distinct
+    user id in the text, ``user_index`` each row's."""
 
     end: int
     lines: int
@@ -78,9 +64,8 @@ class PlainRun:
 
 @dataclass
 class KeptRows:
-    """A batch being read: its tallies, and its kept rows as arrays, in order: the runs of
-    :func:`scan_plain`, and between them the rows read the usual way (gathered in
-    ``slow``: user code, µs, has offset, latitude, longitude, value; then flushed)."""
+    """A batch being read: its tallies and kept rows, the runs of :func:`scan_plain` and between
+    them the rows read the usual way (``slow``)."""
 
     rows: int = 0
     kept: int = 0
@@ -157,6 +142,42 @@ def scan_plain(
         end, lines, dropped, clamped, user_index[:kept], user_first[:users], user_len[:users],
         ts[:kept], aware[:kept], lat[:kept], lon[:kept], val[:kept],
     )  # fmt: skip
+
+
+@njit(cache=True, nogil=True)
+def intern_bytes(
+    data: np.ndarray,
+    a: int,
+    length: int,
+    table: np.ndarray,
+    first: np.ndarray,
+    lens: np.ndarray,
+    count: int,
+) -> tuple[int, int]:
+    """The number of ``data[a:a+length]`` among the ``count`` distinct strings seen (FNV-1a
+    hash, open addressing in ``table``), numbering it ``count`` if new; and the new count."""
+    mask = table.size - 1
+    h = np.uint64(14695981039346656037)
+    for j in range(a, a + length):
+        h = (h ^ np.uint64(data[j])) * np.uint64(1099511628211)
+    slot = np.int64(h & np.uint64(mask))
+    while True:
+        u = table[slot]
+        if u < 0:
+            table[slot] = count
+            first[count] = a
+            lens[count] = length
+            return count, count + 1
+        if lens[u] == length:
+            f = first[u]
+            same = True
+            for j in range(length):
+                if data[f + j] != data[a + j]:
+                    same = False
+                    break
+            if same:
+                return u, count
+        slot = (slot + 1) & mask
 
 
 @njit(cache=True, nogil=True)
@@ -263,7 +284,6 @@ def _scan(
     used = np.zeros(ncols, dtype=np.bool_)
     for col in cols:
         used[col] = True
-    mask = table.size - 1
     pos = start
     lines = kept = dropped = clamped = users = 0
     size = data.size
@@ -331,30 +351,7 @@ def _scan(
                 break
             v = 0.0 if v < 0.0 else U
             clamped += 1
-        # the user's number in this run: FNV-1a hash, open addressing
-        h = np.uint64(14695981039346656037)
-        for j in range(ua, ub):
-            h = (h ^ np.uint64(data[j])) * np.uint64(1099511628211)
-        slot = np.int64(h & np.uint64(mask))
-        while True:
-            u = table[slot]
-            if u < 0:
-                u = users
-                table[slot] = u
-                user_first[users] = ua
-                user_len[users] = ub - ua
-                users += 1
-                break
-            if user_len[u] == ub - ua:
-                f = user_first[u]
-                same = True
-                for j in range(ub - ua):
-                    if data[f + j] != data[ua + j]:
-                        same = False
-                        break
-                if same:
-                    break
-            slot = (slot + 1) & mask
+        u, users = intern_bytes(data, ua, ub - ua, table, user_first, user_len, users)
         user_index[kept] = u
         ts_out[kept] = us
         aware_out[kept] = has_offset

@@ -1,10 +1,6 @@
-"""Streaming CSV of raw records: bytes in, validated batches out (pure, no database).
-
-A file is a header line and one record per row. Every data row is either kept,
-dropped (``drop_zero``) or rejected with its line number and a reason; problems
-with the file as a whole (no header, a missing column, not UTF-8, absurd line
-length or column count, broken quoting) raise :class:`CsvFormatError`.
-"""
+"""Streaming CSV of raw records: bytes in, validated batches out (pure). Every row is kept,
+dropped (``drop_zero``) or rejected with its line and a reason; a bad file as a whole raises
+:class:`CsvFormatError`."""
 
 from __future__ import annotations
 
@@ -24,18 +20,7 @@ from app.ingest.csv_text import MAX_LINE_CHARS, CsvFormatError, iter_lines, text
 from app.ingest.h3_cells import cells
 from app.time.slots import MAX_US, MIN_US, TimestampParser, localize_us
 
-__all__ = [
-    "MAX_COLUMNS",
-    "MAX_LINE_CHARS",
-    "MAX_REPORTED_ERRORS",
-    "Batch",
-    "ColumnMap",
-    "CsvFormatError",
-    "ParseOptions",
-    "RecordReader",
-    "iter_lines",
-    "text_blocks",
-]
+__all__ = ["MAX_LINE_CHARS", "Batch", "CsvFormatError", "iter_lines", "text_blocks"]  # re-exported
 
 #: A header or row with more fields than this refuses the file.
 MAX_COLUMNS = 1000
@@ -102,16 +87,9 @@ def _short(text: str, n: int = 40) -> str:
 
 
 class RecordReader:
-    """Read a CSV stream batch by batch.
-
-    ``RecordReader(chunks, options)`` reads and checks the header at once
-    (raising :class:`CsvFormatError`); :meth:`batches` then yields
-    :class:`Batch` objects of at most ``batch_rows`` kept rows.
-
-    Runs of plain lines in ASCII text are read by the compiled loop of
-    :mod:`app.ingest.csv_fast`; every other line, and all of them with ``fast=False``,
-    the usual way (``csv`` and the row checks below): the batches are the same.
-    """
+    """Read a CSV stream batch by batch: the header is checked at once, :meth:`batches` yields
+    :class:`Batch` objects of at most ``batch_rows`` kept rows. Plain lines go through
+    :mod:`app.ingest.csv_fast` (not with ``fast=False``): the batches are the same."""
 
     def __init__(self, chunks: Iterable[bytes], options: ParseOptions, *, fast: bool = True):
         self.options = options
@@ -219,9 +197,7 @@ class RecordReader:
         )
 
     def _read_plain(self, acc: KeptRows, batch_rows: int) -> None:
-        """Read the run of plain lines at the current offset (:mod:`app.ingest.csv_fast`),
-        at most ``_run_rows`` lines: more after a full run, fewer after a stop (the room
-        for a run is allocated at each call)."""
+        """Read the run of plain lines at the current offset, at most ``_run_rows`` lines."""
         assert self._data is not None
         opts = self.options
         room = min(self._run_rows, batch_rows - acc.kept)

@@ -1,8 +1,4 @@
-"""CSV bytes as text: UTF-8 chunks decoded into blocks of whole lines (pure, no database).
-
-Problems with the file as a whole (not UTF-8, an absurdly long line) raise
-:class:`CsvFormatError`, as every refusal of :mod:`app.ingest.csv_records` does.
-"""
+"""CSV bytes as text: UTF-8 chunks decoded into blocks of whole lines (pure)."""
 
 from __future__ import annotations
 
@@ -22,11 +18,8 @@ class CsvFormatError(ValueError):
 
 
 def iter_lines(chunks: Iterable[bytes], max_line_chars: int = MAX_LINE_CHARS) -> Iterator[str]:
-    """Decode UTF-8 byte chunks (a leading BOM is dropped) into ``\\n``-terminated lines.
-
-    Holds at most one chunk and one partial line in memory; a line longer than
-    ``max_line_chars`` or bytes that are not UTF-8 raise :class:`CsvFormatError`.
-    """
+    """Decode UTF-8 chunks (a leading BOM dropped) into ``\\n``-terminated lines, holding one
+    chunk and one partial line; an over-long line or bad UTF-8 raises :class:`CsvFormatError`."""
     for block in text_blocks(chunks, max_line_chars):
         lines = block.split("\n")
         last = lines.pop()  # "" after a final "\n", else the file's unterminated last line

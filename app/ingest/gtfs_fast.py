@@ -1,17 +1,9 @@
-"""The feed reader's fast path: the vehicle positions of a ``FeedMessage`` read from its
-bytes by one compiled loop (numba), instead of a Python object per field.
+"""The feed reader's fast path: a ``FeedMessage``'s vehicle positions read from its bytes (the
+protobuf wire format) by one compiled loop (numba).
 
-:func:`scan_entities` walks the body (the protobuf wire format,
-https://protobuf.dev/programming-guides/encoding/) and takes, per entity, what
-:class:`app.ingest.gtfs_realtime.FeedReader` uses: ``vehicle.vehicle.id``,
-``vehicle.timestamp``, ``vehicle.position``'s latitude, longitude and speed, and whether
-each is present. Other fields are skipped by their wire type. An entity whose fields are
-not each given once with their declared wire type (which the bindings would merge, or
-keep as unknown) is flagged :data:`ODD`, and the reader reads it from the message the
-bindings parse; a wire type that cannot be skipped (a group, or anything invalid) stops
-the scan, and the reader reads the rest of the feed that way. Whether the body is a
-``FeedMessage`` at all is the bindings' to say: the reader has them parse it too.
-"""
+An entity whose fields are not each given once with their declared wire type is flagged
+:data:`ODD` and read from the bindings' message; a wire type that cannot be skipped stops the
+scan. Whether the body is a ``FeedMessage`` is the bindings' to say."""
 
 from __future__ import annotations
 
@@ -19,6 +11,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from numba import njit
+
+from app.ingest.csv_fast import intern_bytes
 
 __all__ = ["HAS_SPEED", "HAS_TS", "ODD", "EntityFields", "scan_entities"]
 
@@ -30,11 +24,9 @@ _FAIL = -1
 
 @dataclass
 class EntityFields:
-    """What :func:`scan_entities` read of ``count`` entities: ``flags``, ``ts`` (seconds),
-    ``lat``, ``lon`` and ``speed`` (the float32 values as doubles), and the vehicle id:
-    ``id_index`` (-1 when absent) into the distinct ids ``id_first``/``id_len`` (offsets in
-    the body, in order of first appearance). ``end`` is the offset to continue from, or -1
-    when the scan stopped."""
+    """What :func:`scan_entities` read of ``count`` entities: ``flags``, ``ts``, ``lat``, ``lon``,
+    ``speed``, and ``id_index`` (-1: absent) into the distinct ids ``id_first``/``id_len``;
+    ``end`` is where to continue, -1 when the scan stopped."""
 
     end: int
     count: int
@@ -125,10 +117,8 @@ def _u32(buf: np.ndarray, pos: int) -> np.uint32:
 
 @njit(cache=True, nogil=True)
 def _entity(buf, a, b, k, flags, ts, lat, lon, speed, id_at, ends):
-    """Read entity ``k`` from ``buf[a:b]``; ``id_at[0:2]`` receive its id's offset and length
-    (-1 when absent). ``ends`` (4) is room for where each open message ends: the entity,
-    its vehicle (1), the vehicle's descriptor (2) and position (3). False when the bytes
-    cannot be walked."""
+    """Read entity ``k`` from ``buf[a:b]`` (its id's offset and length into ``id_at``); False when
+    the bytes cannot be walked."""
     seen = 0  # a bit per field read, to flag one given twice
     id_at[0] = -1
     ends[0] = b
@@ -200,7 +190,6 @@ def _entity(buf, a, b, k, flags, ts, lat, lon, speed, id_at, ends):
 def _scan(buf, pos, count, flags, ts, lat, lon, speed, id_index, id_first, id_len, table):
     """The loop of :func:`scan_entities`: ``(end, entities read, distinct ids)``."""
     end = buf.size
-    mask = table.size - 1
     id_at = np.empty(2, dtype=np.int64)
     ends = np.empty(4, dtype=np.int64)
     n = ids = 0
@@ -220,30 +209,8 @@ def _scan(buf, pos, count, flags, ts, lat, lon, speed, id_index, id_first, id_le
             return _FAIL, n, ids
         pos += int(size)
         a, length = id_at[0], id_at[1]
-        if a >= 0:  # the id's number in this scan: FNV-1a hash, open addressing
-            h = np.uint64(14695981039346656037)
-            for j in range(a, a + length):
-                h = (h ^ np.uint64(buf[j])) * np.uint64(1099511628211)
-            slot = np.int64(h & np.uint64(mask))
-            while True:
-                u = table[slot]
-                if u < 0:
-                    u = ids
-                    table[slot] = u
-                    id_first[ids] = a
-                    id_len[ids] = length
-                    ids += 1
-                    break
-                if id_len[u] == length:
-                    f = id_first[u]
-                    same = True
-                    for j in range(length):
-                        if buf[f + j] != buf[a + j]:
-                            same = False
-                            break
-                    if same:
-                        break
-                slot = (slot + 1) & mask
+        if a >= 0:
+            u, ids = intern_bytes(buf, a, length, table, id_first, id_len, ids)
             id_index[n] = u
         n += 1
     return pos, n, ids

@@ -1,17 +1,9 @@
 """GTFS-Realtime vehicle positions in: a ``FeedMessage`` becomes batches of records.
 
-A feed is read with Google's ``gtfs-realtime-bindings``. Each entity is one record: the
-vehicle's id (``vehicle.vehicle.id``) is the user, ``vehicle.timestamp`` (else the
-header's; POSIX seconds) the time, ``position.latitude`` / ``longitude`` the place and
-``position.speed`` (m/s) the value. The checks, clamping, ``drop_zero`` and grids are
-the CSV reader's (:class:`app.ingest.csv_records.RecordReader`), so the same positions
-sent as CSV give the same records. An entity that is not a usable vehicle position (no
-vehicle, no vehicle id, no position, no speed, no timestamp) or whose values are out of
-range is rejected with its number (1-based, in feed order), its vehicle id and a reason.
-
-Coordinates and speeds are 32-bit floats in the protocol; each is used as the double of
-its exact value (what the shortest decimal of it reads back as in a CSV).
-"""
+Each entity is one record: ``vehicle.vehicle.id`` the user, ``vehicle.timestamp`` (else the
+header's) the time, ``position`` the place and ``position.speed`` (m/s) the value, each float32
+taken exactly. Checks and grids are the CSV reader's, so the same positions as CSV give the same
+records; an unusable entity is rejected with its 1-based number, vehicle id and reason."""
 
 from __future__ import annotations
 
@@ -47,16 +39,10 @@ def entity_label(number: int, vehicle: str) -> str:
 
 
 class FeedReader:
-    """Read one serialized ``FeedMessage``: :meth:`batches` yields :class:`Batch` objects
-    of at most ``batch_rows`` entities; ``errors`` are ``(entity number, reason)``.
-
-    The bindings parse the body (:attr:`message`) when an entity has to be read from the
-    message, and at the end of :meth:`batches` to check it is a ``FeedMessage``: until
-    then the entities are read from the bytes (:mod:`app.ingest.gtfs_fast`), so parsing
-    overlaps the writing of the batches. With ``fast=False`` the body is parsed at once,
-    and every entity read from the message. :class:`FeedFormatError` is raised when the
-    body is not a ``FeedMessage``: by the constructor, or by :meth:`batches` (after the
-    batches before, all of them in the upload's one transaction).
+    """Read one serialized ``FeedMessage``: :meth:`batches` yields :class:`Batch` objects of at
+    most ``batch_rows`` entities, read from the bytes (:mod:`app.ingest.gtfs_fast`) or, when
+    needed and with ``fast=False``, from the bindings' :attr:`message`. :class:`FeedFormatError`
+    when the body is not a ``FeedMessage`` (from the constructor or the end of :meth:`batches`).
     """
 
     def __init__(self, body: bytes, options: ParseOptions, *, fast: bool = True) -> None:
@@ -256,8 +242,7 @@ class FeedReader:
 
 @dataclass
 class _Rows:
-    """Entities read (``numbers``, 1-based, ascending, and their fields as columns) and
-    the rejections so far."""
+    """Entities read (1-based ``numbers``, ascending; fields as columns) and rejections."""
 
     errors: list[tuple[int, str]]
     numbers: np.ndarray

@@ -1,13 +1,6 @@
-"""The H3 cells of many points at once, as ``h3.latlng_to_cell`` gives them one by one.
-
-``h3.latlng_to_cell(lat, lng, res)`` converts both degrees with the H3 C library's
-``degsToRads`` and calls its ``latLngToCell`` (h3-py, ``h3/_cy/latlng.pyx`` and
-``util.pyx``); most of its cost per point is the Python call around them. :func:`cells`
-calls the same two C functions (H3's public API, ``h3api.h``, compiled into h3-py's
-extension module) from a compiled loop, so the cells are the same. Where that library
-does not export them (another platform's build), or a point is refused, it falls back
-to h3-py, one point at a time.
-"""
+"""The H3 cells of many points at once, exactly as ``h3.latlng_to_cell``: the same C functions of
+h3-py's extension module (``degsToRads``, ``latLngToCell``) called from a compiled loop, falling
+back to h3-py where they are not exported or a point is refused."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""The readers' compiled (numba) kernels, loaded by running each on a tiny input: from
-their on-disk cache (``__pycache__``), or compiled there on a fresh install (tens of
-seconds, once). A serving process does it before it answers (``app.main``) and the
-parsing processes' fork server before it forks (:mod:`app.ingest.preload`), so that no
-upload pays a compile."""
+"""The readers' compiled (numba) kernels, loaded from their cache (or compiled once) by running
+each on a tiny input: by a server before it answers and by the parsing fork server before it
+forks."""
 
 from __future__ import annotations
 

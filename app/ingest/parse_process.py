@@ -1,31 +1,11 @@
-"""Parsing a large upload in a child process, pipelined with the writes in this one.
+"""Parsing a large upload in a child process (from a preloaded ``forkserver``), pipelined with the
+writes in this one (docs/architecture.md).
 
-Parsing is a Python loop per row, and in one process it cannot overlap the writer's
-Python work (the GIL). :func:`parse_in_child` runs the reader
-(:class:`~app.ingest.csv_records.RecordReader`, or
-:class:`~app.ingest.gtfs_realtime.FeedReader` on the joined body) in a process started
-from a ``forkserver`` (a plain fork of a threaded server is unsafe) that preloaded the
-reader modules, so a start costs milliseconds.
-
-Three parties, two pipes:
-
-* the calling thread pulls the body's chunks and sends them down the input pipe; it
-  waits only for room in that pipe, i.e. for the child;
-* the child reads the input to its end, parses and sends each batch (pickled) down the
-  output pipe, then one last message (the end, or why it stopped); it waits for the
-  caller (input) or for room in the output pipe (the receiver);
-* a receiving thread here takes the batches in order and hands them to ``consume``
-  (the database writes); it waits for the child or the database, never for the caller.
-
-The waits form a chain (caller -> child -> receiver -> database), never a cycle, so
-nothing deadlocks. A child that dies closes its pipe ends: the caller's send fails
-(EPIPE) and the receiver reads EOF. When ``consume`` fails, the receiver closes the
-output pipe, so the child's next send fails and it exits, which frees the caller the
-same way; a child silent for :data:`STALL_SECONDS` is killed by the receiver. On any
-error the caller terminates the child, joins it (SIGKILL after :data:`GRACE_SECONDS`)
-and then the receiver, before raising. The receiver's only other wait is ``consume``
-(the database: bounded by its statement timeout).
-"""
+The waits form a chain, never a cycle: the caller sends chunks down the input pipe (waits for the
+child), the child sends pickled batches down the output pipe (waits for the receiver), a receiving
+thread hands them to ``consume`` (waits for the database). A death closes pipe ends, failing the
+neighbour's send or read; a child silent for :data:`STALL_SECONDS` is killed; on any error the
+caller terminates and joins the child (SIGKILL after :data:`GRACE_SECONDS`), then the receiver."""
 
 from __future__ import annotations
 
@@ -74,15 +54,9 @@ def parse_in_child(
     batch_rows: int,
     consume: Callable[[Batch], None],
 ) -> None:
-    """Parse ``chunks`` in a child process, calling ``consume`` on a helper thread with
-    each batch, in order, as the reader would have yielded them.
-
-    Returns when every batch was consumed. Raises the reader's
-    :class:`CsvFormatError` / :class:`FeedFormatError` as they are, ``consume``'s
-    error, ``chunks``' error, or :class:`ParseProcessError` when the child died or
-    failed otherwise. Whatever happens, the child and the thread are gone on return,
-    and ``consume`` is never running any more.
-    """
+    """Parse ``chunks`` in a child, calling ``consume`` on a helper thread with each batch in
+    order. Raises the reader's format errors as they are, ``consume``'s or ``chunks``' error, or
+    :class:`ParseProcessError`; on return the child and thread are gone."""
     child_in, inbox = _context.Pipe(duplex=False)
     outbox, child_out = _context.Pipe(duplex=False)
     for conn in (inbox, outbox):

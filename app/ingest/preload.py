@@ -1,6 +1,4 @@
-"""Loads the readers' compiled kernels (:mod:`app.ingest.kernels`) when imported: the
-parsing processes' fork server (:mod:`app.ingest.parse_process`) imports it before it
-forks any child, so that no upload pays it."""
+"""Loads the readers' compiled kernels when imported (by the parsing fork server)."""
 
 from __future__ import annotations
 

@@ -11,13 +11,9 @@ INSTANCE_ROW = 1
 
 
 class InstanceSettings(Base):
-    """The one row (``id = 1``) saying which hashing secret this database belongs to.
-
-    ``secret_fingerprint`` is HMAC-SHA256 of a fixed label under the secret: it shows
-    whether a secret is the same one without revealing it. ``generated_secret`` holds
-    the secret itself only when dpgate generated it and had nowhere else to keep it
-    (neither ``DPGATE_SECRET_KEY`` nor ``DPGATE_SECRET_FILE`` set).
-    """
+    """The one row (``id = 1``) naming this database's hashing secret by its keyed fingerprint;
+    ``generated_secret`` holds the secret only when dpgate generated it and had nowhere else to
+    keep it."""
 
     __tablename__ = "dpgate_instance"
 

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
+from app.db.base import Repository
 from app.instance.models import INSTANCE_ROW, InstanceSettings
 
 
-class InstanceRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class InstanceRepository(Repository):
     def get(self) -> InstanceSettings | None:
         return self.session.scalars(
             select(InstanceSettings).where(InstanceSettings.id == INSTANCE_ROW)

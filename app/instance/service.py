@@ -1,15 +1,7 @@
-"""Which secret hashes user identifiers, and the check that it never changes.
-
-A user's identity in a dataset is the HMAC-SHA256 of their identifier under the
-hashing secret. A different secret would give every data subject a second identity,
-and so a second privacy budget, without anyone noticing. The database therefore
-remembers a keyed fingerprint of the first secret it was used with
-(:class:`~app.instance.models.InstanceSettings`), and start-up refuses any other.
-
-Where the secret comes from, in order: ``DPGATE_SECRET_KEY``; the file
-``DPGATE_SECRET_FILE``; otherwise a secret generated once and kept in the
-database's instance row.
-"""
+"""Which secret hashes user identifiers, and the check that it never changes (a new secret would
+give every user a second budget): the database keeps the first secret's fingerprint and start-up
+refuses any other. The secret: ``DPGATE_SECRET_KEY``, else ``DPGATE_SECRET_FILE``, else one
+generated once and kept in the instance row."""
 
 from __future__ import annotations
 
@@ -83,10 +75,7 @@ def _mismatch(settings: Settings) -> SecretMismatch:
 
 
 def resolve_in_session(session: Session, settings: Settings) -> bytes:
-    """The hashing secret for this database; pins its fingerprint on first use.
-
-    Raises :class:`SecretMismatch` when the secret differs from the pinned one.
-    """
+    """The hashing secret, its fingerprint pinned on first use (else SecretMismatch)."""
     repo = InstanceRepository(session)
     row = repo.get()
     secret = _configured_secret(settings)

@@ -1,6 +1,4 @@
-"""All SQL about API keys: :class:`KeyRepository` in a session, and the look-up of a
-key by its hash from the event loop (:func:`find_key`, on a connection of the query
-pool, its own autocommit transaction: no thread hop on the request path)."""
+"""All SQL about API keys; :func:`find_key` runs from the event loop on the query pool."""
 
 from __future__ import annotations
 
@@ -10,15 +8,12 @@ from typing import Any
 
 from psycopg import AsyncConnection
 from sqlalchemy import select, update
-from sqlalchemy.orm import Session
 
+from app.db.base import Repository
 from app.keys.models import ApiKey
 
 
-class KeyRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class KeyRepository(Repository):
     def by_hash(self, key_hash: str) -> ApiKey | None:
         return self.session.scalars(select(ApiKey).where(ApiKey.key_hash == key_hash)).first()
 
@@ -28,14 +23,8 @@ class KeyRepository:
     def list_all(self) -> Sequence[ApiKey]:
         return self.session.scalars(select(ApiKey).order_by(ApiKey.id)).all()
 
-    def add(self, key: ApiKey) -> ApiKey:
-        self.session.add(key)
-        self.session.flush()
-        return key
-
     def lock_active_admins(self) -> list[int]:
-        """The ids of the active admin keys, locked until the transaction ends (so two
-        revocations of admin keys are decided one after the other)."""
+        """The active admin keys' ids, locked (two admin revocations are decided in turn)."""
         query = select(ApiKey.id).where(ApiKey.role == "admin", ApiKey.revoked_at.is_(None))
         return list(self.session.scalars(query.with_for_update()).all())
 

@@ -46,8 +46,7 @@ def create_key(
     epsilon_quota: float | None = None,
     secret: str | None = None,
 ) -> tuple[ApiKey, str]:
-    """Create a key; returns the row and the secret (shown once). A quota is stored
-    rounded down to the ledger's precision (``app.budget.limit``)."""
+    """Create a key: the row and its secret (shown once); a quota rounded down."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
     secret = secret or new_secret()
@@ -62,9 +61,8 @@ def create_key(
 
 
 def ensure_key(session: Session, *, secret: str, role: str, name: str) -> ApiKey:
-    """Make sure an active key with exactly this secret and role exists
-    (``DPGATE_ADMIN_KEY`` bootstrap: the operator's variable wins over a revocation or
-    a demotion made through the API)."""
+    """An active key with exactly this secret and role (the ``DPGATE_ADMIN_KEY`` bootstrap wins
+    over a revocation or demotion)."""
     repo = KeyRepository(session)
     if (existing := repo.by_hash(hash_key(secret))) is not None:
         if existing.revoked_at is not None or existing.role != role:
@@ -118,8 +116,7 @@ def cached_identity(digest: str) -> KeyIdentity | None:
 
 
 async def lookup_identity(conn: AsyncConnection[Any], digest: str) -> KeyIdentity:
-    """Find the key by its digest in the database (and remember it), or ``Unauthenticated``
-    (``conn``: a connection of the query pool)."""
+    """The key of ``digest`` from the database (remembered), or ``Unauthenticated``."""
     key = await find_key(conn, digest)
     # The lookup is by a hash of a high-entropy secret; compare in constant time anyway.
     if key is None or not hmac.compare_digest(key[3], digest):
@@ -189,9 +186,8 @@ def key_me(session: Session, identity: KeyIdentity, spent_of: SpentOf) -> KeyMe:
 
 
 def revoke_key(session: Session, key_id: int) -> None:
-    """Revoke a key: from then on it answers 401 (this process at once, every other
-    within :data:`_AUTH_TTL_S`). Revoking a revoked key changes nothing; the last active
-    admin key is never revoked (409), so the service always keeps an administrator."""
+    """Revoke a key (401 here at once, elsewhere within :data:`_AUTH_TTL_S`); the last active
+    admin key is never revoked (409)."""
     repo = KeyRepository(session)
     if repo.get(key_id) is None:
         raise NotFound(f"no key {key_id}")

@@ -1,7 +1,5 @@
-"""Typed errors: each with its HTTP status, code and description (API.md's error
-shape ``{"error": {"code": ..., "message": ...}}``); ``app.http.error_handlers`` turns
-them, and every other failure, into answers.
-"""
+"""Typed errors, each with its HTTP status, code and description (API.md's error shape);
+``app.http.error_handlers`` answers them."""
 
 from __future__ import annotations
 
@@ -27,21 +25,19 @@ class DPGateError(Exception):
 
 
 class InvalidRequest(DPGateError):
-    status_code = 400
-    code = "invalid_request"
-    description = "The request is malformed or a parameter is out of range"
+    status_code, code, description = (
+        400,
+        "invalid_request",
+        "The request is malformed or a parameter is out of range",
+    )
 
 
 class Unauthenticated(DPGateError):
-    status_code = 401
-    code = "unauthenticated"
-    description = "Missing or unknown API key"
+    status_code, code, description = 401, "unauthenticated", "Missing or unknown API key"
 
 
 class Forbidden(DPGateError):
-    status_code = 403
-    code = "forbidden"
-    description = "The key's role may not do this"
+    status_code, code, description = 403, "forbidden", "The key's role may not do this"
 
 
 class BudgetExhausted(DPGateError):
@@ -84,45 +80,43 @@ class BudgetExhausted(DPGateError):
 
 
 class NotFound(DPGateError):
-    status_code = 404
-    code = "not_found"
-    description = "No such resource"
+    status_code, code, description = 404, "not_found", "No such resource"
 
 
 class Conflict(DPGateError):
-    status_code = 409
-    code = "conflict"
-    description = "The request conflicts with the current state"
+    status_code, code, description = 409, "conflict", "The request conflicts with the current state"
 
 
 class IdempotencyConflict(DPGateError):
-    status_code = 422
-    code = "idempotency_conflict"
-    description = "The Idempotency-Key was already used with a different request"
+    status_code, code, description = (
+        422,
+        "idempotency_conflict",
+        "The Idempotency-Key was already used with a different request",
+    )
 
 
 class RequestTimeout(DPGateError):
-    status_code = 408
-    code = "request_timeout"
-    description = "The request body stalled for longer than the configured limit"
+    status_code, code, description = (
+        408,
+        "request_timeout",
+        "The request body stalled for longer than the configured limit",
+    )
 
 
 class PayloadTooLarge(DPGateError):
-    status_code = 413
-    code = "payload_too_large"
-    description = "The request body is larger than the configured limit"
+    status_code, code, description = (
+        413,
+        "payload_too_large",
+        "The request body is larger than the configured limit",
+    )
 
 
 class RateLimited(DPGateError):
-    status_code = 429
-    code = "rate_limited"
-    description = "Too many requests for this key"
+    status_code, code, description = 429, "rate_limited", "Too many requests for this key"
 
 
 class Unavailable(DPGateError):
-    status_code = 503
-    code = "unavailable"
-    description = "The database is unavailable; retry later"
+    status_code, code, description = 503, "unavailable", "The database is unavailable; retry later"
 
     def __init__(self, message: str | None = None, *, retry_after: int = 1) -> None:
         super().__init__(message)

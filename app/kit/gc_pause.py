@@ -1,14 +1,6 @@
-"""Pause the cyclic garbage collector while a slot release runs.
-
-A whole-slot release allocates some 10^6 short-lived containers (answers, drafts,
-OpenDP conversions) and keeps ~10^5 of them until it answers: the collector ran ~1,000
-young and 3 full collections per 10^6-record release, the full ones walking every
-object of the process (0.5-0.9 s of a ~5 s release, `benchmarks/release.py`).
-Reference counting still frees everything acyclic meanwhile; cyclic garbage waits for
-the first collection after the pause. Nested and concurrent pauses (threads) are
-counted: the collector is re-enabled when the last one ends, and only if it was
-enabled when the first began.
-"""
+"""Pause the cyclic garbage collector while a slot release runs (its full collections took 0.5-0.9
+s of a ~5 s release). Nested and concurrent pauses are counted; the collector is re-enabled when
+the last ends, if it was enabled before."""
 
 from __future__ import annotations
 

@@ -1,13 +1,6 @@
-"""The one parser of numeric ids in paths (datasets, keys).
-
-An id is written in ASCII digits only, without a sign, spaces or leading zeros, and
-lies in ``[1, 2^31 - 1]`` (what the database's integer keys hold): ``/datasets/7``.
-Any other spelling (``07``, ``+7``, ``7.0``, ``٧`` (Arabic-Indic seven), `` 7``) names
-no resource and answers 404 ``not_found``, the same on every path, so one resource
-has exactly one address. A route declares such an id as ``{key_id:id}`` (ASCII digits),
-so a literal sibling path (``/keys/me``) is never taken for an id: ``Allow`` then lists
-only the methods the path really answers.
-"""
+"""The one parser of numeric ids in paths: ASCII digits without sign, spaces or leading zeros, in
+``[1, 2^31 - 1]``; any other spelling is 404, so a resource has one address. Routes declare
+``{key_id:id}``, so ``/keys/me`` is never an id."""
 
 from __future__ import annotations
 

@@ -1,18 +1,7 @@
-"""Strict JSON request bodies: a number is a JSON number, a boolean ``true`` or ``false``.
-
-Pydantic's lax mode reads ``"5"`` and ``true`` as the number 5 and 1, and ``"1_0"`` as
-10, so ``{"epsilon_quota": true}`` once made a quota of 1. Every request body model
-derives from :class:`JsonBody`, which validates in pydantic's strict mode: a number field
-takes a JSON number only (an integer where it is a float), an integer field an integer,
-a boolean field a boolean. JSON has no dates or tuples: a field of such a type is
-declared ``Annotated[..., Strict(False)]`` so that its JSON spelling (a string, an array)
-is read, its items staying strict.
-
-:func:`parse_json` is how every route reads a JSON body (``app.http.query_params``'s
-``CheckedRoute``): a key given twice, ``NaN``/``Infinity``, nesting past Python's limit
-and malformed JSON are each refused with 400 saying what to fix, instead of the last
-duplicate winning or a terse "JSON decode error".
-"""
+"""Strict JSON request bodies: every body model derives from :class:`JsonBody` (pydantic's strict
+mode: no ``"5"`` or ``true`` for a number; dates and tuples declared ``Strict(False)``).
+:func:`parse_json` refuses duplicate keys, ``NaN``, deep nesting and malformed JSON with 400
+saying what to fix."""
 
 from __future__ import annotations
 

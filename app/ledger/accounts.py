@@ -1,12 +1,8 @@
-"""Many budget accounts at once, as arrays (a release locks and charges ~10⁵ of them).
+"""Many budget accounts at once, as arrays (a release locks and charges ~10⁵).
 
-An account is named by a *budget subject*: the pair (budget window, user) packed in one
-integer, ``window index << USER_BITS | user id``, the index into the release's windows
-(distinct, ascending). Sorting subjects sorts by (window, user): the ledger's lock order
-(``app.ledger.repository``). Without windows there is one window and a subject is its
-user id. Spends are integer quanta (``app.budget.quanta``), so every cap test over
-them is one exact array operation (``app.budget.over_cap_counts``).
-"""
+A *subject* packs (budget window index, user id) as ``index << USER_BITS | user``, so sorting
+subjects gives the ledger's lock order. Spends are integer quanta, so each cap test is one exact
+array operation (``app.budget.over_cap_counts``)."""
 
 from __future__ import annotations
 
@@ -34,8 +30,7 @@ def window_users(subjects: Int64s, index: int) -> Int64s:
 
 @dataclass(frozen=True)
 class Accounts:
-    """The accounts of some subjects of one dataset and epoch: locked for the
-    transaction (a release) or read without locks (a preview)."""
+    """The accounts of some subjects of one dataset and epoch, locked or not."""
 
     dataset_id: int
     epoch: int
@@ -53,8 +48,7 @@ class Accounts:
         return np.where(self.subjects[at] == wanted, self.spent[at], 0).astype(np.int64)
 
     def over_cap(self, subjects: npt.ArrayLike, grids: npt.ArrayLike, epsilon: Decimal) -> Int64s:
-        """Those of ``subjects`` whom ``grids`` charges of ``epsilon`` each would pass
-        the cap (``app.budget.over_cap_counts``)."""
+        """Those of ``subjects`` whom ``grids`` charges of ``epsilon`` would push past the cap."""
         wanted = np.asarray(subjects, dtype=np.int64)
         over = budget.over_cap_counts(
             self.spent_of(wanted), np.asarray(grids, dtype=np.int64), epsilon, self.cap
@@ -62,8 +56,7 @@ class Accounts:
         return wanted[over]
 
     def largest_epsilon(self, subjects: npt.ArrayLike, grids: npt.ArrayLike) -> Decimal:
-        """The largest epsilon that ``grids`` charges of to each of ``subjects`` keep
-        within the cap (``app.budget.per_part`` of what each has left)."""
+        """The largest epsilon that ``grids`` charges of keep each subject within the cap."""
         wanted = np.asarray(subjects, dtype=np.int64)
         left = np.maximum(budget.quanta(budget.limit(self.cap)) - self.spent_of(wanted), 0)
         return budget.largest_part(left, np.asarray(grids, dtype=np.int64))

@@ -1,16 +1,6 @@
-"""The writes of a charge, in two places that make the same decisions.
-
-* :class:`QueryCommitter` (the query path, from the event loop): one call of
-  ``dpgate_commit_query`` (``migrations/sql/commit_query_0009.sql``) locks the dataset row
-  and the users' accounts, decides as :func:`app.ledger.rule.charge_verdict` does and,
-  on ``ok``, stores the answer, charges and appends the ledger entry, so row locks
-  live for one statement.
-* ``app.ledger.service.charge_accounts`` (a session, accounts already locked): a
-  release's charges, a set at a time.
-
-Lock order, everywhere: the dataset row, the accounts by ascending (window, user id),
-the key row.
-"""
+"""A query's charge as one call of ``dpgate_commit_query``
+(``migrations/sql/commit_query_0009.sql``), deciding as :func:`app.ledger.rule.charge_verdict`; row
+locks live for one statement. A release's charges are ``app.ledger.service.charge_accounts``'."""
 
 from __future__ import annotations
 
@@ -22,6 +12,7 @@ from typing import Any, Protocol
 import orjson
 from psycopg import AsyncConnection
 
+from app.db.unit import int_array
 from app.ledger.rule import Charge, Verdict
 
 
@@ -69,12 +60,6 @@ _LOCK_ACCOUNTS_SQL = (
 )
 
 
-def int_array_literal(values: tuple[int, ...] | list[int]) -> str:
-    """``{1,2,3}``: an ``integer[]`` parameter as text, which the driver passes through
-    (it would otherwise inspect every element to choose the array's type)."""
-    return "{" + ",".join(map(str, values)) + "}"
-
-
 class QueryCommitter:
     """The query commit as one autocommit statement on a connection of the query pool."""
 
@@ -84,14 +69,13 @@ class QueryCommitter:
     async def lock_spent(
         self, dataset_id: int, epoch: int, window: date, users: list[int]
     ) -> dict[int, Decimal] | None:
-        """Inside a transaction: lock the dataset row (shared) and the accounts of
-        ``users`` (ascending) in ``window``, in the commit function's order; what each has
-        spent, or ``None`` when the dataset's epoch is no longer ``epoch``."""
+        """In a transaction: lock the dataset row (shared) and ``users``' accounts in the commit
+        function's order; their spends, or None if the epoch moved on."""
         params = {
             "dataset": dataset_id,
             "epoch": epoch,
             "window": window,
-            "users": int_array_literal(users),
+            "users": int_array(users),
         }
         cur = await self.conn.execute(_LOCK_DATASET_SQL, params)
         row = await cur.fetchone()
@@ -110,7 +94,7 @@ class QueryCommitter:
             "grid": charge.grid_id,
             "grid_version": row.grid_version,
             "fingerprint": row.fingerprint,
-            "users": int_array_literal(charge.users),
+            "users": int_array(charge.users),
             "epsilon": charge.epsilon,
             "cap": cap,
             "key": charge.key_id,

@@ -1,12 +1,6 @@
-"""All SQL of the privacy-budget ledger.
-
-Lock order, everywhere: the dataset row, then budget accounts in ascending (window,
-user id), then the API key row. Queries and releases take the dataset row
-``FOR KEY SHARE`` (many at once), a budget reset ``FOR NO KEY UPDATE`` (one at a time,
-as uploads): the two modes never wait for each other, so a reset is not starved by a
-release load; a charge made in the epoch it read stays within that epoch (docs/math.md
-§10.5). Nothing here commits: the caller's unit of work does (``app.db.unit``).
-"""
+"""All SQL of the privacy-budget ledger. Lock order: the dataset row, then budget accounts by
+ascending (window, user id), then the key row; modes and epochs as in docs/math.md §10.5. Nothing
+here commits (``app.db.unit``)."""
 
 from __future__ import annotations
 
@@ -32,21 +26,15 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.orm import Session
 
 from app.budget import Budget
 from app.datasets.models import Dataset, DatasetUser
-from app.db.unit import binary_rows, driver_connection
+from app.db.base import Repository
+from app.db.unit import binary_rows, driver_connection, int_array
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 
 Int64s = npt.NDArray[np.int64]
-
-
-def _ints(values: Int64s) -> str:
-    """An ``integer[]`` parameter as its text (``{1,2,3}``), which the driver sends as
-    it is (it would inspect every element of a list)."""
-    return "{" + ",".join(map(str, np.asarray(values).tolist())) + "}"
 
 
 _COUNT_PRESENT = (
@@ -74,8 +62,8 @@ _CHARGE_COUNTS = (
 
 
 def _users_in(user_ids: Iterable[int]) -> Any:
-    """``user_id = ANY(:users)``: one array parameter, however many users (a statement
-    compiled and sent once, where an ``IN`` list of 10⁵ values costs seconds)."""
+    """``user_id = ANY(:users)``: one array parameter (an ``IN`` list of 10⁵ values costs
+    seconds)."""
     users = bindparam("users", [int(u) for u in user_ids], type_=ARRAY(Integer))
     return BudgetAccount.user_id == any_(users)
 
@@ -85,10 +73,8 @@ ANALYZE_MIN_ROWS, ANALYZE_FRACTION = 50, 0.1
 
 
 def needs_analyze(known: float, added: int) -> bool:
-    """Whether ``budget_accounts`` needs statistics: never analyzed (``known`` is
-    Postgres' ``reltuples``, -1 before the first ANALYZE) or ``added`` rows at once are
-    many next to the rows analyzed. Between analyses the planner scales ``known`` by
-    the table's current size, so a table that grows in small steps stays estimated."""
+    """Whether ``budget_accounts`` needs statistics: never analyzed (``reltuples`` -1) or ``added``
+    rows are many next to ``known``."""
     return known < 0 or added > ANALYZE_MIN_ROWS + ANALYZE_FRACTION * known
 
 
@@ -101,14 +87,10 @@ def _in_window(dataset_id: int, epoch: int, window: date) -> tuple[Any, ...]:
     )
 
 
-class LedgerRepository:
-    def __init__(self, session: Session) -> None:
-        self.session = session
-
+class LedgerRepository(Repository):
     def lock_dataset(self, dataset_id: int, *, exclusive: bool = False) -> Dataset | None:
-        """The dataset row, locked shared (``FOR KEY SHARE``) or, for a reset, exclusive
-        among the row's writers (``FOR NO KEY UPDATE``: resets and uploads), which does
-        not wait for the shared lockers nor make them wait."""
+        """The dataset row, ``FOR KEY SHARE`` or, for a reset, ``FOR NO KEY UPDATE`` (which does not
+        block the shared lockers)."""
         stmt = (
             select(Dataset)
             .where(Dataset.id == dataset_id)
@@ -138,23 +120,15 @@ class LedgerRepository:
     def insert_accounts(
         self, dataset_id: int, epoch: int, user_ids: npt.ArrayLike, *, window: date
     ) -> int:
-        """Zero accounts for ``user_ids`` (ascending) in the window, in that order
-        (idempotent: existing ones are left alone); how many were created."""
-        params = (dataset_id, epoch, window, _ints(np.asarray(user_ids, dtype=np.int64)))
+        """Zero accounts for ``user_ids`` (ascending) where missing; how many."""
+        params = (dataset_id, epoch, window, int_array(np.asarray(user_ids, dtype=np.int64)))
         with driver_connection(self.session).cursor() as cursor:
             cursor.execute(_INSERT_ACCOUNTS, params)
             return int(cursor.rowcount)
 
     def analyze_after_growth(self, added: int) -> None:
-        """Refresh the planner's statistics of ``budget_accounts`` after it grew a lot.
-
-
-        Without any (a server with autovacuum off or lagging, or a table just filled)
-        Postgres believes the table tiny and, even with sequential scans ruled out for
-        the commit function (migration 0004), checks ``user_id = ANY(...)`` row by row
-        after an index scan on the dataset and epoch instead of probing the primary key:
-        the commit then reads every account of the dataset to charge a grid's users.
-        """
+        """ANALYZE ``budget_accounts`` after it grew a lot: without statistics the planner scans a
+        dataset's accounts instead of probing the primary key."""
         known = self.session.execute(
             text("SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass")
         ).scalar_one()
@@ -169,8 +143,7 @@ class LedgerRepository:
         return None if row is None or row[0] is None else Budget(cap=row[0], spent=row[1])
 
     def spend_quota(self, key_id: int, epsilon: Decimal) -> bool:
-        """Atomically add ``epsilon`` to the key's spend unless that passes its quota (the
-        cap test of ``app.budget``, in SQL: ``spent + epsilon <= quota``)."""
+        """Add ``epsilon`` to the key's spend unless it passes the quota (atomic)."""
         result = self.session.execute(
             update(ApiKey)
             .where(ApiKey.id == key_id)
@@ -186,8 +159,8 @@ class LedgerRepository:
         return cast("CursorResult[Any]", result).rowcount == 1
 
     def key_spent(self, key_id: int) -> Decimal:
-        """What a key without a quota spent, counted as a quota would count it: each
-        charged query's epsilon, and each release's largest charge to one user."""
+        """What a key without a quota spent: each query's epsilon plus each release's largest charge
+        to one user."""
         queries = self.session.scalar(
             select(func.sum(LedgerEntry.epsilon)).where(
                 LedgerEntry.key_id == key_id, LedgerEntry.kind == "query"
@@ -209,17 +182,18 @@ class LedgerRepository:
 
     def count_present(self, dataset_id: int, epoch: int, users: Int64s, *, window: date) -> int:
         """How many of ``users`` (distinct) have an account in the window."""
-        rows = binary_rows(self.session, _COUNT_PRESENT, (dataset_id, epoch, window, _ints(users)))
+        rows = binary_rows(
+            self.session, _COUNT_PRESENT, (dataset_id, epoch, window, int_array(users))
+        )
         return int(rows[0][0])
 
     def account_arrays(
         self, dataset_id: int, epoch: int, users: Int64s, *, window: date, lock: bool
     ) -> tuple[Int64s, Int64s]:
-        """``(users, spent in quanta)`` of the accounts of ``users`` in the window, users
-        ascending; with ``lock``, each locked in that order for the transaction. One
-        statement, its answer two packed columns."""
+        """``(users, spent in quanta)`` of ``users``' accounts in the window, ascending, locked in
+        that order with ``lock``."""
         query = _ACCOUNTS.format(lock="FOR UPDATE" if lock else "")
-        rows = binary_rows(self.session, query, (dataset_id, epoch, window, _ints(users)))
+        rows = binary_rows(self.session, query, (dataset_id, epoch, window, int_array(users)))
         ids, spent = rows[0]
         return (
             np.frombuffer(ids or b"", dtype=">i4").astype(np.int64),
@@ -237,9 +211,18 @@ class LedgerRepository:
         *,
         window: date,
     ) -> int:
-        """Add ``grids[i] × epsilon`` to the (locked) account of each ``users[i]`` in the
-        window, unless that passes ``cap`` (the cap test again, in SQL); the rows changed."""
-        params = (epsilon, _ints(users), _ints(grids), dataset_id, epoch, window, epsilon, cap)
+        """Add ``grids[i] × epsilon`` to each ``users[i]``'s locked account unless that passes
+        ``cap``; the rows changed."""
+        params = (
+            epsilon,
+            int_array(users),
+            int_array(grids),
+            dataset_id,
+            epoch,
+            window,
+            epsilon,
+            cap,
+        )
         with driver_connection(self.session).cursor() as cursor:
             cursor.execute(_CHARGE_COUNTS, params)
             return int(cursor.rowcount)
@@ -261,8 +244,7 @@ class LedgerRepository:
         return (max_spent or Decimal(0)), int(at_cap or 0)
 
     def users_at_cap(self) -> list[tuple[int, int]]:
-        """``(dataset id, users whose spend reached the cap)`` in each dataset's current
-        epoch, in any budget window (the metrics' gauge)."""
+        """``(dataset id, users at the cap)`` in each current epoch (a metric)."""
         at_cap = func.count(distinct(BudgetAccount.user_id)).filter(
             BudgetAccount.spent >= Dataset.budget_per_user
         )
@@ -301,8 +283,7 @@ class LedgerRepository:
         )
 
     def most_spent_window(self, dataset_id: int, epoch: int) -> date | None:
-        """The window of the epoch where some user spent the most (the latest of ties),
-        or None when nobody was charged in the epoch."""
+        """The epoch's window where some user spent the most (latest of ties), or None."""
         return self.session.scalar(
             select(BudgetAccount.window_start)
             .where(BudgetAccount.dataset_id == dataset_id, BudgetAccount.epoch == epoch)

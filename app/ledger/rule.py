@@ -1,18 +1,8 @@
-"""The ledger's events and the decision of a query commit, pure.
+"""The ledger's events and the decision of a charge, pure (docs/math.md §10).
 
-A :class:`Charge` is one event of the ledger (in the spirit of dp_accounting's
-``DpEvent``): ``epsilon`` to each of some users of one dataset, epoch and budget
-window (``app.time.budget_windows``; the one window ``ALL_TIME`` without windows). Amounts and
-the cap test are ``app.budget``'s. Which users are exhausted depends only on the
-ledger, never on values (API.md "Guarantees").
-
-:func:`charge_verdict` is the one decision of a charge, in the order it checks
-things; the Postgres function ``dpgate_commit_query`` (``migrations/sql/commit_query_0009.sql``)
-makes exactly these decisions in one statement for a query, and
-``tests/integration/test_ledger_commit.py`` holds the two to the same verdicts. A
-release's charges take the same decision in Python (``app.ledger.service.charge``).
-:func:`refusal` is the one error a refusing verdict becomes, whichever path took it.
-"""
+:func:`charge_verdict` is the one decision, in the order it checks; ``dpgate_commit_query``
+(``migrations/sql/commit_query_0009.sql``) makes the same decisions in SQL, held equal by
+``tests/integration/test_ledger_commit.py``. :func:`refusal` is the one error a refusal becomes."""
 
 from __future__ import annotations
 
@@ -32,8 +22,7 @@ ChargeKind = Literal["query", "release"]
 
 @dataclass(frozen=True)
 class Charge:
-    """``epsilon`` to each of ``users`` (distinct, ascending) of one dataset, epoch and
-    budget window."""
+    """``epsilon`` to each of ``users`` (distinct, ascending) in one budget window."""
 
     dataset_id: int
     epoch: int
@@ -94,11 +83,8 @@ def charge_verdict(
     twin: bool,
     quota: Budget | None,
 ) -> Verdict:
-    """The decision of a charge, from what it read under its locks.
-
-    Order: epoch, accounts present, twin answer, users' caps, key quota.
-    ``accounts`` maps each charged user that has an account to its spend.
-    """
+    """The decision of a charge from what it read under its locks, in this order: epoch, accounts
+    present, twin answer, users' caps, key quota."""
     if epoch_now != charge.epoch:
         return Verdict.STALE
     if any(u not in accounts for u in charge.users):
@@ -121,10 +107,8 @@ def refusal(
     largest_epsilon: float | None = None,
     release: bool = False,
 ) -> BudgetExhausted:
-    """The error of a refused charge (403 ``budget_exhausted``): ``EXHAUSTED`` (``over``
-    users of ``scope`` would pass their budget; 0: every one of them has exhausted it;
-    ``None``: not counted) or ``QUOTA`` (the key ``key_name``'s quota); ``release``: of a
-    release (its hint names the preview, not a grid's quote)."""
+    """The 403 ``budget_exhausted`` of a refused charge: ``EXHAUSTED`` (``over`` users of ``scope``;
+    0: all exhausted; None: not counted) or ``QUOTA`` (key ``key_name``)."""
     if verdict is Verdict.QUOTA:
         message = f"key '{key_name}' would exceed its epsilon quota"
     elif verdict is not Verdict.EXHAUSTED:

@@ -1,11 +1,6 @@
 """Budget services (docs/math.md §10, API.md "Guarantees"): who is charged, who is exhausted.
 
-A query at ``eps`` charges ``eps`` to every user with kept records. It is
-answered only if no charged user would pass ``budget_per_user``; with
-``on_exhausted = exclude`` the exhausted users are left out instead. Which users
-are exhausted depends only on the ledger, never on values. The rule itself is
-``app.ledger.rule``; the writes are ``app.ledger.committer``'s.
-"""
+The rule is ``app.ledger.rule``'s; the query writes are ``app.ledger.committer``'s."""
 
 from __future__ import annotations
 
@@ -39,12 +34,8 @@ from app.time.budget_windows import (
 
 
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
-    """The dataset with its row locked: shared by queries and releases, exclusive (among
-    resets and uploads) by a budget reset.
-
-    A reset does not wait for the shared lockers: a transaction's charges are made in
-    the ``epoch`` it read here, even if a reset commits meanwhile (docs/math.md §10.5).
-    """
+    """The dataset with its row locked: shared by queries and releases, exclusive (among resets and
+    uploads) by a budget reset, which does not wait for the shared lockers (docs/math.md §10.5)."""
     dataset = LedgerRepository(session).lock_dataset(dataset_id, exclusive=exclusive)
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} not found")
@@ -57,8 +48,7 @@ RESET_WAIT_SECONDS = 5.0
 
 
 def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
-    """The dataset locked for a budget reset: it waits for nothing but another reset or
-    an upload of the same dataset, the latter at most ``RESET_WAIT_SECONDS``."""
+    """The dataset locked for a reset, waiting at most ``RESET_WAIT_SECONDS`` (then 409)."""
     LedgerRepository(session).limit_lock_waits(RESET_WAIT_SECONDS)
     try:
         return lock_dataset(session, dataset_id, exclusive=True)
@@ -74,11 +64,9 @@ def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
 def lock_accounts(
     session: Session, dataset: Dataset, epoch: int, windows: tuple[date, ...], subjects: Int64s
 ) -> Accounts:
-    """Lock the accounts of ``subjects`` (sorted: windows ascending, users ascending
-    within each, the lock order everywhere) for this transaction, one statement per
-    window; the missing ones are created first in a transaction of their own, so this
-    one never holds an insert lock outside the ascending order — the one way two
-    charges over overlapping users could deadlock."""
+    """Lock the accounts of ``subjects`` (windows, then users, ascending: the lock order) for this
+    transaction; missing ones are first created in a transaction of their own, so no insert lock is
+    held out of order."""
     repo = LedgerRepository(session)
     users = [window_users(subjects, i) for i in range(len(windows))]
     missing = [
@@ -96,8 +84,7 @@ def lock_accounts(
 def read_accounts(
     session: Session, dataset: Dataset, epoch: int, windows: tuple[date, ...], subjects: Int64s
 ) -> Accounts:
-    """The accounts of ``subjects`` as the ledger reads now, without locks (a preview;
-    a subject without an account has spent nothing)."""
+    """The accounts of ``subjects`` as the ledger reads now, without locks (a preview)."""
     users = [window_users(subjects, i) for i in range(len(windows))]
     return _accounts(LedgerRepository(session), dataset, epoch, windows, users, lock=False)
 
@@ -136,9 +123,8 @@ def exhausted_now(
     *,
     window: date,
 ) -> npt.NDArray[np.bool_]:
-    """Bool per user: would ``epsilon`` more pass the cap in ``window``, as the ledger
-    reads now (no lock: spend only grows within an epoch, so a user found exhausted stays
-    so, and the charge itself re-checks the others under lock)."""
+    """Bool per user: would ``epsilon`` more pass the cap in ``window``, read without a lock (spend
+    only grows within an epoch; the charge re-checks under lock)."""
     users = [int(u) for u in np.asarray(user_ids)]
     spent = LedgerRepository(session).spent(dataset_id, epoch, users, window=window)
     return budget.exhausted(spent, users, epsilon, cap)
@@ -147,9 +133,7 @@ def exhausted_now(
 def create_accounts(
     session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int], *, window: date
 ) -> None:
-    """Create the missing budget accounts of ``user_ids`` in ``window``, ascending, in
-    ``session``'s transaction (a unit of its own: a grid's first query, or
-    :func:`lock_accounts`' side transaction)."""
+    """Create the missing accounts of ``user_ids`` in ``window``, ascending."""
     repo = LedgerRepository(session)
     added = repo.insert_accounts(
         dataset_id, epoch, np.unique(np.fromiter(user_ids, dtype=np.int64)), window=window
@@ -168,16 +152,9 @@ def charge_accounts(
     key_id: int,
     reference_id: int,
 ) -> None:
-    """Charge ``grids[i]`` times ``epsilon`` to each of ``subjects[i]`` (distinct, locked in
-    ``accounts``) for a release, or refuse: one ``UPDATE`` per window and one
-    ``INSERT`` of the ledger entries, one per window and number of grids.
-
-    The decision is :func:`app.ledger.rule.charge_verdict`'s on the whole set: the
-    epoch and the accounts were fixed by the locks, and the caps are tested at once
-    (``Accounts.over_cap``), then again by the ``UPDATE`` itself; the key's quota is
-    :func:`spend_quota`'s. The caller's plan has already left out, or refused for, users
-    who cannot pay: a refusal here is a bug.
-    """
+    """Charge ``grids[i] × epsilon`` to each of ``subjects[i]`` (locked in ``accounts``) for a
+    release: one ``UPDATE`` per window, one ``INSERT`` of ledger entries. The caller's plan already
+    left out users who cannot pay, so a refusal here is a bug."""
     if accounts.over_cap(subjects, grids, epsilon).size:
         raise rule.refusal(rule.Verdict.EXHAUSTED, scope="this charge", over=None)
     repo = LedgerRepository(session)
@@ -220,10 +197,8 @@ def parse_window_param(dataset: Dataset, text: str | None) -> date | None:
 def shown_window(
     session: Session, dataset: Dataset, epoch: int, window: date | None, now: datetime | None = None
 ) -> date:
-    """The window the budget and ledger answers describe: the one asked for; without
-    one, for a dataset with windows, the window where some user spent the most in the
-    epoch (the latest of ties: the one nearest exhaustion), or today's local window
-    when nobody was charged; :data:`ALL_TIME` for a dataset without windows."""
+    """The window budget and ledger answers describe: the one asked for, else the one where some
+    user spent the most (latest of ties), else today's; :data:`ALL_TIME` without windows."""
     if dataset.budget_window == "none":
         return ALL_TIME
     if window is not None:
@@ -282,16 +257,14 @@ def ledger_page(
 
 
 def reset_budget(session: Session, dataset: Dataset, *, key_id: int, reason: str) -> int:
-    """Open a new epoch (of every window at once); every old entry stays; the reset is
-    audited. One ``UPDATE`` of the dataset's epoch: queries and releases in flight
-    finish in the epoch they read (docs/math.md §10.5)."""
+    """Open a new epoch (every window at once), audited; requests in flight finish in the epoch they
+    read (docs/math.md §10.5)."""
     epoch = lock_for_reset(session, dataset.id).epoch
     return LedgerRepository(session).open_epoch(dataset.id, epoch, key_id, reason)
 
 
 def key_spent(session: Session, key: ApiKey) -> Decimal:
-    """What ``key`` spent: its quota's tally, or (a key without a quota) what the ledger
-    holds, counted as a quota would count it."""
+    """What ``key`` spent: its quota's tally, or what the ledger holds, counted as a quota would."""
     if key.epsilon_quota is not None:
         return key.epsilon_spent
     return LedgerRepository(session).key_spent(key.id)
@@ -304,18 +277,14 @@ def quota_left(session: Session, key_id: int) -> Decimal | None:
 
 
 def spend_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
-    """Charge ``epsilon`` against the key's quota atomically, or refuse (a release's
-    largest cost to one user; queries spend it inside their commit, ``app.ledger.committer``).
-
-    Keys without a quota are not touched: the ledger entries record every key's spend.
-    """
+    """Charge ``epsilon`` against the key's quota atomically, or refuse (a release; queries spend it
+    in their commit). Keys without a quota are not touched."""
     if key.has_quota and not LedgerRepository(session).spend_quota(key.id, budget.charged(epsilon)):
         raise _quota_refusal(session, key)
 
 
 def check_quota(session: Session, key: KeyIdentity, epsilon: Decimal) -> None:
-    """Refuse as :func:`spend_quota` would, without charging or locking (a release checks
-    before it creates budget accounts, so a refusal leaves none behind)."""
+    """Refuse as :func:`spend_quota` would, without charging (before accounts are created)."""
     left = quota_left(session, key.id) if key.has_quota else None
     if left is not None and budget.charged(epsilon) > left:
         raise _quota_refusal(session, key)

@@ -1,16 +1,6 @@
-"""The server's log lines: one format (``DPGATE_LOG_FORMAT``), each line with its request id.
-
-``logging_config`` is the one ``logging.config.dictConfig`` dictionary: the ``dpgate``
-command applies it before migrating, and hands it to uvicorn (``log_config``), which
-applies it again in every worker process; uvicorn's own loggers (start-up, errors) use
-it too. With ``json`` every line is one JSON object (``time``, ``level``, ``logger``,
-``message``, ``request_id`` within a request, ``exception`` with a traceback, and the
-access line's fields); with ``text`` a line reads
-``2026-01-01T08:00:00.000Z INFO dpgate.access [<request id>] GET /datasets 200 3.1ms``.
-
-Log lines name routes, statuses and ids of API objects, never a data subject's
-identifier (raw or hashed) nor a key.
-"""
+"""The server's log lines: one format (``DPGATE_LOG_FORMAT``: ``json`` or ``text``), each with its
+request id. ``logging_config`` is the one ``dictConfig``, applied by the command and every uvicorn
+worker. Lines never name a data subject's identifier nor a key."""
 
 from __future__ import annotations
 
@@ -20,16 +10,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 import orjson
-
-__all__ = [
-    "REQUEST_ID",
-    "JsonFormatter",
-    "LogFormat",
-    "RequestIdFilter",
-    "TextFormatter",
-    "configure_logging",
-    "logging_config",
-]
 
 LogFormat = Literal["json", "text"]
 

@@ -1,13 +1,6 @@
-"""dpgate's Prometheus metrics (``prometheus-client``) and the ``/metrics`` exposition.
-
-One server process keeps its metrics in memory. With several worker processes
-(``dpgate serve --workers N``, N > 1) every worker writes its own to files in
-``PROMETHEUS_MULTIPROC_DIR`` (the client library's multiprocess mode; ``dpgate serve``
-makes a fresh directory and removes it at exit unless the variable is set), and a
-scrape of any worker reports the sum over all of them. The database pools' gauges, the
-users at their cap (one query) and ``dpgate_database_up`` are read when scraped, from
-the process that answers.
-"""
+"""dpgate's Prometheus metrics (``prometheus-client``; multiprocess mode with several workers) and
+the ``/metrics`` exposition; pool gauges, users at cap and ``dpgate_database_up`` are read when
+scraped."""
 
 from __future__ import annotations
 
@@ -35,20 +28,7 @@ from app.ledger.repository import LedgerRepository
 
 log = logging.getLogger("dpgate.metrics")
 
-__all__ = [
-    "ANSWERS",
-    "BUDGET_REFUSALS",
-    "CONTENT_TYPE_LATEST",
-    "EPSILON_CHARGED",
-    "MULTIPROC_ENV",
-    "RELEASES",
-    "RELEASE_SECONDS",
-    "REQUESTS",
-    "REQUEST_SECONDS",
-    "exposition",
-    "record_charge",
-    "record_release",
-]
+__all__ = ["CONTENT_TYPE_LATEST"]  # re-exported
 
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
@@ -142,8 +122,7 @@ class PoolCollector(Collector):
 
 
 class LedgerCollector(Collector):
-    """The ledger's state and the database's, read when scraped: users at their cap per
-    dataset (current epoch) and whether this process finds the database answering."""
+    """Users at their cap per dataset and whether the database answers, read when scraped."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
@@ -174,9 +153,7 @@ class LedgerCollector(Collector):
 
 
 def exposition(state: Any) -> bytes:
-    """The Prometheus text of every metric: the process's (or, in multiprocess mode,
-    all workers') counters and histograms, this process's pool gauges, the users at cap
-    and whether the database answers."""
+    """The Prometheus text of every metric."""
     if os.environ.get(MULTIPROC_ENV):
         registry = CollectorRegistry()
         MultiProcessCollector(registry)

@@ -156,9 +156,8 @@ def _declared_length(request: Request) -> int | None:
 
 
 def _body_chunks(stream: AsyncIterator[bytes]) -> Iterator[bytes]:
-    """The request body as a blocking iterator, for the worker thread: each chunk is
-    awaited on the event loop as it is needed (never the whole body at once). Errors
-    from receiving (413 from the body limit, a disconnect) propagate to the caller."""
+    """The request body as a blocking iterator for the worker thread, each chunk awaited on the
+    event loop when needed; receiving errors (413, a disconnect) propagate."""
 
     async def pull() -> bytes | None:
         try:

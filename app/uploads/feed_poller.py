@@ -1,17 +1,10 @@
 """Pulling a GTFS-Realtime feed into a dataset (``dpgate ingest gtfs-rt``).
 
-Each poll fetches the feed with httpx and, when its bytes changed since the last poll,
-ingests it like ``POST /datasets/{id}/records`` with a feed body
-(:func:`app.uploads.service.upload_records`) in a transaction of its own: a vehicle's
-position already stored (same vehicle, same timestamp: in this feed, an earlier one, or
-any upload) is counted as a duplicate, not stored again. A feed that is down, answers
-an error or sends something that is not a ``FeedMessage`` is logged and polled again at
-the next tick; nothing is written for it. ``timeout`` bounds a whole fetch (connect,
-headers and body together: a feed trickling its bytes cannot hold a poll longer). A stop
-request (:meth:`FeedPoller.stop`, from SIGINT or SIGTERM) is honoured between polls: the
-poll under way is finished (committed) first, or rolled back if it fails, and its fetch
-is given at most ``STOP_GRACE`` seconds more.
-"""
+Each poll fetches the feed (httpx; ``timeout`` bounds the whole fetch) and, when its bytes
+changed, ingests it as ``POST /datasets/{id}/records`` would, in a transaction of its own (a
+stored position is a duplicate). A feed that is down or not a ``FeedMessage`` is logged and polled
+at the next tick. A stop (SIGINT, SIGTERM) is honoured between polls, the poll under way finished
+first (its fetch given at most ``STOP_GRACE`` seconds)."""
 
 from __future__ import annotations
 
@@ -93,9 +86,7 @@ class FeedPoller:
         return self._stopping.is_set()
 
     def run(self, every: float | None, polls: int | None = None) -> PollTotals:
-        """Poll once (``every`` None), or every ``every`` seconds until stopped or after
-        ``polls`` polls. Each tick starts ``every`` seconds after the previous one started
-        (a slow poll is followed at once by the next)."""
+        """Poll once (``every`` None) or every ``every`` seconds, until stopped or ``polls``."""
         done = 0
         while not self.stopping:
             started = time.monotonic()
@@ -147,9 +138,8 @@ class FeedPoller:
         return answer
 
     def _fetch(self) -> bytes | None:
-        """The feed's bytes, or None (logged) when it is down, answers an error, is larger
-        than ``max_bytes`` (the upload's body limit) or does not arrive whole within
-        ``timeout`` seconds."""
+        """The feed's bytes, or None (logged): down, an error, over ``max_bytes`` or not whole
+        within ``timeout``."""
         return asyncio.run(self._fetch_within_timeout())
 
     async def _fetch_within_timeout(self) -> bytes | None:

@@ -1,14 +1,9 @@
-"""Mapping parsed batches to database ids and writing them (:class:`Ingestor`), and
-building the snapshots of the grids an upload touched at its end.
+"""Mapping parsed batches to database ids and writing them (:class:`Ingestor`), then building the
+snapshots of the grids an upload touched.
 
-A new grid only gets an id while records stream in; :meth:`Ingestor.finish` inserts
-it with its final summary and snapshot. Every row stored is kept (in memory, or
-spilled to temporary files past :data:`MEMORY_REBUILD_ROWS`: :class:`NewGridRows`);
-a new grid's snapshot is built from its rows, a stored grid's from its stored snapshot
-followed by its new rows, each user's after its earlier ones (every row of the upload
-is later than its user's stored records: a row that is not goes through the duplicate
-look-up, and a stored grid that receives one is read back whole from the database).
-"""
+A new grid's snapshot is built from its rows (kept in memory or spilled: :class:`NewGridRows`), a
+stored grid's from its stored snapshot followed by its new rows; a stored grid that receives a row
+not later than its user's stored ones is read back whole."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.datasets.grid_store import GridSummary, summarise_grids
 from app.datasets.models import Dataset
-from app.datasets.repository import GridRepository, RecordArrays, copy_records
+from app.datasets.repository import GridRepository, RecordArrays, copy_records, snapshot_records
 from app.ingest.batches import Batch
 from app.time.slots import datetime_to_us, get_zone, slot_end_bound_us, us_to_datetime
 from app.uploads.repository import IngestRepository, hash_user
@@ -42,8 +37,7 @@ STORE_GRIDS = 5000
 
 
 def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
-    """Indices of the rows to keep, in (user, ts) order: the first row of every
-    (user, ts) pair (file order decides among equals)."""
+    """Indices of the first row of every (user, ts) pair, in (user, ts) order."""
     order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
     u, t = user_ids[order], ts_us[order]
     keep = np.ones(order.size, dtype=bool)
@@ -66,13 +60,9 @@ _ROW = np.dtype([("code", "<i8"), ("user", "<i8"), ("ts", "<i8"), ("value", "<f8
 
 
 class NewGridRows:
-    """The rows stored this upload, kept to build the snapshots of the grids they went to
-    without reading them back from the database.
-
-    Held in memory up to ``MEMORY_REBUILD_ROWS`` rows, then spilled to ``SPILL_BUCKETS``
-    temporary files partitioned by grid code, so each grid lies whole in one bucket
-    and memory stays bounded by one bucket. :meth:`close` removes the files.
-    """
+    """The rows stored this upload, to build their grids' snapshots without reading them back: in
+    memory up to ``MEMORY_REBUILD_ROWS``, then spilled to ``SPILL_BUCKETS`` files by grid code
+    (memory bounded by one bucket). :meth:`close` removes the files."""
 
     def __init__(self) -> None:
         self._chunks: list[np.ndarray] = []
@@ -138,11 +128,7 @@ class NewGridRows:
 
 
 class Ingestor:
-    """Maps a batch's user and grid codes to database ids and writes its records.
-
-    Users are created at once (keyed hashes). A new grid only gets an id here;
-    :meth:`finish` inserts it with its final summary and snapshot.
-    """
+    """Maps a batch's user and grid codes to database ids and writes its records."""
 
     def __init__(self, session: Session, dataset: Dataset, secret: bytes) -> None:
         self.session = session
@@ -221,11 +207,8 @@ class Ingestor:
 
     # ----------------------------------------------------------------- at end
     def finish(self) -> int:
-        """Insert new grids and refresh changed ones (summary, snapshot, version + 1).
-
-        A grid whose every row turned out a duplicate is neither created nor changed.
-        Returns how many grids were created or changed.
-        """
+        """Insert new grids and refresh changed ones (summary, snapshot, version + 1); how many. A
+        grid whose every row was a duplicate is untouched."""
         by_id = {g.grid_id: g for g in self.grids}
         changed = 0
         reread_users: dict[int, list[np.ndarray]] = {}  # grid code -> users of its new rows
@@ -240,28 +223,19 @@ class Ingestor:
         return changed + self._store(by_id, self._read_back(reread_users))
 
     def _stored_snapshots(self, codes: np.ndarray) -> RecordArrays:
-        """The records of the stored grids among ``codes`` that are not to be read back, from
-        their snapshots (no times: in their stored order). A grid whose snapshot is not
-        at its version is marked to be read back instead."""
+        """The records of the stored grids among ``codes`` from their snapshots (in stored order);
+        one not at its version is marked to be read back."""
         wanted = np.unique(codes[~self.is_new[codes] & ~self.reread[codes]]).tolist()
         wanted = [c for c in wanted if self.grids[c].n_records]
         snaps = self.grid_repo.snapshot_rows(self.grid_ids[wanted].tolist()) if wanted else []
         code_of = {self.grids[c].grid_id: c for c in wanted}
-        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        current = []
         for gid, version, users, counts, values in snaps:
             if version == self.grids[code_of[gid]].version:
                 del code_of[gid]
-                vals = np.frombuffer(values, dtype="<f8").astype(np.float64)
-                user_of = np.repeat(np.frombuffer(users, dtype="<i8"), np.frombuffer(counts, "<i8"))
-                parts.append(
-                    (np.full(vals.size, gid, dtype=np.int64), user_of.astype(np.int64), vals)
-                )
+                current.append((gid, users, counts, values))
         self.reread[list(code_of.values())] = True
-        if not parts:
-            empty = np.empty(0, dtype=np.int64)
-            return RecordArrays(empty, empty, empty, np.empty(0, dtype=np.float64))
-        gids, user_ids, vals = (np.concatenate(p) for p in zip(*parts, strict=True))
-        return RecordArrays(gids, user_ids, np.arange(gids.size, dtype=np.int64), vals)
+        return snapshot_records(current)
 
     def _read_back(self, new_users: dict[int, list[np.ndarray]]) -> Iterator[GridSummary]:
         """The summaries of stored grids read back whole from the database: every record
@@ -295,9 +269,8 @@ class Ingestor:
     def _store(
         self, by_id: dict[int, _Grid], summaries: Iterator[GridSummary], *, overlap: bool = False
     ) -> int:
-        """Write the grids whose record count changed, ``STORE_GRIDS`` at a time. With
-        ``overlap`` (``summaries`` must not use the session), each part is written on a
-        helper thread while the next is summarised here."""
+        """Write the grids whose record count changed, ``STORE_GRIDS`` at a time (with
+        ``overlap``, on a helper thread while the next part is summarised)."""
         changed = 0
         writing: Future[int] | None = None
         new_grids, new_snaps, old_grids, old_snaps = [], [], [], []
@@ -349,9 +322,8 @@ def public_ids(n: int) -> list[str]:
 
 
 def _extend(old: RecordArrays, rows: np.ndarray, grid_ids: np.ndarray) -> Iterator[GridSummary]:
-    """The summaries of the grids of ``old`` (stored records, ``ts_us`` their stored order)
-    and ``rows`` (new ones, by grid code; each grid's whole rows): per grid and user, the
-    stored records first, then the new ones by time."""
+    """The summaries of the grids of ``old`` (stored records) and ``rows`` (new, by grid code):
+    per grid and user, stored records first, then new ones by time."""
     gids = np.concatenate([old.grid_ids, grid_ids[rows["code"]]])
     users = np.concatenate([old.user_ids, rows["user"]])
     ts = np.concatenate([old.ts_us, rows["ts"]])

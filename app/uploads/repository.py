@@ -1,8 +1,5 @@
-"""All SQL of ingestion: binary ``COPY`` and array (``unnest``) statements.
-
-Every statement runs on the session's own psycopg connection, inside its
-transaction; each counts what was really inserted, so duplicates are exact.
-"""
+"""All SQL of ingestion: binary ``COPY`` and ``unnest`` statements on the session's psycopg
+connection, counting what was really inserted."""
 
 from __future__ import annotations
 
@@ -29,40 +26,19 @@ _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
 _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _PG_COPY_TRAILER = struct.pack(">h", -1)
-_PG_STAGE_ROW = np.dtype(
-    [("n", ">i2"), ("l1", ">i4"), ("row", ">i4"), ("l2", ">i4"), ("user", ">i4"),
-     ("l3", ">i4"), ("ts", ">i8")]
-)  # fmt: skip
-_PG_RECORD_ROW = np.dtype(
-    [
-        ("n", ">i2"),
-        ("l0", ">i4"), ("dataset", ">i4"),
-        ("l1", ">i4"), ("grid", ">i4"),
-        ("l2", ">i4"), ("user", ">i4"),
-        ("l3", ">i4"), ("ts", ">i8"),
-        ("l4", ">i4"), ("value", ">f8"),
-    ]
-)  # fmt: skip
 
 
-def _record_rows(
-    dataset_id: int,
-    grid_ids: np.ndarray,
-    user_ids: np.ndarray,
-    ts_us: np.ndarray,
-    values: np.ndarray,
-) -> np.ndarray:
-    """Binary ``COPY`` tuples of ``records``: ``(dataset, grid, user, ts, value)``."""
-    rows = np.empty(len(grid_ids), dtype=_PG_RECORD_ROW)
-    rows["n"] = 5
-    rows["l0"] = rows["l1"] = rows["l2"] = 4
-    rows["l3"] = rows["l4"] = 8
-    rows["dataset"] = dataset_id
-    rows["grid"] = grid_ids
-    rows["user"] = user_ids
-    rows["ts"] = ts_us - PG_EPOCH_OFFSET_US
-    rows["value"] = values
-    return rows
+def _copy_data(count: int, columns: Sequence[tuple[str, Any]]) -> bytes:
+    """Binary ``COPY`` data of ``count`` tuples, each field ``(big-endian dtype, values)``."""
+    fields: list[tuple[str, str]] = [("n", ">i2")]
+    for i, (kind, _) in enumerate(columns):
+        fields += [(f"l{i}", ">i4"), (f"c{i}", kind)]
+    rows = np.empty(count, dtype=fields)
+    rows["n"] = len(columns)
+    for i, (kind, values) in enumerate(columns):
+        rows[f"l{i}"] = np.dtype(kind).itemsize
+        rows[f"c{i}"] = values
+    return _PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER
 
 
 def _snapshot_tuples(rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> bytes:
@@ -85,10 +61,8 @@ def hash_user(secret: bytes, user_id: str) -> str:
 
 
 class IngestRepository:
-    """Bulk SQL of ingestion, on the session's own psycopg connection (so inside its
-    transaction). Writers to one dataset must hold its lock
-    (:meth:`app.datasets.repository.DatasetRepository.lock`): duplicate detection
-    relies on it."""
+    """Bulk SQL of ingestion, in the session's transaction. Writers to a dataset must hold its
+    lock (``DatasetRepository.lock``): duplicate detection relies on it."""
 
     def __init__(self, session: Session) -> None:
         self.session = session
@@ -117,8 +91,7 @@ class IngestRepository:
         return [found[h] for h in hashes]
 
     def allocate_grid_ids(self, n: int) -> list[int]:
-        """``n`` fresh grid ids for grids inserted later in this transaction (from the id
-        sequence, in blocks)."""
+        """``n`` fresh grid ids from the id sequence (drawn in blocks)."""
         if n <= 0:
             return []
         if len(self._spare_ids) < n:
@@ -138,31 +111,19 @@ class IngestRepository:
         self, dataset_id: int, rows: Sequence[tuple[int, str, str, int, int, int, int, int]]
     ) -> None:
         """Insert grids ``(id, public_id, h3_cell, slot_start µs, n_users, n_records,
-        max_user_records, version)`` with one binary ``COPY`` built by numpy (public ids
-        and cells of one length each, as ``secrets.token_urlsafe`` and H3 make them)."""
+        max_user_records, version)`` by one binary ``COPY`` built by numpy."""
         if not rows:
             return
         ids, public, cells, slots, nu, nr, mx, version = zip(*rows, strict=True)
         p_len, c_len = len(public[0]), len(cells[0])
         if any(len(p) != p_len for p in public) or any(len(c) != c_len for c in cells):
             raise ValueError("grid public ids and cells must each have one length")
-        dtype = np.dtype(
-            [("n", ">i2"), ("l1", ">i4"), ("id", ">i4"), ("l2", ">i4"), ("public", f"S{p_len}"),
-             ("l3", ">i4"), ("dataset", ">i4"), ("l4", ">i4"), ("cell", f"S{c_len}"),
-             ("l5", ">i4"), ("slot", ">i8"), ("l6", ">i4"), ("nu", ">i4"), ("l7", ">i4"),
-             ("nr", ">i4"), ("l8", ">i4"), ("mx", ">i4"), ("l9", ">i4"), ("version", ">i4")]
-        )  # fmt: skip
-        out = np.empty(len(rows), dtype=dtype)
-        out["n"] = 9
-        for name, length in (("l1", 4), ("l2", p_len), ("l3", 4), ("l4", c_len), ("l5", 8)):
-            out[name] = length
-        for name in ("l6", "l7", "l8", "l9"):
-            out[name] = 4
-        out["id"], out["dataset"] = ids, dataset_id
-        out["public"] = np.array(public, dtype=f"S{p_len}")
-        out["cell"] = np.array(cells, dtype=f"S{c_len}")
-        out["slot"] = np.array(slots, dtype=np.int64) - PG_EPOCH_OFFSET_US
-        out["nu"], out["nr"], out["mx"], out["version"] = nu, nr, mx, version
+        data = _copy_data(len(rows), [
+            (">i4", ids), (f"S{p_len}", np.array(public, dtype=f"S{p_len}")), (">i4", dataset_id),
+            (f"S{c_len}", np.array(cells, dtype=f"S{c_len}")),
+            (">i8", np.array(slots, dtype=np.int64) - PG_EPOCH_OFFSET_US),
+            (">i4", nu), (">i4", nr), (">i4", mx), (">i4", version),
+        ])  # fmt: skip
         with (
             self.driver.cursor() as cur,
             cur.copy(
@@ -170,7 +131,7 @@ class IngestRepository:
                 "n_records, max_user_records, version) FROM STDIN (FORMAT BINARY)"
             ) as copy,
         ):
-            copy.write(_PG_COPY_HEADER + out.tobytes() + _PG_COPY_TRAILER)
+            copy.write(data)
 
     def update_grids(self, rows: Sequence[tuple[int, int, int, int, int]]) -> None:
         """Set ``(id, n_users, n_records, max_user_records, version)`` of grids."""
@@ -223,16 +184,12 @@ class IngestRepository:
         values: np.ndarray,
         check: np.ndarray | None = None,
     ) -> np.ndarray:
-        """Store the records whose (user, ts) is not stored yet; returns which were (a bool
-        per row; ``False``: a duplicate of a stored record).
+        """Store the records whose (user, ts) is not stored yet; a bool per row (False: a
+        duplicate).
 
-        The rows must not repeat a (user, ts) among themselves (see
-        ``app.uploads.ingestor.first_occurrences``); they are best given in (user, ts)
-        order, the records' key. ``check`` (bool per row, default all) marks the rows that
-        may repeat a stored one: they are looked up (a temporary table and one semi-join
-        on the key, exact under the dataset lock), then every new row goes into
-        ``records`` by one binary ``COPY`` (the primary key still guards them).
-        """
+        The rows must not repeat a (user, ts) (``app.uploads.ingestor.first_occurrences``), best
+        in key order. Rows marked by ``check`` are looked up (a temporary table, one semi-join,
+        exact under the dataset lock); then the new rows go in by one binary ``COPY``."""
         stored = np.ones(len(grid_ids), dtype=bool)
         if len(grid_ids) == 0:
             return stored
@@ -242,16 +199,20 @@ class IngestRepository:
                 repeated = self._stored_already(cur, dataset_id, user_ids, ts_us, checked)
                 stored[checked[repeated]] = False
             new = stored if not stored.all() else slice(None)
-            rows = _record_rows(dataset_id, grid_ids[new], user_ids[new], ts_us[new], values[new])
-            if len(rows):
+            ts_new = ts_us[new]
+            if ts_new.size:
                 self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
+                data = _copy_data(ts_new.size, [
+                    (">i4", dataset_id), (">i4", grid_ids[new]), (">i4", user_ids[new]),
+                    (">i8", ts_new - PG_EPOCH_OFFSET_US), (">f8", values[new]),
+                ])  # fmt: skip
                 with cur.copy(
                     sql.SQL(
                         "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN "
                         "(FORMAT BINARY)"
                     ).format(sql.Identifier(dataset_table(dataset_id)))
                 ) as copy:
-                    copy.write(_PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER)
+                    copy.write(data)
         return stored
 
     def _ensure_months(self, dataset_id: int, first_us: int, last_us: int) -> None:
@@ -277,13 +238,13 @@ class IngestRepository:
                 "ON COMMIT DROP"
             )
             self._staged = True
-        out = np.empty(rows.size, dtype=_PG_STAGE_ROW)
-        out["n"], out["l1"], out["l2"], out["l3"] = 3, 4, 4, 8
-        out["row"] = np.arange(rows.size)
-        out["user"] = user_ids[rows]
-        out["ts"] = ts_us[rows] - PG_EPOCH_OFFSET_US
+        data = _copy_data(rows.size, [
+            (">i4", np.arange(rows.size)), (">i4", user_ids[rows]),
+            (">i8", ts_us[rows] - PG_EPOCH_OFFSET_US),
+        ])  # fmt: skip
         with cur.copy("COPY dpgate_ingest_stage (n, user_id, ts) FROM STDIN (FORMAT BINARY)") as c:
-            c.write(_PG_COPY_HEADER + out.tobytes() + _PG_COPY_TRAILER)
+            c.write(data)
+
         # The dataset lock makes this the only writer of the dataset's records, so the
         # semi-join finds every duplicate (the primary key is a backstop).
         cur.execute(

@@ -1,19 +1,8 @@
-"""Raw retention: a dataset's raw records older than ``raw_retention_days`` are dropped a
-whole UTC month at a time (``app.datasets.partitions.drop_month``: no row deleted, no
-bloat). Every grid those records belong to has its snapshot at its version by then: the
-one writer of grids, an upload, writes a grid's snapshot in the transaction that changes
-it (``app.uploads.ingestor``), and retention runs at an upload's end, after that.
-
-Grids, their snapshots, stored coarser grids, queries and releases are untouched; a
-coarser grid made later over a dropped month is made from the snapshots
-(``app.datasets.coarse``). ``datasets.raw_kept_from`` records the first instant still
-kept; an upload holding a record of a slot that starts before it is refused with 409
-(its grid could no longer be rebuilt), by :func:`refuse_dropped_slots`.
-
-Runs at the end of each upload, under the dataset's lock, after the upload's grids and
-snapshots are written; a month whose partition is in use elsewhere (lock not granted
-within ``LOCK_WAIT``) is left for the next upload.
-"""
+"""Raw retention: records older than ``raw_retention_days`` are dropped a whole UTC month at a
+time (``app.datasets.partitions.drop_month``), at an upload's end under the dataset lock, once
+every grid of the month has its snapshot (docs/architecture.md). ``datasets.raw_kept_from`` is the
+first instant kept; an upload into a dropped slot is refused (409, :func:`refuse_dropped_slots`);
+a partition in use (``LOCK_WAIT``) waits for the next upload."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
-"""Uploading raw records: one CSV stream or GTFS-Realtime feed, one transaction, exact tallies.
+"""Uploading raw records: one CSV stream or GTFS-Realtime feed, one transaction (the caller's:
+nothing is committed here), exact tallies.
 
-The caller owns the transaction (the request's session): everything here is
-flushed into it and nothing is committed, so any error (a malformed file, a body
-over the limit, a crash) leaves the dataset exactly as it was.
-
-Pipeline: the calling thread parses batches (:mod:`app.ingest.csv_records`, or
-:mod:`app.ingest.gtfs_realtime` for a feed, read whole: protobuf has no streaming form)
-while a helper thread maps them to user and grid ids and bulk-writes them
-(:class:`app.uploads.ingestor.Ingestor`). A body of at least
-:data:`PARSE_PROCESS_MIN_BYTES` is parsed in a child process instead
-(:mod:`app.ingest.parse_process`), so parsing and writing run on two cores; the
-batches, hence the answer and what is stored, are the same. At the end every grid that received
-records gets a fresh snapshot and summary. Memory is bounded by a few batches, the
-upload's distinct users and grids, and the rows kept to build new grids' snapshots
-(``app.uploads.ingestor.MEMORY_REBUILD_ROWS``; more are spilled to temporary files).
-"""
+The caller parses batches while a helper thread maps and writes them
+(:class:`app.uploads.ingestor.Ingestor`); a body of at least :data:`PARSE_PROCESS_MIN_BYTES` is
+parsed in a child process (:mod:`app.ingest.parse_process`) with the same batches. Memory is
+bounded by a few batches, the distinct users and grids, and the rows kept for new grids'
+snapshots."""
 
 from __future__ import annotations
 
@@ -46,14 +37,6 @@ from app.uploads.ingestor import Ingestor
 from app.uploads.retention import apply_retention
 from app.uploads.schemas import RowError, UploadResult
 
-__all__ = [
-    "BATCH_ROWS",
-    "PARSE_PROCESS_MIN_BYTES",
-    "RecordFormat",
-    "UploadOptions",
-    "upload_records",
-]
-
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
 #: A body at least this large (its declared size; a feed's joined size) is parsed in a
@@ -74,13 +57,8 @@ class UploadOptions:
 
 
 class _Writer:
-    """Writes batches on a helper thread while the caller parses the next ones.
-
-    The queue holds at most ``depth`` batches, so memory stays bounded. The
-    session is used by this thread only between the first :meth:`submit` and
-    :meth:`close`, which waits for it: the caller touches the session again only
-    after ``close`` returns (also on error).
-    """
+    """Writes batches on a helper thread while the caller parses the next (at most ``depth``
+    queued); the caller touches the session again only after :meth:`close`."""
 
     _STOP = object()
 
@@ -144,18 +122,13 @@ def upload_records(
     request: RequestIdentity | None = None,
     body_size: int | None = None,
 ) -> tuple[dict[str, Any], bool]:
-    """Ingest a CSV byte stream (or a feed's bytes) into a dataset inside the caller's
-    transaction.
+    """Ingest a CSV stream (or a feed's bytes) into a dataset in the caller's transaction, under
+    the dataset lock; ``(answer, replayed)``.
 
-    Locks the dataset (uploads to one dataset are serialised). With an
-    ``idempotency_key`` already used for this dataset, writes nothing and returns
-    the stored first answer if the body and ``request`` (method, path, query) are
-    the same, else raises ``IdempotencyConflict``. Returns ``(answer, replayed)``;
-    the answer is an :class:`UploadResult` as a dict. Raises ``NotFound``,
-    ``InvalidRequest`` (the file or feed as a whole is unreadable, or a value filter the
-    dataset does not allow); exceptions from ``chunks`` propagate. ``body_size`` is the
-    body's declared length, if any: it decides whether a CSV is parsed in a child process.
-    """
+    A used ``idempotency_key`` writes nothing and returns the first answer for the same body and
+    ``request``, else ``IdempotencyConflict``. ``NotFound``, ``InvalidRequest`` (unreadable file,
+    a value filter not allowed); ``chunks``' errors propagate. ``body_size`` decides whether a CSV
+    is parsed in a child process."""
     datasets = DatasetRepository(session)
     dataset = datasets.lock(dataset_id)
     if dataset is None:
@@ -212,7 +185,7 @@ def upload_records(
         errors=[RowError(line=line, reason=reason) for line, reason in tally.errors],
     ).model_dump(mode="json")
     request_hash = None if request is None else request.digest(body.hexdigest())
-    datasets.add_upload(
+    datasets.add(
         Upload(
             dataset_id=dataset.id,
             idempotency_key=idempotency_key,
@@ -226,8 +199,7 @@ def upload_records(
 def _parse_here(
     body: Iterable[bytes] | bytes, parse: ParseOptions, tally: _Tally, ingestor: Ingestor
 ) -> None:
-    """Parse in this thread (a feed's joined ``body``, or a CSV's chunks) while a helper
-    thread writes."""
+    """Parse in this thread while a helper thread writes."""
     writer = _Writer(ingestor.write)
     try:
         reader = FeedReader(body, parse) if isinstance(body, bytes) else RecordReader(body, parse)

@@ -1,10 +1,5 @@
-"""The catalogue of public releases (``GET /``, ``app.web.endpoints``): an HTML page a
-person (or a portal's harvester, through each release's Data Package) reads without a key.
-
-Rendered here from ``GET /public/releases``' rows, with no script and nothing from
-outside this server (its style sheet is ``/static/catalogue.css``). Times are the
-dataset's local time, numbers rounded for people.
-"""
+"""The catalogue of public releases (``GET /``): an HTML page from ``GET /public/releases``' rows,
+readable without a key, with no script and nothing from outside this server."""
 
 from __future__ import annotations
 

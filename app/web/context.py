@@ -1,13 +1,6 @@
-"""What ``/map`` draws around a release: its dataset's public footprint and a slot's
-occupancy, read like the release itself (anyone when it is public, else a reader's key).
-
-Both come from public occupancy (which cells had records, how many users and records a
-grid has: SECURITY.md), so they cost no budget. The footprint is every cell of the
-dataset's own resolution that ever held a record (they trace the streets its users
-drive), with each cell's boundary, and the boundaries of their parents at the release's
-coarser resolutions (an adaptive or coarser release's cells), so the page needs no H3
-code of its own. The occupancy is asked for one slot at a time, within the release's
-own slots only.
+"""What ``/map`` draws around a release, read like the release itself: its dataset's footprint
+(every cell that held a record, with boundaries, and their parents at the release's coarser
+resolutions) and one slot's occupancy. Both are public occupancy (SECURITY.md), costing no budget.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""``/`` (the catalogue), ``/docs`` (Swagger UI) and ``/map``, with every asset served by
-dpgate itself.
-
-Swagger UI's files come from the pinned ``swagger-ui-bundle-v2`` wheel (Apache-2.0, its
-licence ships in the wheel's metadata); the map's files live in ``app/static/map``. Both
-pages carry a Content-Security-Policy that only allows this server as a source, so a page
-cannot load anything from outside even if a file asked it to.
-"""
+"""``/`` (the catalogue), ``/docs`` (Swagger UI from the pinned ``swagger-ui-bundle-v2`` wheel)
+and ``/map`` (``app/static/map``), every asset served by dpgate under a Content-Security-Policy
+allowing this server only."""
 
 from __future__ import annotations
 
@@ -41,9 +36,8 @@ router = APIRouter()
 def content_security_policy(
     *, inline_scripts: list[str] | None = None, image_origins: list[str] | None = None
 ) -> str:
-    """Only this origin may serve scripts, styles, images and fetches; ``inline_scripts``
-    are allowed by their SHA-256 (Swagger UI's start-up script), ``image_origins`` may
-    serve images too (the map's own tile server, when one is configured)."""
+    """Only this origin serves scripts, styles, images and fetches, plus ``inline_scripts`` by
+    SHA-256 and images from ``image_origins``."""
     hashes = [
         "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
         for s in inline_scripts or []
@@ -100,10 +94,8 @@ def swagger_ui(request: Request) -> HTMLResponse:
 # (whose operations all answer JSON) and described in the API's description instead.
 @router.get("/map", include_in_schema=False, response_model=None)
 def release_map(request: Request) -> FileResponse | HTMLResponse:
-    """Draws a stored release as coloured hexagons (mean, interval and users on hover);
-    ``/map#release=<id>&key=<key>`` draws straight away (a fragment never reaches us).
-    With ``DPGATE_MAP_TILE_URL`` set, the page names that tile server (a ``<meta>``) and
-    its policy lets images come from there; otherwise it is the file as it is."""
+    """A stored release drawn as hexagons (``/map#release=<id>&key=<key>`` draws at once); with
+    ``DPGATE_MAP_TILE_URL`` the page names that tile server and its policy allows it."""
     tile_url = request.app.state.settings.map_tile_url
     if tile_url is None:
         headers = _page_headers(content_security_policy())
