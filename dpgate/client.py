@@ -199,6 +199,13 @@ class Client:
         """A DP population variance (charged, unless ``cached``)."""
         return self._statistic("variance", grid_id, epsilon, mechanism, options)
 
+    def user_mean(
+        self, grid_id: str, epsilon: float, mechanism: str = "auto", **options: Any
+    ) -> StatisticAnswer:
+        """A DP mean over the grid's privacy units of each unit's own mean: every unit
+        counts once, however many records it has (charged, unless ``cached``)."""
+        return self._statistic("user_mean", grid_id, epsilon, mechanism, options)
+
     def _statistic(
         self, statistic: str, grid_id: str, epsilon: float, mechanism: str, options: Any
     ) -> StatisticAnswer:

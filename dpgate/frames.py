@@ -129,7 +129,8 @@ def release_dataframe(release: Release) -> pandas.DataFrame:
         c for c in ("user_mean", "user_mean_ci95_lo", "user_mean_ci95_hi") if rows and c in rows[0]
     ]
     frame = pd.DataFrame(rows, columns=[*RELEASE_COLUMNS[:-1], *extra, "unit"])
-    frame["slot_start"] = _timestamps(pd, frame["slot_start"])
+    if getattr(release, "profile", None) is None:  # a profile's is a time of day, "08:00"
+        frame["slot_start"] = _timestamps(pd, frame["slot_start"])
     frame["n_users"] = frame["n_users"].astype("Int64")
     frame["h3_resolution"] = frame["h3_resolution"].astype("Int64")
     return frame

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "Budget",
@@ -102,12 +102,36 @@ class Coverage(_Model):
     users: float
 
 
+class Useful(_Model):
+    """The share of the slots' records, and the cells, whose every ci95 is at most
+    ``width`` wide (expected from public counts: the preview's equals the release's)."""
+
+    width: float
+    records: float
+    cells: int
+
+
+class Profile(_Model):
+    """A typical day: ``slot_start`` is then a local time of day pooled over ``n_days``
+    dates from ``from`` to ``to`` (``days``: all, weekdays, weekends or ISO weekdays)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    date_from: str = Field(alias="from")
+    date_to: str = Field(alias="to")
+    days: str | list[int] = "all"
+    n_days: int | None = None
+
+
 class Release(_Model):
     release_id: str
     slot_start: str | None = None
     slots: int | None = None
     partition: str | None = None
+    profile: Profile | None = None
     coverage: Coverage | None = None
+    useful: Useful | None = None
+    warnings: list[str] = []
     epsilon: float | None = None
     max_user_cost: float | None = None
     grids: list[ReleaseGrid] = []
@@ -140,12 +164,17 @@ class ReleaseSummary(_Model):
     n_grids: int | None = None
     created_at: str | None = None
     dataset: int | None = None
+    profile: Profile | None = None
+    useful: Useful | None = None
 
 
 class ReleasePreview(_Model):
     slots: int | None = None
     partition: str | None = None
+    profile: Profile | None = None
     coverage: Coverage | None = None
+    useful: Useful | None = None
+    warnings: list[str] = []
     epsilon: float | None = None
     max_user_cost: float | None = None
     grids: list[ReleaseGrid] = []

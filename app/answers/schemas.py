@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 def _answer_examples(schema: dict[str, Any]) -> None:
     from app.answers.examples import example_answer  # real answers, made on first use
 
-    schema["examples"] = [example_answer("mean"), example_answer("variance")]
+    schema["examples"] = [example_answer(s) for s in ("mean", "variance", "user_mean")]
 
 
 class StatisticAnswer(BaseModel):
@@ -38,7 +38,10 @@ class StatisticAnswer(BaseModel):
         description="The grid's slot start in the dataset's local time, ISO 8601 with its "
         "offset (a query's answer; a release's grid carries it).",
     )
-    statistic: str = Field(description="`mean` or `variance` (population variance).")
+    statistic: str = Field(
+        description="`mean`, `variance` (population variance) or `user_mean` (the mean over "
+        "the grid's privacy units of each unit's own mean)."
+    )
     mechanism: str = Field(
         description="The mechanism that produced the estimate (for `auto`, the one it chose)."
     )
@@ -49,7 +52,8 @@ class StatisticAnswer(BaseModel):
     )
     estimate: float = Field(
         description="The private estimate, projected onto the statistic's range: [0, U] "
-        "for a mean, [0, U²/4] for a variance (U: the dataset's `value_bound`)."
+        "for a mean and a user_mean, [0, U²/4] for a variance (U: the dataset's "
+        "`value_bound`)."
     )
     sensitivity: float = Field(
         description="User-level sensitivity: the most the noised statistic can change when "

@@ -1,4 +1,6 @@
-"""``dpgate publish``: release every slot of one local day in one release, for a scheduler.
+"""``dpgate publish``: release every slot of one local day in one release, or a typical
+day (``--profile``: the same time of day pooled over the last weeks' chosen dates), for a
+scheduler.
 
 It talks to a running server through the Python client (``dpgate``). The day's slots
 are counted in the dataset's timezone (23 or 25 hourly slots on a daylight-saving day).
@@ -22,6 +24,7 @@ from app.cli.support import (
     EXIT_CODES,
     EXIT_OK,
     EXIT_REFUSED,
+    EXIT_USAGE,
     CommandFailed,
     DefaultsHelp,
     add_server_options,
@@ -45,7 +48,33 @@ def add_publish(sub: Any) -> None:
     )
     add_server_options(publish, "analyst or admin")
     publish.add_argument("--dataset", type=integer(1), required=True, help="the dataset's id")
-    publish.add_argument("--day", type=local_day, required=True, help="the local day, YYYY-MM-DD")
+    publish.add_argument(
+        "--day",
+        type=local_day,
+        default=None,
+        help="the local day, YYYY-MM-DD (with --profile: the last date pooled, default "
+        "yesterday in the dataset's time zone)",
+    )
+    publish.add_argument(
+        "--profile",
+        default=None,
+        metavar="DAYS",
+        type=profile_days,
+        help="a typical day instead: pool the chosen dates (all, weekdays, weekends, or ISO "
+        "weekdays like 1,2,3) of the --weeks weeks up to --day",
+    )
+    publish.add_argument(
+        "--weeks", type=integer(1, 52), default=4, help="with --profile: weeks pooled"
+    )
+    publish.add_argument(
+        "--time", type=time_of_day, default="00:00", help="with --profile: first slot, HH:MM"
+    )
+    publish.add_argument(
+        "--slots",
+        type=integer(1, 1440),
+        default=None,
+        help="with --profile: slots from --time (default: to midnight)",
+    )
     budget = publish.add_mutually_exclusive_group(required=True)
     budget.add_argument(
         "--max-user-cost", type=number(1e-6, 1e6), help="the most any user pays in all"
@@ -92,10 +121,48 @@ def day_slots(day: date, timezone: str, slot_minutes: int) -> int:
     return int((end - start) / timedelta(minutes=slot_minutes))
 
 
+def profile_days(text: str) -> str | list[int]:
+    """``all``, ``weekdays``, ``weekends`` or ISO weekdays ``1,2,3``."""
+    if text in ("all", "weekdays", "weekends"):
+        return text
+    try:
+        days = sorted({int(d) for d in text.split(",")})
+    except ValueError:
+        days = []
+    if not days or not all(1 <= d <= 7 for d in days):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: give all, weekdays, weekends or ISO weekdays 1-7 like 1,2,3"
+        )
+    return days
+
+
+def time_of_day(text: str) -> str:
+    """A local time of day ``HH:MM``."""
+    try:
+        parsed = time.fromisoformat(text)
+    except ValueError:
+        parsed = None
+    if parsed is None or len(text) != 5:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a time of day HH:MM")
+    return text
+
+
+def profile_body(args: argparse.Namespace, last: date, slot_minutes: int) -> dict[str, Any]:
+    """A typical day: ``--weeks`` weeks of the chosen dates up to ``last``."""
+    first = last - timedelta(days=7 * args.weeks - 1)
+    hour, minute = (int(p) for p in args.time.split(":"))
+    slots = args.slots or (1440 - 60 * hour - minute) // slot_minutes
+    profile = {"from": first.isoformat(), "to": last.isoformat(), "days": args.profile}
+    return _options(args, {"slot_start": args.time, "slots": slots, "profile": profile})
+
+
 def publish_body(args: argparse.Namespace, slots: int) -> dict[str, Any]:
+    return _options(args, {"slot_start": f"{args.day.isoformat()}T00:00:00", "slots": slots})
+
+
+def _options(args: argparse.Namespace, when: dict[str, Any]) -> dict[str, Any]:
     body = {
-        "slot_start": f"{args.day.isoformat()}T00:00:00",
-        "slots": slots,
+        **when,
         "epsilon": args.epsilon,
         "max_user_cost": args.max_user_cost,
         "partition": args.partition,
@@ -134,13 +201,37 @@ def budget_advice(url: str, exc: dpgate.BudgetExhausted) -> str:
     return f"refused by {url}: {exc.message}\n{fits}"
 
 
+def _body(args: argparse.Namespace, dataset: dict[str, Any]) -> dict[str, Any]:
+    minutes = int(dataset["timeslot_minutes"])
+    if args.profile is None:
+        if args.day is None:
+            raise CommandFailed(EXIT_USAGE, "give --day (or --profile for a typical day)")
+        return publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+    last = args.day
+    if last is None:
+        last = datetime.now(ZoneInfo(dataset["timezone"])).date() - timedelta(days=1)
+    return profile_body(args, last, minutes)
+
+
+def useful_lines(release: dict[str, Any]) -> list[str]:
+    """The useful share and each warning, one line each."""
+    useful = release.get("useful")
+    lines = []
+    if isinstance(useful, dict) and useful.get("records") is not None:
+        lines.append(
+            f"useful: {100 * useful['records']:.0f}% of the records in {useful['cells']} "
+            f"cell(s) whose ci95 is at most {useful['width']:g} wide"
+        )
+    lines += [f"warning: {w}" for w in release.get("warnings") or []]
+    return lines
+
+
 def _publish(args: argparse.Namespace) -> int:
     import dpgate
 
     with server(args, timeout=args.timeout) as client:
         dataset = client.request("GET", f"/datasets/{args.dataset}")
-        minutes = int(dataset["timeslot_minutes"])
-        body = publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+        body = _body(args, dataset)
         try:
             release = client.request(
                 "POST",
@@ -152,10 +243,18 @@ def _publish(args: argparse.Namespace) -> int:
             raise CommandFailed(EXIT_REFUSED, budget_advice(args.url, exc)) from None
     _progress(release)
     cached = " (already released: nothing charged)" if release.get("cached") else ""
+    profile = release.get("profile")
+    what = (
+        f"typical day {profile['from']} to {profile['to']} ({profile['n_days']} dates)"
+        if profile
+        else str(args.day)
+    )
     print(
-        f"release {release['release_id']}: {args.day} dataset {args.dataset}, "
+        f"release {release['release_id']}: {what} dataset {args.dataset}, "
         f"{release.get('slots', 1)} slots, {len(release['grids'])} grids, epsilon "
         f"{release['epsilon']:.4g} per grid, max user cost {release['max_user_cost']:.4g}"
         f"{cached}"
     )
+    for line in useful_lines(release):
+        print(line)
     return EXIT_OK

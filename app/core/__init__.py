@@ -22,11 +22,13 @@ from app.core.engine.single_grid import (
     release_variance,
     start_releases,
 )
+from app.core.engine.user_mean_batch import expected_user_mean_widths, start_user_mean_releases
 from app.core.mechanisms.auto import auto_epsilon, expected_error
 from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
 from app.core.mechanisms.registry import (
     JOINT_MECHANISMS,
     MEAN_MECHANISMS,
+    USER_MEAN_MECHANISMS,
     VARIANCE_MECHANISMS,
     canonical_mechanism,
     mechanisms,
@@ -38,6 +40,7 @@ from app.core.noise.laplace import NoiseSource, OpenDPNoise, calibrate_scale, de
 __all__ = [
     "JOINT_MECHANISMS",
     "MEAN_MECHANISMS",
+    "USER_MEAN_MECHANISMS",
     "VARIANCE_MECHANISMS",
     "GridData",
     "GridError",
@@ -57,6 +60,7 @@ __all__ = [
     "default_noise",
     "expected_ci95_width",
     "expected_error",
+    "expected_user_mean_widths",
     "finish_batch",
     "finish_releases",
     "mechanisms",
@@ -71,6 +75,7 @@ __all__ = [
     "release_variance",
     "start_many",
     "start_releases",
+    "start_user_mean_releases",
     "validate_options",
     "worst_case_optimal_d",
 ]

@@ -54,6 +54,14 @@ VARIANCE_MECHANISM = Annotated[
         json_schema_extra=mechanism_schema("variance"),
     ),
 ]
+USER_MEAN_MECHANISM = Annotated[
+    str,
+    Query(
+        description="The mechanism; `auto` (the Laplace mean of unit means) and the answer "
+        "says which ran.",
+        json_schema_extra=mechanism_schema("user_mean"),
+    ),
+]
 _OPTIONS_NOTE = (
     "\n\nMechanism options are further query parameters (each says which mechanisms read "
     "it); an option the chosen mechanism does not read, or any undeclared parameter, is "
@@ -133,6 +141,28 @@ async def variance(
 
 
 @router.get(
+    "/grids/{grid_id}/user_mean",
+    response_model=StatisticAnswer,
+    responses=ERRORS,
+    summary="DP mean over the grid's privacy units of each unit's own mean",
+    description="The user-level ε-DP mean over the grid's privacy units (users, or "
+    "user-windows on a dataset with a budget window) of each unit's own mean value: every "
+    "unit counts once, however many records it has. Range [0, U]; the Laplace noise's "
+    "scale is U/(L·epsilon) for L units (docs/math.md §13), and every answer carries an "
+    "honest ci95. Mechanisms:\n\n" + mechanism_description("user_mean") + _OPTIONS_NOTE,
+    openapi_extra={"parameters": option_parameters("user_mean")},
+)
+async def user_mean(
+    grid_id: GRID_ID,
+    request: Request,
+    key: AnalystKey,
+    epsilon: EPSILON,
+    mechanism: USER_MEAN_MECHANISM = "auto",
+) -> Response:
+    return await _answer(key, grid_id, "user_mean", mechanism, epsilon, request)
+
+
+@router.get(
     "/grids/{grid_id}/quote",
     response_model=QuoteOut,
     responses=responses(Unauthenticated, Forbidden, NotFound),
@@ -164,7 +194,8 @@ def quote(
     response_model=StoredAnswerList,
     responses=responses(Unauthenticated, Forbidden),
     summary="Your stored answers, newest first (re-reading them is free)",
-    description="The answers this key obtained from `/grids/{grid_id}/mean` and `/variance`, "
+    description="The answers this key obtained from `/grids/{grid_id}/mean`, `/variance` "
+    "and `/user_mean`, "
     "each with the stored answer itself. `reusable` says whether the same query asked "
     "again now would return it for free.",
 )

@@ -1,13 +1,13 @@
 """What ``/openapi.json`` says about the query endpoints, generated from the registry.
 
 Everything here is derived from ``app.core.mechanisms.registry`` (``MEAN_MECHANISMS``,
-``VARIANCE_MECHANISMS``): the ``mechanism`` enum of each statistic, one declared
-query parameter per mechanism option (type, range, default, the mechanisms that read
-it, its meaning), and the endpoints' descriptions — so a mechanism or option added
-to the registry appears in the documentation, and is accepted by the unknown
-parameter check (``app.http.query_params``), without touching this module. The examples
-are real answers: a tiny fixed synthetic grid released with dpgate's own sampler
-once, when this module is imported.
+``VARIANCE_MECHANISMS``, ``USER_MEAN_MECHANISMS``): the ``mechanism`` enum of each
+statistic, one declared query parameter per mechanism option (type, range, default,
+the mechanisms that read it, its meaning), and the endpoints' descriptions — so a
+mechanism or option added to the registry appears in the documentation, and is accepted
+by the unknown parameter check (``app.http.query_params``), without touching this
+module. The examples are real answers: a tiny fixed synthetic grid released with
+dpgate's own sampler once, when this module is imported.
 """
 
 from __future__ import annotations
@@ -59,10 +59,11 @@ def cite(text: str) -> str:
 
 
 def _table(statistic: str) -> Mapping[str, MechanismSpec]:
-    """The registry of ``mean``, ``variance`` or ``joint`` (read at call time)."""
+    """The registry of ``mean``, ``variance``, ``user_mean`` or ``joint`` (read at call time)."""
     tables = {
         "mean": core.MEAN_MECHANISMS,
         "variance": core.VARIANCE_MECHANISMS,
+        "user_mean": core.USER_MEAN_MECHANISMS,
         "joint": core.JOINT_MECHANISMS,
     }
     return tables[statistic]
@@ -151,7 +152,8 @@ def option_parameters(statistic: str) -> list[dict[str, Any]]:
     for the single-statistic endpoints)."""
     count = len(_table(statistic))
     declared = [_option_parameter(n, u, count) for n, u in _option_users(statistic).items()]
-    return [*declared, PLAN_PARAMETER] if statistic in ("mean", "variance") else declared
+    single = ("mean", "variance", "user_mean")
+    return [*declared, PLAN_PARAMETER] if statistic in single else declared
 
 
 # ---- example: a real quote of the example grid (app.answers.examples) -----------------

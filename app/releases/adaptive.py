@@ -36,6 +36,7 @@ class Coverage:
 
     records: float
     users: float
+    n_records: int = 0  # the slots' records (the shares' denominator)
 
     def as_json(self) -> dict[str, float]:
         return {"records": self.records, "users": self.users}
@@ -48,11 +49,13 @@ def coverage(cols: GridColumns, covered: Sequence[bool] | np.ndarray) -> Coverag
         raise ValueError("coverage: one covered flag per grid")
     records = int(cols.counts.sum())
     if inside.all():  # every grid (a fixed partition with min_users 1): no pair to sort out
-        return Coverage(1.0 if records else 0.0, 1.0 if cols.user_ids.size else 0.0)
+        return Coverage(1.0 if records else 0.0, 1.0 if cols.user_ids.size else 0.0, records)
     pair_inside = np.repeat(inside, cols.sizes)
     kept = int(cols.counts[pair_inside].sum())
     n_users, users_in = _distinct(cols.user_ids, pair_inside)
-    return Coverage(kept / records if records else 0.0, users_in / n_users if n_users else 0.0)
+    return Coverage(
+        kept / records if records else 0.0, users_in / n_users if n_users else 0.0, records
+    )
 
 
 def _distinct(users: np.ndarray, inside: np.ndarray) -> tuple[int, int]:

@@ -64,11 +64,16 @@ def release_budget(
     occ: Occupancy,
     *,
     lock: bool,
+    windows: tuple[date, ...] | None = None,
 ) -> ReleaseBudget:
     """Every account the release may charge: with ``lock``, locked for this transaction
     (windows ascending, users ascending within each: the ledger's lock order);
-    without, as read now (a preview)."""
-    windows, subjects = _subjects(dataset, grids, occ)
+    without, as read now (a preview). ``windows``: a profile's, whose occupancy's users
+    are budget subjects already (``app.releases.pooling``)."""
+    if windows is None:
+        windows, subjects = _subjects(dataset, grids, occ)
+    else:
+        subjects = occ.user
     read = ledger.lock_accounts if lock else ledger.read_accounts
     accounts = read(session, dataset, epoch, windows, np.unique(subjects))
     return ReleaseBudget(replace(occ, user=subjects), accounts)

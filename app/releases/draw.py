@@ -26,18 +26,9 @@ from app.datasets.models import Dataset
 from app.kit.errors import InvalidRequest
 from app.releases.kept_sets import KeptSets
 from app.releases.planning import Occupancy, SlotPlan
-from app.releases.schemas import ReleaseIn
+from app.releases.request import ReleaseRequest
 from app.time.budget_windows import privacy_unit
 from app.time.slots import datetime_to_us, format_local, get_zone
-
-
-def mechanism_options(body: ReleaseIn) -> dict[str, Any]:
-    """The options every grid's mechanism runs with (auto's objective)."""
-    if body.mechanism == "auto":
-        return {"objective": body.objective}
-    if body.objective != "accuracy":
-        raise InvalidRequest("objective applies to mechanism auto only; drop it or use auto")
-    return {}
 
 
 def statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
@@ -58,12 +49,13 @@ def _local_text(timezone: str, when: datetime) -> str:
 
 
 def grid_head(dataset: Dataset, grid: SlotGrid, n_users: int, n_suppressed: int) -> dict[str, Any]:
-    """A released grid's fields before its statistics."""
+    """A released grid's fields before its statistics (a profile's grid: its time of day)."""
+    time_of_day = getattr(grid, "time_of_day", None)
     return {
         "grid_id": grid.public_id,
         "h3_cell": grid.h3_cell,
         "h3_resolution": h3.get_resolution(grid.h3_cell),
-        "slot_start": local_time(dataset, grid.slot_start),
+        "slot_start": time_of_day or local_time(dataset, grid.slot_start),
         "n_users": n_users,
         "n_users_suppressed": n_suppressed,
     }
@@ -82,7 +74,7 @@ def draw_grids(
     grids: Sequence[SlotGrid],
     arrays: Sequence[GridArrays],
     occ: Occupancy,
-    body: ReleaseIn,
+    req: ReleaseRequest,
     plan: SlotPlan,
     release_id: str,
     epoch: int,
@@ -91,8 +83,8 @@ def draw_grids(
     """Each released grid's answer entry, and who was kept where (admins only). A grid
     where the plan keeps nobody (every user exhausted, ``exclude``) is withheld and
     charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``)."""
-    eps = statistic_eps(plan, len(body.statistics))
-    mech_opts = mechanism_options(body)
+    eps = statistic_eps(plan, req.n_statistics)
+    mech_opts = req.options
     n_users, n_kept = kept_per_grid(occ, plan)
     chosen = np.flatnonzero(n_kept > 0).tolist()
     if not np.array_equal(columns.pairs, occ.bounds):
@@ -100,12 +92,12 @@ def draw_grids(
     joined = JoinedGrids(columns.counts, plan.kept, columns.values, columns.pairs, columns.records)
     try:
         started = core.start_many(
-            body.statistics,
+            list(req.statistics),
             [arrays[i] for i in chosen],
             [plan.caps(occ, i) for i in chosen],
             dataset.value_bound,
             eps.used,
-            body.mechanism,
+            req.mechanism,
             joined=joined if len(chosen) == joined.n_grids else joined.take(chosen),
             **mech_opts,
         )
@@ -115,12 +107,12 @@ def draw_grids(
     except ValueError as exc:
         raise InvalidRequest(f"cannot release these grids: {exc}") from exc
     rows = core.finish_batch(started)
-    S = len(body.statistics)
+    S = req.n_statistics
     grid_ids = [grids[i].public_id for i in chosen]
     answers = answer_bodies(
         rows,
         [g for g in grid_ids for _ in range(S)],
-        body.mechanism,
+        req.mechanism,
         eps,
         {"release": release_id, **mech_opts},
         epoch,
@@ -132,7 +124,7 @@ def draw_grids(
         zip(chosen, n_users[chosen].tolist(), n_kept[chosen].tolist(), strict=True)
     ):
         entry = grid_head(dataset, grids[i], users, users - kept)
-        for s, stat in enumerate(body.statistics):
+        for s, stat in enumerate(req.statistics):
             entry[stat] = answers[j * S + s]
         out.append(entry)
     versions = [arrays[i].version for i in chosen]

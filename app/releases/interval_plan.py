@@ -105,6 +105,7 @@ def plan_for_intervals(
     cost_cap: Decimal | None,
     max_epsilon: Decimal,
     n_statistics: int,
+    useful_width: float | None = None,
 ) -> SlotPlan:
     """The plan of the module docstring: at ``eps`` (nobody suppressed) or within
     ``cost_cap`` (the best ``k``)."""
@@ -118,7 +119,7 @@ def plan_for_intervals(
         raise InvalidRequest("give epsilon or max_user_cost")
     best: tuple[tuple[int, float], SlotPlan] | None = None
     for k in candidate_ks(G1):
-        got = plan_at_k(occ, live, U, k, cost_cap, max_epsilon, n_statistics)
+        got = plan_at_k(occ, live, U, k, cost_cap, max_epsilon, n_statistics, useful_width)
         if got is None:
             break
         if best is None or got[0] > best[0]:

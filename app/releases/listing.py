@@ -34,6 +34,8 @@ def _summary(row: ReleaseRow, timezone: str) -> ReleaseSummary:
         h3_resolution=row.h3_resolution,
         slot_minutes=row.slot_minutes,
         created_at=local(row.created_at),
+        profile=row.profile if isinstance(row.profile, dict) else None,
+        useful=row.useful if isinstance(row.useful, dict) else None,
     )
 
 

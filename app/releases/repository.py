@@ -36,6 +36,8 @@ class ReleaseRow:
     h3_resolution: int | None
     slot_minutes: int | None
     created_at: datetime
+    profile: dict[str, Any] | None = None  # a typical day's (API.md ``profile``)
+    useful: dict[str, Any] | None = None
 
 
 def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
@@ -78,6 +80,8 @@ def _listing_query(dataset_id: int, limit: int, offset: int) -> Any:
         a["h3_resolution"].as_integer(),
         a["slot_minutes"].as_integer(),
         newest.c.created_at,
+        a["profile"],
+        a["useful"],
     ).order_by(newest.c.created_at.desc(), newest.c.id.desc())
 
 

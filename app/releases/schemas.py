@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from datetime import date
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -14,6 +15,61 @@ Statistic = Literal["mean", "variance"]
 
 def _both_statistics() -> list[Statistic]:
     return ["mean", "variance"]
+
+
+#: The longest profile: a year of dates (a leap year's 366).
+MAX_PROFILE_DAYS = 366
+DayChoice = Literal["all", "weekdays", "weekends"]
+
+
+class ProfileIn(JsonBody):
+    """A typical day: the same time-of-day slots pooled over chosen local dates."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    date_from: date = Field(alias="from", description="First local date (YYYY-MM-DD).")
+    date_to: date = Field(alias="to", description="Last local date, included.")
+    days: DayChoice | list[int] = Field(
+        default="all",
+        description="Which dates between from and to: 'all', 'weekdays' (Monday to Friday), "
+        "'weekends', or a list of ISO weekdays (1 = Monday … 7 = Sunday).",
+    )
+
+    @field_validator("date_from", "date_to", mode="before")
+    @classmethod
+    def _iso_date(cls, value: object) -> date:
+        try:
+            if isinstance(value, str) and len(value) == 10:
+                return date.fromisoformat(value)
+        except ValueError:
+            pass
+        raise ValueError(f"give a local date YYYY-MM-DD (sent {str(value)[:40]!r})")
+
+    @field_validator("days")
+    @classmethod
+    def _weekdays(cls, days: DayChoice | list[int]) -> DayChoice | list[int]:
+        if isinstance(days, list):
+            if not days or any(not 1 <= d <= 7 for d in days) or len(set(days)) != len(days):
+                raise ValueError(
+                    "profile.days must be 'all', 'weekdays', 'weekends' or a list of distinct "
+                    "ISO weekdays 1 (Monday) to 7 (Sunday)"
+                )
+            return sorted(days)
+        return days
+
+    @model_validator(mode="after")
+    def _dates(self) -> ProfileIn:
+        if self.date_from > self.date_to:
+            raise ValueError(
+                f"profile.from {self.date_from} is after profile.to {self.date_to}: "
+                "give from on or before to"
+            )
+        if (self.date_to - self.date_from).days + 1 > MAX_PROFILE_DAYS:
+            raise ValueError(
+                f"profile from {self.date_from} to {self.date_to} is longer than a year "
+                f"({MAX_PROFILE_DAYS} days): pool fewer dates"
+            )
+        return self
 
 
 class ReleaseIn(JsonBody):
@@ -105,6 +161,20 @@ class ReleaseIn(JsonBody):
     )
     error_target: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     protect_min_error_grid: bool = False
+    profile: ProfileIn | None = Field(
+        default=None,
+        description="A typical day: slot_start is then a local time of day 'HH:MM', and each "
+        "released grid pools one cell and one time-of-day slot over every chosen local date "
+        "from `from` to `to`. Privacy unit: (user, budget window) on a dataset with a budget "
+        "window, each charged in its own window; else the user over all the dates.",
+    )
+    useful_width: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="A cell is useful when every published ci95 is at most this wide "
+        "(default: a fifth of the dataset's value_bound).",
+    )
 
     @field_validator("mechanism")
     @classmethod
@@ -126,6 +196,12 @@ class ReleaseIn(JsonBody):
 class Coverage(BaseModel):
     records: float
     users: float
+
+
+class Useful(BaseModel):
+    width: float = Field(description="useful_width: the widest ci95 counted as useful.")
+    records: float = Field(description="Share of the slots' records in useful cells.")
+    cells: int = Field(description="Released cells whose every ci95 is at most width wide.")
 
 
 class GridRelease(BaseModel):
@@ -159,6 +235,22 @@ class PlanFields(BaseModel):
         default=None,
         description="Shares of the slots' records and users that lie in released grids "
         "(public: from occupancy).",
+    )
+    profile: dict[str, Any] | None = Field(
+        default=None,
+        description="A typical day's profile (`from`, `to`, `days`, `n_days`, "
+        "`time_of_day`), or null.",
+    )
+    useful: Useful | None = Field(
+        default=None,
+        description="The share of the slots' records, and the number of cells, in released "
+        "cells whose every published ci95 is expected at most `width` wide (public "
+        "expected widths; the preview's equals the release's).",
+    )
+    warnings: list[str] = Field(
+        default_factory=list,
+        description="Plain sentences when most of the release is not useful, each saying "
+        "what to change.",
     )
     skipped_grids: int = Field(
         description="Grids of the slots whose records are not released (below min_users, "
@@ -248,6 +340,14 @@ class ReleaseSummary(BaseModel):
     )
     slot_minutes: int | None = Field(description="Length of its slots; null for old releases.")
     created_at: str = Field(description="When it was made, with the local UTC offset.")
+    profile: dict[str, Any] | None = Field(
+        default=None,
+        description="A typical day's profile (`from`, `to`, `days`, `n_days`); then "
+        "`slot_start` is its time of day. Null for a release of consecutive slots.",
+    )
+    useful: dict[str, Any] | None = Field(
+        default=None, description="Its `useful` (null for releases made before it)."
+    )
 
 
 class ReleaseList(BaseModel):

@@ -22,7 +22,7 @@ import numpy as np
 import orjson
 from sqlalchemy.orm import Session
 
-from app import core
+from app.core.noise.threads import in_parallel
 from app.datasets.models import Dataset
 from app.datasets.service import (
     get_dataset,
@@ -43,7 +43,6 @@ from app.releases.draw import (
     draw_grids,
     grid_head,
     local_time,
-    mechanism_options,
     statistic_eps,
 )
 from app.releases.expected import expected_error
@@ -56,25 +55,28 @@ from app.releases.planning import (
     largest_affordable,
     over_budget,
 )
+from app.releases.profile_input import profile_input
 from app.releases.repository import ReleaseRepository
+from app.releases.request import ReleaseRequest, parse_release
 from app.releases.schemas import ReleaseIn
+from app.releases.usefulness import Usefulness, usefulness, warnings
 
 MAX_EXCLUSION_ROUNDS = 20
 
 
-def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -> SlotPlan:
+def _plan_within_budget(inp: ReleaseInput, req: ReleaseRequest, rb: ReleaseBudget) -> SlotPlan:
     """The plan every charged user can pay in each budget window (``app.releases.charges``);
     with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
     window's grids only, and the plan is made again."""
     excluded: np.ndarray | None = None  # the (grid, user) pairs left out
     for _ in range(MAX_EXCLUSION_ROUNDS):
-        plan = choose_plan(inp, body, excluded)
+        plan = choose_plan(inp, req, excluded)
         over = over_budget(rb.occ, plan, rb.accounts)  # (window, user) subjects
         if over.size == 0:
             return plan
         if inp.dataset.on_exhausted != "exclude":
             largest = largest_affordable(
-                plan_maker(inp, body, excluded),
+                plan_maker(inp, req, excluded),
                 rb.occ,
                 plan,
                 rb.accounts,
@@ -94,20 +96,44 @@ def _plan_within_budget(inp: ReleaseInput, body: ReleaseIn, rb: ReleaseBudget) -
     )
 
 
-def _fingerprint(inp: ReleaseInput, body: ReleaseIn) -> str:
+def _fingerprint(inp: ReleaseInput, req: ReleaseRequest) -> str:
+    grids = inp.sources
+    if grids is None:
+        grids = tuple((g.id, a.version) for g, a in zip(inp.grids, inp.arrays, strict=True))
     key = {
         "span": [inp.span.start.isoformat(), inp.span.end.isoformat()],
-        "body": body.model_dump(mode="json", exclude={"slot_start"}),
-        "g": [(g.id, a.version) for g, a in zip(inp.grids, inp.arrays, strict=True)],
+        "body": req.asked,
+        "g": grids,
     }
     return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
-def _plan_fields(inp: ReleaseInput, body: ReleaseIn, plan: SlotPlan) -> dict[str, Any]:
+def _usefulness(inp: ReleaseInput, req: ReleaseRequest, plan: SlotPlan) -> Usefulness:
+    """The plan's usefulness from public expected widths (the preview's and release's)."""
+    return usefulness(
+        inp.arrays,
+        inp.occ,
+        plan,
+        statistics=req.statistics,
+        U=req.value_bound,
+        eps=statistic_eps(plan, req.n_statistics).used,
+        mechanism=req.mechanism,
+        options=req.options,
+        useful_width=req.useful_width,
+        total_records=inp.coverage.n_records,
+    )
+
+
+def _plan_fields(
+    inp: ReleaseInput, req: ReleaseRequest, plan: SlotPlan, useful: Usefulness
+) -> dict[str, Any]:
     dataset = inp.dataset
+    profile = req.profile
     return {
         "dataset_id": dataset.id,
-        "slot_start": local_time(dataset, inp.span.start),
+        "slot_start": local_time(dataset, inp.span.start)
+        if profile is None
+        else profile.time_of_day(0),
         "h3_resolution": inp.span.h3_resolution,
         "slot_minutes": inp.span.slot_minutes,
         "G1": plan.G1,
@@ -115,15 +141,25 @@ def _plan_fields(inp: ReleaseInput, body: ReleaseIn, plan: SlotPlan) -> dict[str
         "epsilon": float(plan.eps.charged),
         "max_user_cost": float(plan.max_cost),
         "slots": inp.span.slots,
-        "partition": body.partition,
-        "coarsest_resolution": body.coarsest_resolution,
+        "partition": req.partition,
+        "coarsest_resolution": req.asked.get("coarsest_resolution"),
+        "profile": None if profile is None else profile.as_json(),
         "coverage": inp.coverage.as_json(),
+        "useful": useful.as_json(),
+        "warnings": warnings(
+            useful,
+            inp.occ,
+            plan,
+            coverage_records=inp.coverage.records,
+            unit=dataset.value_unit,
+            profile=profile is not None,
+        ),
         "skipped_grids": inp.skipped,
-        "statistics": list(body.statistics),
-        "mechanism": body.mechanism,
-        "objective": body.objective,
-        "clip_user": body.clip_user,
-        "min_users": body.min_users,
+        "statistics": list(req.statistics),
+        "mechanism": req.mechanism,
+        "objective": req.objective,
+        "clip_user": req.clip_user,
+        "min_users": req.min_users,
     }
 
 
@@ -138,22 +174,27 @@ def release_slot(
     in today's shape: ``None`` there, :func:`_served_stored`). A stored twin is served
     instead of a new release, charging nothing."""
     dataset = ledger.lock_dataset(session, parse_dataset_id(dataset_id))
+    req = parse_release(body, dataset)
     epoch = dataset.epoch
-    inp = release_input(session, dataset, body)
-    fp = _fingerprint(inp, body)
+    inp = profile_input(session, req) if req.profile else release_input(session, req)
+    fp = _fingerprint(inp, req)
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
     # planned (and refused) on the accounts as they read now, so a refusal creates none
-    read = release_budget(session, dataset, epoch, inp.grids, inp.occ, lock=False)
-    plan = _plan_within_budget(inp, body, read)
+    read = release_budget(
+        session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+    )
+    plan = _plan_within_budget(inp, req, read)
     if plan.K:
         ledger.check_quota(session, key, plan.max_cost)
-    budget = release_budget(session, dataset, epoch, inp.grids, inp.occ, lock=True)
+    budget = release_budget(
+        session, dataset, epoch, inp.grids, inp.occ, lock=True, windows=inp.windows
+    )
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
     if not same_spends(read, budget):  # spent meanwhile: planned again under the locks
-        plan = _plan_within_budget(inp, body, budget)
+        plan = _plan_within_budget(inp, req, budget)
     if plan.K:
         ledger.spend_quota(session, key, plan.max_cost)
     record = SlotRelease(
@@ -165,21 +206,18 @@ def release_slot(
         epsilon=plan.eps.charged,
         key_id=key.id,
     )
-    grids, kept = draw_grids(
-        inp.dataset,
-        inp.grids,
-        inp.arrays,
-        inp.occ,
-        body,
-        plan,
-        record.public_id,
-        epoch,
-        inp.columns,
-    )
+    # the draw (numpy and OpenDP, mostly outside the GIL) and the public widths at once
+    (grids, kept), useful = in_parallel(
+        lambda: draw_grids(
+            inp.dataset, inp.grids, inp.arrays, inp.occ, req, plan, record.public_id, epoch,
+            inp.columns,
+        ),
+        lambda: _usefulness(inp, req, plan),
+    )  # fmt: skip
     charged_users = plan.user_costs(inp.occ)[0]
     answer = {
         "release_id": record.public_id,
-        **_plan_fields(inp, body, plan),
+        **_plan_fields(inp, req, plan, useful),
         "grids": grids,
         "withheld_grids": len(inp.grids) - len(grids),
         "n_users_charged": int(charged_users.size),
@@ -198,44 +236,44 @@ def release_slot(
 def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> dict[str, Any]:
     """The plan of ``body`` without values and without any charge."""
     dataset = get_dataset(session, dataset_id)
-    inp = release_input(session, dataset, body)
-    plan = choose_plan(inp, body, None)
-    rb = release_budget(session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False)
-
-    eps = statistic_eps(plan, len(body.statistics))
+    req = parse_release(body, dataset)
+    inp = profile_input(session, req) if req.profile else release_input(session, req)
+    plan = choose_plan(inp, req, None)
+    rb = release_budget(
+        session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+    )
+    eps = statistic_eps(plan, req.n_statistics)
     grids = []
     U = dataset.value_bound
+    first = req.statistics[0]
+    useful = _usefulness(inp, req, plan)
+    all_widths = iter(useful.widths)
     for i, (grid, arrays) in enumerate(zip(inp.grids, inp.arrays, strict=True)):
         caps = plan.caps(inp.occ, i)
         n_kept = int(np.count_nonzero(caps))
         if not n_kept:
             continue
-        opts = mechanism_options(body)
+        opts = req.options
         errors = {
-            s: expected_error(s, arrays.counts, U, eps.used, body.mechanism, caps=caps, **opts)
-            for s in body.statistics
+            s: expected_error(s, arrays.counts, U, eps.used, req.mechanism, caps=caps, **opts)
+            for s in req.statistics
         }
-        widths = {
-            s: core.expected_ci95_width(
-                s, arrays.counts, U, eps.used, body.mechanism, caps=caps, **opts
-            )
-            for s in body.statistics
-        }
+        widths = next(all_widths)
         grids.append(
             {
                 **grid_head(dataset, grid, caps.size, caps.size - n_kept),
-                "expected_error": errors[body.statistics[0]],
+                "expected_error": errors[first],
                 "expected_errors": errors,
-                "expected_ci95_width": widths[body.statistics[0]],
+                "expected_ci95_width": widths[first],
                 "expected_ci95_widths": widths,
             }
         )
     return {
-        **_plan_fields(inp, body, plan),
+        **_plan_fields(inp, req, plan, useful),
         "grids": grids,
         "users_over_budget": int(rb.users(over_budget(rb.occ, plan, rb.accounts)).size),
         "largest_epsilon": largest_affordable(
-            plan_maker(inp, body, None),
+            plan_maker(inp, req, None),
             rb.occ,
             plan,
             rb.accounts,
@@ -299,7 +337,9 @@ def _served_stored(stored: SlotRelease, dataset: Dataset) -> tuple[dict[str, Any
 def _served(answer: dict[str, Any], dataset: Dataset) -> dict[str, Any]:
     """A stored release's answer as it is served, whichever path finds it: in today's
     shape (``privacy_unit``, the fields of :func:`formats.upgraded` and the defaults of
-    ``slots`` and ``partition`` filled in for releases stored before them), marked
+    ``slots``, ``partition``, ``profile``, ``useful`` (null: not known) and ``warnings``
+    filled in for releases stored before them), marked
     ``cached``. The grids are new dicts (``with_privacy_unit`` copies them)."""
     upgraded_answer = upgraded(with_privacy_unit(answer, dataset))
-    return {"slots": 1, "partition": "fixed", **upgraded_answer, "cached": True}
+    old = {"slots": 1, "partition": "fixed", "profile": None, "useful": None, "warnings": []}
+    return {**old, **upgraded_answer, "cached": True}

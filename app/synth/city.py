@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -40,7 +40,14 @@ import numpy as np
 from app.synth.itms import ITMS_MEAN, ITMS_U, ITMS_VARIANCE, itms_counts
 from app.synth.random_source import SynthRandom
 
-__all__ = ["CITY_COLUMNS", "CityConfig", "CityRecords", "records_csv", "synthetic_city"]
+__all__ = [
+    "CITY_COLUMNS",
+    "CityConfig",
+    "CityRecords",
+    "records_csv",
+    "synthetic_city",
+    "synthetic_days",
+]
 
 CITY_COLUMNS = ("user_id", "timestamp", "lat", "lon", "value")
 
@@ -175,6 +182,34 @@ def synthetic_city(rng: SynthRandom, config: CityConfig | None = None) -> CityRe
         lon=np.asarray(lons),
         value=value,
         cells=tuple(cells),
+        config=cfg,
+    )
+
+
+def synthetic_days(
+    rng: SynthRandom, config: CityConfig | None = None, n_days: int = 30
+) -> CityRecords:
+    """``n_days`` consecutive local days of the city (a month by default): each day the
+    ``n_hours`` hours from ``start``'s local time of day, the same buses, routes and
+    speeds drawn afresh (a bus need not run the same route every day). Local wall times,
+    so a daylight-saving day keeps its hours at the same time of day."""
+    cfg = config or CityConfig()
+    if n_days < 1:
+        raise ValueError("need n_days >= 1")
+    first = datetime.fromisoformat(cfg.start)
+    if first.tzinfo is not None:  # its local wall time
+        first = first.astimezone(ZoneInfo(cfg.timezone)).replace(tzinfo=None)
+    days = []
+    for d in range(n_days):
+        wall = (first + timedelta(days=d)).isoformat()  # naive: local, DST or not
+        days.append(synthetic_city(rng, replace(cfg, start=wall)))
+    return CityRecords(
+        user_id=np.concatenate([d.user_id for d in days]),
+        timestamp=[t for d in days for t in d.timestamp],
+        lat=np.concatenate([d.lat for d in days]),
+        lon=np.concatenate([d.lon for d in days]),
+        value=np.concatenate([d.value for d in days]),
+        cells=days[0].cells,
         config=cfg,
     )
 

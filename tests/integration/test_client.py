@@ -100,6 +100,16 @@ def test_mean_variance_quote_budget_and_stored_answers(world: World) -> None:
     assert all(s.reusable for s in stored)
 
 
+def test_user_mean_is_a_statistic_answer_with_its_interval(world: World) -> None:
+    c = world.analyst
+    grid = _busiest(world)
+    answer = c.user_mean(grid.grid_id, 0.1)
+    assert isinstance(answer, dpgate.StatisticAnswer) and answer.statistic == "user_mean"
+    assert answer.mechanism == "baseline" and answer.ci95 is not None
+    assert answer.n_users_charged == 12 and answer.cached is False
+    assert c.user_mean(grid.grid_id, 0.1).cached is True
+
+
 def test_errors_are_typed(world: World) -> None:
     c = world.analyst
     grid = _busiest(world)
@@ -151,6 +161,23 @@ def test_release_preview(world: World) -> None:
     assert isinstance(plan, dpgate.ReleasePreview)
     assert all(g.expected_error is not None for g in plan.grids)
     assert world.analyst.budget(world.dataset_id).max_spent == before  # free
+    assert plan.useful is not None and plan.useful.width == 2.0  # U/5
+
+
+def test_a_profile_release_through_the_client(world: World) -> None:
+    """A typical day (API.md ``profile``): its time of day stays a time of day in the
+    DataFrame, and the release says its profile and useful share."""
+    profile = {"from": "2024-03-04", "to": "2024-03-08", "days": "weekdays"}
+    release = world.analyst.release(
+        world.dataset_id, "10:00", profile=profile, epsilon=0.05, min_users=3
+    )
+    assert release.profile is not None and release.profile.n_days == 5
+    assert release.useful is not None and isinstance(release.warnings, list)
+    assert {g.slot_start for g in release.grids} == {"10:00"}
+    listed = world.analyst.releases(world.dataset_id)
+    assert any(r.profile is not None for r in listed)
+    pytest.importorskip("pandas")
+    assert set(release.to_dataframe()["slot_start"]) == {"10:00"}
 
 
 # ---- a scripted server: retries, idempotency keys, the error mapping ---------------------------

@@ -162,9 +162,14 @@ def test_citations_are_titles_not_spec_numbers(doc) -> None:
 
 def test_examples_are_real_answers(doc) -> None:
     schemas = doc["components"]["schemas"]
-    mean, var = schemas["StatisticAnswer"]["examples"]
+    mean, var, user_mean = schemas["StatisticAnswer"]["examples"]
     nullable = ("worst_case_bias", "worst_case_error", "ci95", "ci95_note")
-    for ex, statistic, top in ((mean, "mean", 65.0), (var, "variance", 65.0**2 / 4)):
+    examples = (
+        (mean, "mean", 65.0),
+        (var, "variance", 65.0**2 / 4),
+        (user_mean, "user_mean", 65.0),
+    )
+    for ex, statistic, top in examples:
         # FastAPI writes the OpenAPI document without nulls: a missing field here is a null
         ex = {**dict.fromkeys(nullable), **ex}
         StatisticAnswer.model_validate(ex)
@@ -176,6 +181,7 @@ def test_examples_are_real_answers(doc) -> None:
             assert ex["ci95"][0] <= ex["estimate"] <= ex["ci95"][1]
         assert ex["n_users"] == 40 and ex["epsilon"] == 1.0
         assert ex["sensitivity"] > 0 and ex["noise_scale"] > 0
+    assert user_mean["ci95"] is not None  # every user_mean answer has its honest interval
     # the example is what the engine answers for the example grid (same plan, fresh noise)
     again = example_answer("mean")
     assert {k: v for k, v in again.items() if v is not None} == {

@@ -29,6 +29,7 @@ from app.datasets.grid_store import (
 from app.datasets.models import Dataset, Grid
 from app.releases.inputs import release_input
 from app.releases.repository import ReleaseRepository
+from app.releases.request import parse_release
 from app.releases.schemas import ReleaseIn
 from tests.helpers import make_csv, upload_csv
 from tests.integration.grid_fixtures import make_dataset
@@ -197,7 +198,7 @@ def test_release_input_is_the_per_grid_computation(
         {"slot_start": START.isoformat(), "slots": HOURS, "epsilon": 0.5, **extra}
     )
     configure_grid_cache(0)  # the day release's path: columns, nothing cached
-    inp = release_input(session, dataset, body)
+    inp = release_input(session, parse_release(body, dataset))
     fine = _orm_span(session, dataset.id)
     fine_arrays = [read_grid_snapshot(session, g) for g in fine]
     if body.partition == "fixed":

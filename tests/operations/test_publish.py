@@ -143,3 +143,23 @@ def test_exit_codes_for_a_scheduler(
 )
 def test_the_days_slots_follow_its_timezone(day: date, zone: str, minutes: int, slots: int) -> None:
     assert day_slots(day, zone, minutes) == slots
+
+
+def test_a_profile_of_the_last_weeks_weekdays_for_cron(
+    served: tuple[LiveServer, int], capsys: pytest.CaptureFixture[str]
+) -> None:
+    server, _ = served
+    ds = _load(server)  # a dataset of its own: the other tests spend the first one's budget
+    argv = ["publish", "--url", server.url, "--key", ADMIN_KEY, "--dataset", str(ds)]
+    profile = ["--profile", "weekdays", "--weeks", "1", "--time", "06:00", "--slots", "2"]
+    run = [*argv, "--day", DAY.isoformat(), *profile, "--max-user-cost", "1", "--min-users", "5"]
+    assert main(run) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "typical day 2024-02-28 to 2024-03-05 (5 dates)" in out, out
+    assert "2 grids" in out and re.search(r"useful: \d+% of the records", out), out
+    spent = {u["user"]: u["spent"] for u in _ledger(server, ds)}
+    assert len(spent) == 12 and max(spent.values()) <= 1
+    assert main(run) == EXIT_OK  # cron again: the stored release, charged once
+    assert "already released: nothing charged" in capsys.readouterr().out
+    assert {u["user"]: u["spent"] for u in _ledger(server, ds)} == spent
+    assert main([*argv, "--epsilon", "0.1"]) == EXIT_USAGE  # neither --day nor --profile

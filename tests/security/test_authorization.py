@@ -47,6 +47,7 @@ ROLES = {
     ("POST", "/datasets/{dataset_id}/records"): "admin",
     ("GET", "/grids/{grid_id}/mean"): "analyst",
     ("GET", "/grids/{grid_id}/variance"): "analyst",
+    ("GET", "/grids/{grid_id}/user_mean"): "analyst",
     ("GET", "/grids/{grid_id}/quote"): "analyst",
     ("GET", "/datasets/{dataset_id}/budget"): "viewer",
     ("GET", "/datasets/{dataset_id}/ledger"): "admin",
@@ -96,7 +97,7 @@ def _request(client: TestClient, world: World, method: str, path: str, headers: 
     params: dict[str, Any] = {}
     body: Any = None
     content: bytes | None = None
-    if path.endswith(("/mean", "/variance")):
+    if path.endswith(("/mean", "/variance", "/user_mean")):
         params = {"epsilon": 0.01, "mechanism": "baseline"}
     elif path.endswith("/quote"):
         params = {"target_error": 5}

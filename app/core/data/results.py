@@ -69,8 +69,9 @@ def ci95(estimate: float, scale: float) -> tuple[float, float]:
 
 
 def statistic_range(statistic: str, U: float) -> tuple[float, float]:
-    """``[0, U]`` for a mean, ``[0, U²/4]`` for a population variance."""
-    if statistic == "mean":
+    """``[0, U]`` for a mean (of records or of unit means), ``[0, U²/4]`` for a population
+    variance."""
+    if statistic in ("mean", "user_mean"):
         return 0.0, float(U)
     if statistic == "variance":
         return 0.0, float(U) * float(U) / 4.0

@@ -8,7 +8,7 @@ the grids on which ``auto`` takes the window path run together in arrays
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -17,6 +17,7 @@ from app.core.data.grid import GridData
 from app.core.data.joined import GridInput, JoinedGrids
 from app.core.engine.batch import PendingBatch
 from app.core.engine.single_grid import start_releases
+from app.core.engine.user_mean_batch import start_user_mean_releases
 from app.core.engine.window_batch import WindowGrids, fits, start_window_releases
 from app.core.mechanisms import registry
 from app.core.mechanisms.auto import auto_path
@@ -55,14 +56,85 @@ def start_many(
     or has ``counts``, ``values`` and a ``grid`` that is one). The grids on which ``auto``
     takes the window path are run together in arrays
     (:func:`app.core.engine.window_batch.start_window_releases`, docs/math.md §9.4.9): the same
-    rows, bit for bit given the same private choices. ``joined``: the grids and caps as
-    :class:`JoinedGrids`, when the caller has them so. Raises :class:`GridError` for a
-    grid that cannot be released."""
+    rows, bit for bit given the same private choices; ``user_mean`` of every grid runs in
+    arrays too (:func:`app.core.engine.user_mean_batch.start_user_mean_releases`).
+    ``joined``: the grids and caps as :class:`JoinedGrids`, when the caller has them so.
+    Raises :class:`GridError` for a grid that cannot be released."""
     for statistic in statistics:
         if statistic not in registry.STATISTICS:
-            raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+            raise ValueError(
+                f"unknown statistic {statistic!r}; use 'mean', 'variance' or 'user_mean'"
+            )
     U, eps = check_bound(U), check_epsilon(eps)
     source = default_noise() if noise is None else noise
+    others = [s for s in statistics if s != "user_mean"]
+    if len(others) < len(statistics) and joined is None:
+        joined = JoinedGrids.of(grids, caps)
+    if not others:
+        assert joined is not None
+        return _user_means(grids, caps, joined, U, eps, mechanism, source, options)
+    rows = _start_others(others, grids, caps, U, eps, mechanism, source, joined, options)
+    if len(others) == len(statistics):
+        return rows
+    assert joined is not None
+    means = _user_means(grids, caps, joined, U, eps, mechanism, source, options)
+    order = [
+        len(rows) + i if s == "user_mean" else i * len(others) + others.index(s)
+        for i in range(len(grids))
+        for s in statistics
+    ]
+    return PendingBatch.concat([rows, means], order)
+
+
+def _user_means(
+    grids: Sequence[GridInput],
+    caps: Sequence[np.ndarray],
+    joined: JoinedGrids,
+    U: float,
+    eps: float,
+    mechanism: str,
+    source: NoiseSource,
+    options: Mapping[str, OptionValue],
+) -> PendingBatch:
+    """``user_mean`` of every grid: in arrays where every grid's values and caps fit
+    (checked), else grid by grid (which names what is wrong)."""
+    opts = registry.validate_options("user_mean", mechanism, options)
+    if joined.n_grids == len(grids) and fits(joined, U) and bool(np.all(joined.caps >= 0)):
+        eff = np.minimum(joined.counts, joined.caps)
+        at = joined.user_grid()
+        read = np.bincount(at[eff > 0], minlength=joined.n_grids)
+        if np.all(read > 0):
+            return start_user_mean_releases(joined, U, eps, mechanism, opts)
+    alone: list[PendingRelease] = []
+    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
+        try:
+            alone += start_releases(
+                ("user_mean",),
+                _grid_data(grid),
+                U,
+                eps,
+                mechanism,
+                caps=cap,
+                noise=source,
+                **options,
+            )
+        except ValueError as exc:
+            raise GridError(i, exc) from exc
+    return PendingBatch.of(alone, U)
+
+
+def _start_others(
+    statistics: Sequence[str],
+    grids: Sequence[GridInput],
+    caps: Sequence[np.ndarray],
+    U: float,
+    eps: float,
+    mechanism: str,
+    source: NoiseSource,
+    joined: JoinedGrids | None,
+    options: Mapping[str, OptionValue],
+) -> PendingBatch:
+    """The rows of the record statistics (mean, variance), grid after grid."""
     batched: list[int] = []
     known: WindowGrids | None = None
     if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:

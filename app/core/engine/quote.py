@@ -64,7 +64,7 @@ def quote_epsilon(
     certifies. ``None`` when no mechanism reaches the target within ``max_epsilon``.
     """
     if statistic not in STATISTICS:
-        raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+        raise ValueError(f"unknown statistic {statistic!r}; use 'mean', 'variance' or 'user_mean'")
     info, U, max_eps = prepare(counts, U, max_epsilon, caps)
     target = float(target_error)
     if not np.isfinite(target) or target <= 0:

@@ -141,7 +141,9 @@ def start_releases(
     release of dpgate, a single query's included, goes through these two steps."""
     for statistic in statistics:
         if statistic not in registry.STATISTICS:
-            raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
+            raise ValueError(
+                f"unknown statistic {statistic!r}; use 'mean', 'variance' or 'user_mean'"
+            )
     info, U, eps = _grid_info(grid, U, eps, caps)
     source = default_noise() if noise is None else noise
     return [

@@ -27,7 +27,11 @@ import numpy as np
 
 from app.core.data.joined import JoinedGrids, offsets
 from app.core.engine.batch import PendingBatch
-from app.core.mechanisms.float_sums import float_sum_sensitivities, float_variance_sensitivities
+from app.core.mechanisms.float_sums import (
+    float_sum_sensitivities,
+    float_variance_sensitivities,
+    grid_fsums,
+)
 from app.core.mechanisms.mean_window import (
     SPREAD_BETA,
     STEP_FRACTION,
@@ -125,13 +129,6 @@ def top_sums(
                 sel = np.flatnonzero(top == t)
                 out[idx[sel]] = np.ascontiguousarray(desc[sel, :t]).sum(axis=1)
     return out
-
-
-def grid_fsums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """``math.fsum`` of each grid's slice of ``x`` (the float nearest the exact sum)."""
-    values = x.tolist()
-    bounds = start.tolist()
-    return np.array([math.fsum(values[a:b]) for a, b in itertools.pairwise(bounds)])
 
 
 def kept_records(joined: JoinedGrids, wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:

@@ -5,6 +5,7 @@ The rule (docs/math.md §11, measured by ``benchmarks/accuracy.py``):
 * **mean**: ``centred_clip`` where the median count is at least 4 and its public gate
   opens (``0.4·ε·L >= 4(ln 257 + 3)``: enough users for its private centre), else
   ``user_window``;
+* **user_mean**: its one mechanism, the Laplace mean of unit means (docs/math.md §13);
 * **variance**: ``centred`` where the median count is at least 4 and its public gate
   opens (``0.4·ε·L >= 4(ln 33 + 3)``), else the ``window`` variance.
 
@@ -87,6 +88,8 @@ def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) 
 
 
 def _expected(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
+    if statistic == "user_mean":  # Laplace at U/(L ε), nothing clipped: E|Z| = b (§13)
+        return U / (info.n_active * eps)
     path = auto_mechanism(statistic, info, eps)
     return _ratio(path, eps) * _peer_scale(statistic, info, U, eps)
 

@@ -14,6 +14,7 @@ the exact sum of the float terms), and the Laplace step is calibrated on
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from fractions import Fraction
 
@@ -26,6 +27,7 @@ __all__ = [
     "float_sum_sensitivity",
     "float_variance_sensitivities",
     "float_variance_sensitivity",
+    "grid_fsums",
     "split_shares",
 ]
 
@@ -36,6 +38,14 @@ UNIT_ROUNDOFF = 2.0**-53
 def exact_sum(terms: np.ndarray) -> float:
     """The float nearest the exact sum of ``terms`` (``math.fsum``; error ≤ half an ulp)."""
     return math.fsum(np.asarray(terms, dtype=np.float64).tolist())
+
+
+def grid_fsums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """:func:`exact_sum` of each grid's slice ``x[start[g]:start[g + 1]]`` (many grids'
+    terms one after another): the float nearest each slice's exact sum."""
+    values = np.asarray(x, dtype=np.float64).tolist()
+    bounds = np.asarray(start).tolist()
+    return np.array([math.fsum(values[a:b]) for a, b in itertools.pairwise(bounds)])
 
 
 def _up(x: float) -> float:

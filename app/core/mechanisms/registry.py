@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from app.core.data.counts import CountsInfo
+from app.core.mechanisms import option_spec
 from app.core.mechanisms.auto import auto_mechanism
 from app.core.mechanisms.draft import Draft
 from app.core.mechanisms.mean_capped import plan_capped_weights
@@ -29,29 +30,8 @@ from app.core.mechanisms.mean_linear import (
 )
 from app.core.mechanisms.mean_projection import plan_levy, plan_quantile, plan_worst_case_optimal
 from app.core.mechanisms.mean_window import plan_user_window
-from app.core.mechanisms.option_spec import (
-    AUTO_SPLIT,
-    CAP_K,
-    CENTRE_SHARE,
-    FILL,
-    GAMMA,
-    M_CLIP,
-    M_UB_EQ9,
-    M_UB_MEDIAN,
-    MOMENT_SHARE,
-    OBJECTIVE,
-    RULE,
-    SPLIT,
-    VAR_CENTRE_SHARE,
-    VAR_WINDOW_SHARE,
-    WIDTH_FACTOR,
-    WIDTH_SHARE,
-    WINDOW_SHARE,
-    Builder,
-    MechanismSpec,
-    OptionSpec,
-    OptionValue,
-)
+from app.core.mechanisms.option_spec import Builder, MechanismSpec, OptionSpec, OptionValue
+from app.core.mechanisms.user_mean import plan_user_mean
 from app.core.mechanisms.variance import (
     interval_variance_m,
     plan_variance_baseline,
@@ -65,6 +45,7 @@ __all__ = [
     "JOINT_MECHANISMS",
     "MEAN_MECHANISMS",
     "STATISTICS",
+    "USER_MEAN_MECHANISMS",
     "VARIANCE_MECHANISMS",
     "canonical_mechanism",
     "draft",
@@ -115,25 +96,25 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "array_avg_wrap",
         "average of full WRAPAROUND array means, sensitivity 2U/K (002 §III-C)",
         True,
-        M_UB_MEDIAN,
-        FILL,
+        option_spec.M_UB_MEDIAN,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_array_wrap(i, U, e, int_option(o, "m_ub"), _fill(o)),
     ),
     _spec(
         "array_avg_bestfit",
         "average of BESTFIT array means, sensitivity U/K̄ (002 §III-C)",
         True,
-        M_UB_MEDIAN,
-        FILL,
+        option_spec.M_UB_MEDIAN,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_array_bestfit(i, U, e, int_option(o, "m_ub"), _fill(o)),
     ),
     _spec(
         "levy",
         "BESTFIT array means projected on a private interval (002 §III-D, Alg. 3)",
         False,
-        GAMMA,
-        M_UB_EQ9,
-        FILL,
+        option_spec.GAMMA,
+        option_spec.M_UB_EQ9,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_levy(
             i, U, e, _float_opt(o, "gamma"), int_option(o, "m_ub"), _fill(o)
         ),
@@ -142,16 +123,16 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "quantile_fixed",
         "array means projected on private 0.1/0.9 quantiles (002 §III-E)",
         False,
-        M_UB_EQ9,
-        FILL,
+        option_spec.M_UB_EQ9,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_quantile(i, U, e, "fixed", int_option(o, "m_ub"), _fill(o)),
     ),
     _spec(
         "quantile_optimized",
         "array means projected on private ceil(2/eps)/K̄ quantiles (002 §III-E)",
         False,
-        M_UB_EQ9,
-        FILL,
+        option_spec.M_UB_EQ9,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_quantile(
             i, U, e, "optimized", int_option(o, "m_ub"), _fill(o)
         ),
@@ -160,29 +141,29 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "opt_array",
         "BESTFIT arrays with the worst-case-optimal m_UB of 002 eq. 15",
         True,
-        FILL,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_opt_array(i, U, e, _fill(o)),
     ),
     _spec(
         "opt_array_convex",
         "BESTFIT arrays with m_UB from the convex surrogate 002 eq. 19",
         True,
-        FILL,
-        RULE,
+        option_spec.FILL,
+        option_spec.RULE,
         build=lambda i, U, e, o: plan_opt_array_convex(i, U, e, _fill(o), str(o["rule"])),
     ),
     _spec(
         "clip",
         "mean of each user's earliest min(m_l, m) records (004 §III-B)",
         True,
-        M_CLIP,
+        option_spec.M_CLIP,
         build=lambda i, U, e, o: plan_clip(i, U, e, int_option(o, "m")),
     ),
     _spec(
         "worst_case_optimal",
         "per-user projection with threshold T_eps (003 Thm III.1)",
         True,
-        FILL,
+        option_spec.FILL,
         build=lambda i, U, e, o: plan_worst_case_optimal(i, U, e, _fill(o)),
     ),
     _spec(
@@ -191,9 +172,9 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "(003 Thm III.1 re-centred; app/core/mechanisms/mean_centred.py; named centered_clip "
         "before, which is still accepted)",
         False,
-        CENTRE_SHARE,
-        WIDTH_SHARE,
-        WIDTH_FACTOR,
+        option_spec.CENTRE_SHARE,
+        option_spec.WIDTH_SHARE,
+        option_spec.WIDTH_FACTOR,
         build=lambda i, U, e, o: plan_centred_clip(
             i,
             U,
@@ -208,7 +189,7 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "capped-weight user means clipped to a private window [0, b] "
         "(app/core/mechanisms/mean_window.py)",
         False,
-        WINDOW_SHARE,
+        option_spec.WINDOW_SHARE,
         build=lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
     ),
     _spec(
@@ -216,7 +197,7 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "user means with weights capped at k records, k chosen for the narrowest honest "
         "interval (app/core/mechanisms/mean_capped.py)",
         True,
-        CAP_K,
+        option_spec.CAP_K,
         build=lambda i, U, e, o: plan_capped_weights(i, U, e, int_option(o, "k")),
     ),
     _spec(
@@ -224,7 +205,7 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "chosen from public counts: centred_clip where its gate opens, else user_window; "
         "objective=interval: capped_weights",
         False,
-        OBJECTIVE,
+        option_spec.OBJECTIVE,
     ),
 )
 
@@ -239,7 +220,7 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "clip",
         "variance of each user's earliest min(m_l, m) records (004 Lemma III.3)",
         True,
-        M_CLIP,
+        option_spec.M_CLIP,
         build=lambda i, U, e, o: plan_variance_clip(i, U, e, int_option(o, "m")),
     ),
     _spec(
@@ -247,7 +228,7 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "mixture variance of capped-weight users, records clipped to a private [0, b] "
         "(app/core/mechanisms/variance_window.py)",
         False,
-        VAR_WINDOW_SHARE,
+        option_spec.VAR_WINDOW_SHARE,
         build=lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
     ),
     _spec(
@@ -255,8 +236,8 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "capped-weight per-user second moments about a private centre, clipped at a "
         "private level (app/core/mechanisms/variance_centred.py)",
         False,
-        VAR_CENTRE_SHARE,
-        MOMENT_SHARE,
+        option_spec.VAR_CENTRE_SHARE,
+        option_spec.MOMENT_SHARE,
         build=lambda i, U, e, o: plan_variance_centred(
             i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
         ),
@@ -266,26 +247,37 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "chosen from public counts: centred where its gate opens, else window; "
         "objective=interval: clip at the m with the narrowest honest interval",
         False,
-        OBJECTIVE,
+        option_spec.OBJECTIVE,
     ),
+)
+
+USER_MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
+    _spec(
+        "baseline",
+        "mean over the grid's privacy units of each unit's own mean (units left out by a "
+        "plan imputed at U/2) + Lap(U/(L eps)), L the units (app/core/mechanisms/user_mean.py)",
+        True,
+        build=lambda i, U, e, o: plan_user_mean(i, U, e),
+    ),
+    _spec("auto", "baseline with its honest ci95 (either objective)", True, option_spec.OBJECTIVE),
 )
 
 
 JOINT_MECHANISMS: Mapping[str, MechanismSpec] = _table(
-    _spec("baseline", "004 M_b: mean and variance of all records", True, SPLIT),
+    _spec("baseline", "004 M_b: mean and variance of all records", True, option_spec.SPLIT),
     _spec(
         "clip",
         "004 M_clip: mean and variance of the earliest min(m_l, m) records",
         True,
-        SPLIT,
-        M_CLIP,
+        option_spec.SPLIT,
+        option_spec.M_CLIP,
     ),
     _spec(
         "auto",
         "mean and variance auto (chosen from public counts) at eps/2 each, on the same "
         "records and users",
         False,
-        AUTO_SPLIT,
+        option_spec.AUTO_SPLIT,
     ),
 )
 
@@ -293,13 +285,14 @@ _TABLES: Mapping[str, Mapping[str, MechanismSpec]] = MappingProxyType(
     {
         "mean": MEAN_MECHANISMS,
         "variance": VARIANCE_MECHANISMS,
+        "user_mean": USER_MEAN_MECHANISMS,
         "joint": JOINT_MECHANISMS,
     }
 )
 
 
-#: The statistics of one grid (``joint`` is both at once).
-STATISTICS = ("mean", "variance")
+#: The statistics of one grid (``joint`` is mean and variance at once).
+STATISTICS = ("mean", "variance", "user_mean")
 #: Mechanisms with a worst-case error: ``quote_epsilon``'s candidates.
 BOUNDED_CANDIDATES: Mapping[str, tuple[str, ...]] = MappingProxyType(
     {
@@ -320,7 +313,7 @@ def canonical_mechanism(mechanism: str) -> str:
 
 
 def mechanisms(statistic: str) -> Mapping[str, MechanismSpec]:
-    """Every mechanism of ``statistic`` (``mean``, ``variance`` or ``joint``) by name."""
+    """Every mechanism of ``statistic`` (one of :data:`STATISTICS`, or ``joint``) by name."""
     table = _TABLES.get(statistic)
     if table is None:
         raise ValueError(f"unknown statistic {statistic!r}; use one of {', '.join(_TABLES)}")
@@ -373,6 +366,10 @@ def draft(
     opts = validate_options(statistic, mechanism, options)
     if mechanism != "auto":
         return _build(statistic, mechanism, info, U, eps, opts)
+    if statistic == "user_mean":  # one mechanism, always with its honest ci95 (§13)
+        chosen = plan_user_mean(info, U, eps)
+        chosen.details.update(selected_by="auto", objective=opts["objective"])
+        return chosen
     if opts["objective"] == "interval":  # the narrowest honest interval (docs/math.md §5.12)
         if statistic == "mean":
             chosen = plan_capped_weights(info, U, eps, None)

@@ -10,7 +10,7 @@ import h3
 import numpy as np
 import pytest
 
-from app.synth.city import CityConfig, records_csv, synthetic_city
+from app.synth.city import CityConfig, records_csv, synthetic_city, synthetic_days
 from app.time.slots import parse_timestamp
 
 SMALL = CityConfig(n_buses=40, n_hours=3)
@@ -65,3 +65,18 @@ def test_config_validation():
         CityConfig(n_buses=0)
     with pytest.raises(ValueError, match="p_active"):
         CityConfig(p_active=0.0)
+
+
+def test_a_month_of_days_keeps_its_local_hours_across_daylight_saving() -> None:
+    config = CityConfig(
+        n_buses=15, n_hours=2, start="2024-03-01T08:00:00", timezone="America/Chicago"
+    )
+    month = synthetic_days(np.random.default_rng(3), config, n_days=31)
+    local = {t[:10]: set() for t in month.timestamp}
+    for t in month.timestamp:
+        local[t[:10]].add(t[11:13])
+    assert len(local) == 31  # every day of March, the 10th (23 hours) too
+    assert all(hours <= {"08", "09"} for hours in local.values())
+    assert {t[-6:] for t in month.timestamp} == {"-06:00", "-05:00"}  # CST, then CDT
+    again = synthetic_days(np.random.default_rng(3), config, n_days=31)
+    assert again.timestamp == month.timestamp and np.array_equal(again.value, month.value)

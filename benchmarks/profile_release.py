@@ -1,0 +1,200 @@
+"""Typical-day profiles against single hours on the shared CapMetrics days, and the speed of
+a 20-day profile on a synthetic month.
+
+Run ``python benchmarks/profile_release.py`` (options ``--releases``, ``--statistics``,
+``--url``; ``--speed-only`` / ``--real-only``; ``--days`` and ``--records`` for the speed
+part). All six shared days go into one res-8 dataset (America/Chicago, U = 30 m/s, a
+``day`` budget window: the privacy unit is a bus-day) on a fresh Postgres schema. Each
+configuration is released ``--releases`` times (a budget reset between) with ``min_users``
+10 and ``max_user_cost`` 2 (per bus-day), 08:00 local:
+
+* ``hour <day>``: the single hour of one weekday, adaptive res 8 to 5;
+* ``<profile>``: 08:00 pooled over the profile's dates, fixed res 8, fixed res 7, adaptive
+  res 8 to 5.
+
+Scored by ``benchmarks/city_release.score`` against an independent reading of the CSVs
+(each unit a (bus, date) pair): ``covered``, ``useful`` (records in cells whose ci95 is at
+most 6 m/s wide and holds the truth), ``fine`` (covered records at res 7 or finer),
+``holds``, the median |error|; and the release's own ``useful.records`` (from public
+expected widths, equal to its preview's).
+
+The speed part uploads ``--days`` days of ``--records`` readings in the 08:00 hour each
+(``benchmarks/release.py``'s city, one day after another; a day window) and times the
+preview and the release of the 08:00 profile over them (fixed and adaptive), medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fastapi.testclient import TestClient  # noqa: E402
+
+from app.config import Settings  # noqa: E402
+from app.db.migrate import upgrade  # noqa: E402
+from app.main import create_app  # noqa: E402
+from benchmarks.city_release import DATA, hour_rows, score  # noqa: E402
+from benchmarks.ingest import COLUMNS  # noqa: E402
+from benchmarks.postgres import PG_URL, fresh_database  # noqa: E402
+from benchmarks.release import city_csv  # noqa: E402
+
+ADMIN = "dpg_profile_release_benchmark_admin"
+DAYS = ("2015-03-18", "2015-03-19", "2016-11-24", "2016-11-25", "2016-11-26", "2016-11-27")
+U, MIN_USERS, COST = 30.0, 10, 2.0
+PROFILES = {
+    "weekdays 2015-03-16..20": {"from": "2015-03-16", "to": "2015-03-20", "days": "weekdays"},
+    "weekdays 2016-11-21..27": {"from": "2016-11-21", "to": "2016-11-27", "days": "weekdays"},
+    "all 2016-11-24..27": {"from": "2016-11-24", "to": "2016-11-27", "days": "all"},
+}
+PARTITIONS = {
+    "fixed r8": {},
+    "fixed r7": {"h3_resolution": 7},
+    "adaptive": {"partition": "adaptive", "coarsest_resolution": 5},
+}
+
+
+@contextmanager
+def served(url: str) -> Iterator[TestClient]:
+    with tempfile.TemporaryDirectory() as tmp:
+        db, drop = fresh_database("postgres", Path(tmp), url)
+        try:
+            upgrade(db)
+            settings = Settings(database_url=db, admin_key=ADMIN, secret_key="bench-secret")
+            with TestClient(create_app(settings)) as client:
+                client.headers["Authorization"] = f"Bearer {ADMIN}"
+                yield client
+        finally:
+            drop()
+
+
+def _dataset(client: TestClient, name: str, timezone: str) -> int:
+    resp = client.post(
+        "/datasets",
+        json={"name": name, "value_bound": U, "timezone": timezone, "budget_per_user": 1e6,
+              "budget_window": "day", "max_epsilon_per_query": 10.0},
+    )  # fmt: skip
+    resp.raise_for_status()
+    return int(resp.json()["id"])
+
+
+def _units(day: str) -> list[tuple[str, str, float]]:
+    """The 08:00 records of ``day`` with each bus as its bus-day unit."""
+    return [(f"{bus}@{day}", cell, v) for bus, cell, v in hour_rows(day, 8)]
+
+
+def _release(client: TestClient, ds: int, body: dict, rows: list, releases: int) -> str:
+    figures, seconds, own = [], [], []
+    for _ in range(releases):
+        client.post(f"/datasets/{ds}/budget/reset", json={"reason": "bench"}).raise_for_status()
+        start = time.perf_counter()
+        resp = client.post(f"/datasets/{ds}/releases", json=body)
+        seconds.append(time.perf_counter() - start)
+        resp.raise_for_status()
+        out = resp.json()
+        figures.append(score(rows, out))
+        own.append(out["useful"]["records"])
+    mean = {k: statistics.fmean(f[k] for f in figures) for k in figures[0]}
+    return (
+        f"cells {mean['grids']:5.1f}  covered {mean['covered']:.2f}  useful {mean['useful']:.2f}"
+        f" (stated {statistics.fmean(own):.2f})  fine {mean['fine']:.2f}  holds "
+        f"{mean['holds']:.2f}  |error| {mean['error']:.2f} m/s  {statistics.median(seconds):.2f} s"
+    )
+
+
+def real_days(client: TestClient, releases: int, stats: list[str]) -> None:
+    ds = _dataset(client, "capmetrics days", "America/Chicago")
+    for day in DAYS:
+        client.post(
+            f"/datasets/{ds}/records", content=(DATA / f"{day}.csv").read_bytes(),
+            params=COLUMNS, headers={"Content-Type": "text/csv"},
+        ).raise_for_status()  # fmt: skip
+    units = {day: _units(day) for day in DAYS}
+    base = {"min_users": MIN_USERS, "max_user_cost": COST, "statistics": stats}
+    for day in DAYS:
+        if date.fromisoformat(day).isoweekday() > 5:
+            continue
+        body = {**base, "slot_start": f"{day}T08:00:00", **PARTITIONS["adaptive"]}
+        print(f"hour {day} 08:00 adaptive   {_release(client, ds, body, units[day], releases)}")
+    for name, profile in PROFILES.items():
+        first, last = date.fromisoformat(profile["from"]), date.fromisoformat(profile["to"])
+        rows = [
+            r
+            for day in DAYS
+            if first <= date.fromisoformat(day) <= last
+            and (profile["days"] == "all" or date.fromisoformat(day).isoweekday() <= 5)
+            for r in units[day]
+        ]
+        for part, extra in PARTITIONS.items():
+            body = {**base, "slot_start": "08:00", "profile": profile, **extra}
+            print(f"{name:<24} {part:<9} {_release(client, ds, body, rows, releases)}", flush=True)
+
+
+def speed(client: TestClient, n_days: int, records: int, repeats: int) -> None:
+    ds = _dataset(client, "synthetic month", "UTC")
+    first = date(2024, 3, 1)
+    started = time.perf_counter()
+    hour = city_csv(records).decode()
+    for d in range(n_days):
+        day = (first + timedelta(days=d)).isoformat()
+        client.post(
+            f"/datasets/{ds}/records", content=hour.replace("2024-03-05", day).encode(),
+            headers={"Content-Type": "text/csv"},
+        ).raise_for_status()  # fmt: skip
+    print(f"{n_days} days x {records:,} records at 08:00 uploaded in "
+          f"{time.perf_counter() - started:.0f} s")  # fmt: skip
+    last = (first + timedelta(days=n_days - 1)).isoformat()
+    profile = {"from": first.isoformat(), "to": last, "days": "all"}
+    for part, extra in (("fixed r8", {}), ("adaptive", PARTITIONS["adaptive"])):
+        times: dict[str, list[float]] = {"preview": [], "release": []}
+        for i in range(repeats):
+            body: dict[str, Any] = {
+                "slot_start": "08:00", "profile": profile, "min_users": MIN_USERS,
+                "max_user_cost": COST + 0.001 * i, **extra,
+            }  # fmt: skip
+            for what, path in (("preview", "releases/preview"), ("release", "releases")):
+                start = time.perf_counter()
+                client.post(f"/datasets/{ds}/{path}", json=body).raise_for_status()
+                times[what].append(time.perf_counter() - start)
+        print(
+            f"profile of {n_days} days, {part:<9} preview "
+            f"{statistics.median(times['preview']):.2f} s  release "
+            f"{statistics.median(times['release']):.2f} s  (median of {repeats}; "
+            f"{datetime.now():%H:%M})",
+            flush=True,
+        )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--releases", type=int, default=2)
+    parser.add_argument("--statistics", nargs="+", default=["mean"])
+    parser.add_argument("--days", type=int, default=20)
+    parser.add_argument("--records", type=int, default=50_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--speed-only", action="store_true")
+    parser.add_argument("--real-only", action="store_true")
+    parser.add_argument("--url", default=PG_URL)
+    args = parser.parse_args()
+    with served(args.url) as client:
+        if not args.speed_only:
+            missing = [d for d in DAYS if not (DATA / f"{d}.csv").exists()]
+            if missing:
+                sys.exit(f"CapMetrics days {missing} not found in {DATA.resolve()}")
+            real_days(client, args.releases, args.statistics)
+        if not args.real_only:
+            speed(client, args.days, args.records, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

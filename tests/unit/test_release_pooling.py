@@ -1,0 +1,78 @@
+"""Grids pooled per privacy unit (``app.releases.pooling``) against a brute-force pooling
+of small random grids, and the profile's dates and time-of-day slots across DST."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from datetime import UTC, date, datetime
+
+import numpy as np
+import pytest
+
+from app.datasets.grid_batch import GridColumns
+from app.ledger.accounts import USER_BITS
+from app.releases.pooling import pool
+from app.releases.profiles import Profile, chosen_dates
+
+
+def _columns(grids: list[dict[int, list[float]]]) -> GridColumns:
+    users, counts, values, pairs, records = [], [], [], [0], [0]
+    for g in grids:
+        for u in sorted(g):
+            users.append(u)
+            counts.append(len(g[u]))
+            values += g[u]
+        pairs.append(len(users))
+        records.append(len(values))
+    as_int = lambda x: np.array(x, dtype=np.int64)  # noqa: E731
+    return GridColumns(
+        as_int(users), as_int(counts), np.array(values, dtype=np.float64),
+        as_int(pairs), as_int(records),
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_pool_is_the_brute_force_pooling(seed: int) -> None:
+    rng = np.random.default_rng(seed)  # test data
+    n_grids, n_targets = int(rng.integers(1, 9)), int(rng.integers(1, 4))
+    grids = [
+        {int(u): rng.uniform(0, 10, int(rng.integers(1, 4))).round(2).tolist()
+         for u in rng.choice(6, size=int(rng.integers(0, 5)), replace=False)}
+        for _ in range(n_grids)
+    ]  # fmt: skip
+    target = rng.integers(-1, n_targets, size=n_grids)
+    window = rng.integers(0, 3, size=n_grids)
+    want: list[dict[int, list[float]]] = [defaultdict(list) for _ in range(n_targets)]
+    for g, t, w in zip(grids, target.tolist(), window.tolist(), strict=True):
+        if t >= 0:
+            for u, vs in g.items():
+                want[t][(w << USER_BITS) | u] += vs  # source order: earlier grids first
+    got = pool(_columns(grids), target, window, n_targets)
+    for t in range(n_targets):
+        p, q = got.pairs[t], got.pairs[t + 1]
+        units = got.user_ids[p:q].tolist()
+        assert units == sorted(want[t])
+        assert got.counts[p:q].tolist() == [len(want[t][u]) for u in units]
+        values = got.values[got.records[t] : got.records[t + 1]].tolist()
+        assert values == [v for u in units for v in want[t][u]]
+
+
+def test_a_profile_s_slots_on_daylight_saving_days() -> None:
+    profile = Profile(
+        date(2016, 3, 12), date(2016, 11, 7), "all",
+        chosen_dates(date(2016, 3, 12), date(2016, 11, 7), "all"), 60, 2, 60,
+        "America/Chicago", "day",
+    )  # fmt: skip
+    spring, fall = date(2016, 3, 13), date(2016, 11, 6)
+    # 01:00 and 02:00 local: on the 13th of March 02:00 does not exist (03:00 CDT follows)
+    assert profile.slot_of(datetime(2016, 3, 13, 7, tzinfo=UTC), spring) == 0  # 01:00 CST
+    assert profile.slot_of(datetime(2016, 3, 13, 8, tzinfo=UTC), spring) is None  # 03:00 CDT
+    # on the 6th of November 01:00 happens twice: both are the profile's first slot
+    assert profile.slot_of(datetime(2016, 11, 6, 6, tzinfo=UTC), fall) == 0  # 01:00 CDT
+    assert profile.slot_of(datetime(2016, 11, 6, 7, tzinfo=UTC), fall) == 0  # 01:00 CST
+    assert profile.slot_of(datetime(2016, 11, 6, 8, tzinfo=UTC), fall) == 1  # 02:00 CST
+    lo, hi = profile.day_range(fall)
+    assert (lo, hi) == (datetime(2016, 11, 6, 6, tzinfo=UTC), datetime(2016, 11, 6, 9, tzinfo=UTC))
+    assert len(profile.dates) == 241 and profile.windows()[0] == date(2016, 3, 12)
+    weekends = chosen_dates(date(2024, 3, 1), date(2024, 3, 31), "weekends")
+    assert len(weekends) == 10 and all(d.isoweekday() >= 6 for d in weekends)
