@@ -79,12 +79,13 @@ class StatisticAnswer(BaseModel):
         description="A 95% interval [lo, hi] meant to hold the grid's true value 95% of "
         "the time: the Laplace noise's 95% range around the estimate (± b·ln 20) widened by "
         "the worst-case bias of clipping or projection, then projected onto the statistic's "
-        "range. `user_window` and the `window` variance (auto's usual paths) clip at a "
-        "private level: their interval bounds what the clipping moved with probability "
+        "range. `auto`'s mechanisms (`user_window`, `centred_clip`, the `window` and "
+        "`centred` variances) clip at a private level: their interval bounds what the "
+        "clipping moved with probability "
         "0.99 and the noise with 0.96, so it holds the truth at least 95% of the time on "
         "every dataset, but is wide on small grids (docs/math.md §11.6). For the narrowest "
         "honest interval ask auto with `objective=interval`. Null where the mechanism has "
-        "no such bound (centred_clip, centred, levy, quantile): `ci95_note` then says why."
+        "no such bound (levy, quantile): `ci95_note` then says why."
     )
     ci95_note: str | None = Field(
         default=None,

@@ -62,6 +62,9 @@ def test_dpgate_runs_count_coverage_only_where_an_interval_is_published() -> Non
     var = float(np.var(grid.values))
     mae, cover = bench._dpgate_runs("variance", grid, 30.0, 1.0, "window", var, noise, 50)
     assert mae > 0 and 0.8 <= cover <= 1.0
-    # the centred variance publishes none: no coverage is counted
+    # the centred variance's too (its clipped-user bound, docs/math.md §11.6)
     mae, cover = bench._dpgate_runs("variance", grid, 30.0, 1.0, "centred", var, noise, 50)
+    assert mae > 0 and 0.8 <= cover <= 1.0
+    # levy publishes none: no coverage is counted
+    mae, cover = bench._dpgate_runs("mean", grid, 30.0, 1.0, "levy", truth, noise, 50)
     assert mae > 0 and math.isnan(cover)

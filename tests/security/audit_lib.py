@@ -269,9 +269,12 @@ def adaptive_cell() -> tuple[int, int]:
     sums = d0.head_sums(d0.counts)
     cands = mc.centre_candidates(U)
     i = int(np.argmax(mc.centre_utility(sums / m, cands)))
-    rcands = mc.width_candidates(U, int(m.max()))
-    resid = np.abs(sums - cands[i] * m) / np.sqrt(m)
-    j = int(np.argmax(mc.width_utility(resid, rcands)))
+    c = float(cands[i])
+    R = mc.half_widths(U, int(m.max()), 0.5)
+    eps_noise = mc.split_shares(ADAPTIVE_EPS, (0.4, 0.2))[2]
+    pen = mc.width_penalties(R, m.size, int(m.sum()), eps_noise, U)
+    sums = np.clip(sums, 0.0, U * m)
+    j = int(np.argmax(-mc.clipped_counts(sums, m, U, c, R) - pen))
     return i, j
 
 
@@ -299,11 +302,11 @@ def sample_adaptive(job: tuple[int, int, float]) -> np.ndarray:
     grid = adaptive_neighbours()[side]
     i, j = adaptive_cell()
     c0 = float(mc.centre_candidates(U)[i])
-    rho0 = float(mc.width_candidates(U, max(ADAPTIVE_COUNTS))[j])
+    R0 = float(mc.half_widths(U, max(ADAPTIVE_COUNTS), 0.5)[j])
     noise: Any = OpenDPNoise() if factor == 1.0 else ScaledNoise(OpenDPNoise(), factor)
     out = np.empty(n)
     for k in range(n):
         rel = core.release_mean(grid, U, ADAPTIVE_EPS, ADAPTIVE_MECHANISM, noise=noise)
-        hit = rel.details["centre"] == c0 and rel.details["rho"] == rho0
+        hit = rel.details["centre"] == c0 and rel.details["half_width"] == R0
         out[k] = rel.estimate if hit else SENTINEL
     return out

@@ -68,7 +68,7 @@ class _Scaled:
 
 
 _KEYS = {"mean": ("window_hi",), "variance": ("window_hi",), "centred": ("centre", "moment_clip")}
-_CHOICES = {"mean": (5,), "variance": (5,), "centred": (33, 13)}
+_CHOICES = {"mean": (5,), "variance": (5,), "centred": (33, 14)}
 # The broken copies' Laplace scale factor: centred's Laplace step has only half of eps.
 _BROKEN = {"mean": 0.4, "variance": 0.4, "centred": 0.25}
 

@@ -1,14 +1,8 @@
 """Per-grid record storage: flat value arrays with per-user offsets and prefix sums.
 
-A grid's records are one flat ``float64`` array sorted by user and, within a user,
-by time (docs/math.md §1.1: clipped estimators keep each user's *earliest* records, so "the
-first ``k`` records of user ``l``" is ``values[offsets[l] : offsets[l] + k]``).
-Users are positional indices ``0..L-1``; the service maps them to its own ids.
-
-Sums over any prefix of any user's records come from two cached prefix-sum
-arrays (of the values and of their squares, both centred to keep the variance
-free of cancellation), so a clipped mean or variance costs O(users) once the grid
-is prepared.
+Records sorted by user, then time (docs/math.md §1.1: clipped estimators keep each user's
+earliest records); users are positions ``0..L-1``. Cached centred prefix sums of values and
+squares make a clipped mean or variance O(users).
 """
 
 from __future__ import annotations

@@ -1,23 +1,10 @@
 """Result types: a public :class:`Plan` and a noisy :class:`Release`.
 
-A release given its ``value_bound`` ``U`` is finished here, in one place for every
-mechanism (:func:`finished_value`, docs/math.md §9.4.6):
-
-* the estimate is projected onto the statistic's range, ``[0, U]`` for a mean and
-  ``[0, U²/4]`` for a population variance (free post-processing);
-* where the mechanism has a worst-case bias bound ``B`` (a data-independent bound
-  on ``|E[noiseless estimate] - true value|``, here the exact ``|θ̂ - θ|`` bound),
-  the interval is ``raw ± (b ln 20 + B)`` projected onto the range: the Laplace
-  noise stays within ``b ln 20`` with probability 0.95 and the estimator within
-  ``B`` of the truth always, and the truth lies in the range, so projecting loses
-  no coverage;
-* where it has none but bounds its bias given its private choices with probability
-  ``1 - β`` (:class:`BiasSpread`: ``user_window``), the interval widens the noise's
-  ``1 - (0.05 - β)`` range by that spread;
-* otherwise (levy, quantile, centred_clip's adaptive path, the centred variance:
-  privately chosen projections), ``ci95`` is ``None`` and ``ci95_note`` says why;
-* an interval that covers the whole range is still published (it is honest, and dropping
-  it would bias the coverage of those that remain); ``ci95_note`` says so and why.
+Every release is finished by one rule, :func:`finished_value` (docs/math.md §4.4, §9.4.6):
+the estimate projected onto the statistic's range; ``ci95`` from a worst-case bias bound
+(``raw ± (b ln 20 + B)``), or from a :class:`BiasSpread` that holds with probability
+``1 - β`` given the private choices, or none (levy, quantile: privately chosen
+projections); an interval covering the whole range is still published, with a note.
 """
 
 from __future__ import annotations

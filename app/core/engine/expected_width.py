@@ -7,7 +7,8 @@ preview's ``expected_ci95_width``; docs/math.md §11.6).
 * ``user_window`` and the ``window`` variance: the interval's width depends on the window
   the private choice makes, and each window's width is public; the largest of them, an
   upper bound.
-* Anything else (no honest interval narrower than the range is known): the range.
+* Anything else (``centred_clip`` and ``centred``, whose widths depend on the private
+  centre; levy and quantile, with no interval): the range.
 
 Every figure is capped at the range's width: a projected interval is never wider.
 """

@@ -15,10 +15,11 @@ import numpy as np
 from app.core.data.checks import check_bound, check_epsilon
 from app.core.data.grid import GridData
 from app.core.data.joined import GridInput, JoinedGrids
+from app.core.data.window_grids import WindowGrids, fits
 from app.core.engine.batch import PendingBatch
 from app.core.engine.single_grid import start_releases
 from app.core.engine.user_mean_batch import start_user_mean_releases
-from app.core.engine.window_batch import WindowGrids, fits, start_window_releases
+from app.core.engine.window_batch import start_window_releases
 from app.core.mechanisms import registry
 from app.core.mechanisms.auto import auto_path
 from app.core.mechanisms.draft import PendingRelease

@@ -45,9 +45,9 @@ CENTRED_MIN_MEDIAN = 4
 _RATIO_EPS = (0.5, 1.0, 2.0)
 _RATIO = {
     "user_window": (0.565, 0.673, 0.787),
-    "centred_clip": (0.18, 0.124, 0.127),
+    "centred_clip": (0.16, 0.13, 0.14),
     "window": (0.169, 0.255, 0.321),
-    "centred": (0.357, 0.325, 0.342),
+    "centred": (0.43, 0.44, 0.38),
 }
 
 

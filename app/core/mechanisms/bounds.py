@@ -13,11 +13,12 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from app.core.data.checks import check_epsilon
+from app.core.data.checks import check_bound, check_epsilon
 
 __all__ = [
     "grouped_linear_mean_bias",
     "joint_clip_error",
+    "joint_clip_errors",
     "linear_mean_bias",
     "mean_clip_bias",
     "mean_sensitivity",
@@ -25,10 +26,12 @@ __all__ = [
     "split_epsilon",
     "sum_exceeds",
     "variance_clip_bias",
-    "variance_clip_bias_array",
+    "variance_clip_biases",
+    "variance_sensitivities",
     "variance_sensitivity",
-    "variance_sensitivity_array",
 ]
+
+SPLITS = ("half", "optimal")
 
 
 def _check_counts(max_count: int, total: int) -> None:
@@ -48,18 +51,10 @@ def mean_sensitivity(U: float, max_count: int, total: int) -> float:
 
 
 def variance_sensitivity(U: float, max_count: int, total: int) -> float:
-    """User-level sensitivity of the population variance (004 Prop III.1).
-
-    ``U² m*(n - m*)/n²`` when ``n > 2m*``; otherwise ``U²/4`` (n even) or
-    ``(U²/4)(1 - 1/n²)`` (n odd). With kept counts it is 004 Lemma III.3.
-    """
+    """User-level sensitivity of the population variance (004 Prop III.1; with kept counts
+    004 Lemma III.3): :func:`variance_sensitivities` of one grid."""
     _check_counts(max_count, total)
-    n, m = total, max_count
-    if n > 2 * m:
-        return U * U * m * (n - m) / (n * n)
-    if n % 2 == 0:
-        return U * U / 4.0
-    return U * U / 4.0 * (1.0 - 1.0 / (n * n))
+    return float(variance_sensitivities(U, max_count, total))
 
 
 def _check_kept(kept_total: int, total: int) -> None:
@@ -76,21 +71,10 @@ def mean_clip_bias(U: float, kept_total: int, total: int) -> float:
 
 
 def variance_clip_bias(U: float, kept_total: int, total: int) -> float:
-    """Worst-case bias of the clipped population variance (004 Thm IV.2, corrected).
-
-    The printed theorem has its regimes swapped (docs/math.md §3.2): the bias is 0 when
-    ``s = n``, ``U² s(n - s)/n²`` when ``n <= 2s``, and ``U²/4`` (n even) or
-    ``(U²/4)(1 - 1/n²)`` (n odd) when ``n > 2s``.
-    """
+    """Worst-case bias of the clipped population variance (004 Thm IV.2, corrected as in
+    docs/math.md §3.2): :func:`variance_clip_biases` of one grid."""
     _check_kept(kept_total, total)
-    n, s = total, kept_total
-    if s == n:
-        return 0.0
-    if n <= 2 * s:
-        return U * U * s * (n - s) / (n * n)
-    if n % 2 == 0:
-        return U * U / 4.0
-    return U * U / 4.0 * (1.0 - 1.0 / (n * n))
+    return float(variance_clip_biases(U, kept_total, total))
 
 
 def linear_mean_bias(U: float, weights: npt.ArrayLike) -> float:
@@ -162,30 +146,71 @@ def split_epsilon(d_mu: float, d_var: float, eps: float, split: str) -> tuple[fl
 
 
 def joint_clip_error(
+    U: float, eps: float, max_kept: int, kept_total: int, total: int, *, split: str = "half"
+) -> float:
+    """Worst-case error ``E_g`` of the joint clipped mean+variance release (004 eq. 13,
+    docs/math.md §4.2): :func:`joint_clip_errors` of one grid, its counts checked."""
+    _check_counts(max_kept, kept_total)
+    _check_kept(kept_total, total)
+    return float(joint_clip_errors(U, eps, max_kept, kept_total, total, split=split)[()])
+
+
+def joint_clip_errors(
     U: float,
     eps: float,
-    max_kept: int,
-    kept_total: int,
-    total: int,
+    max_kept: npt.ArrayLike,
+    kept_total: npt.ArrayLike,
+    total: npt.ArrayLike,
     *,
     split: str = "half",
-) -> float:
-    """Worst-case error ``E_g`` of the joint clipped mean+variance release (004 eq. 13).
-
-    ``E_g = E_μ + E_Var + Δμ_clip/eps1 + ΔVar_clip/eps2`` with ``eps1 = eps2 = eps/2``
-    by default (``2Δμ_clip/eps + 2ΔVar_clip/eps``, 004 eq. 13) or the optimal
-    split of docs/math.md §4.3 (``split="optimal"``). With nothing clipped it is 004 eq. 12.
-    A grid with no kept record cannot be released: ``ValueError``.
-    """
+) -> np.ndarray:
+    """``E_g = B_μ + B_Var + Δμ/ε₁ + ΔVar/ε₂`` per grid (004 eq. 13, docs/math.md §4.2), over
+    integer arrays ``1 <= max_kept <= kept_total <= total`` (below 2³¹, so ``n²`` is exact in
+    int64); ``ε₁ = ε₂ = ε/2`` or the optimal split (§4.3). A statistic with zero
+    sensitivity gets no noise (its term is 0, not 0/0)."""
+    U = check_bound(U)
     eps = check_epsilon(eps)
-    d_mu = mean_sensitivity(U, max_kept, kept_total)
-    d_var = variance_sensitivity(U, max_kept, kept_total)
-    eps1, eps2 = split_epsilon(d_mu, d_var, eps, split)
-    bias = mean_clip_bias(U, kept_total, total) + variance_clip_bias(U, kept_total, total)
-    # A statistic with zero sensitivity needs no noise (and the optimal split gives it
-    # no budget): its noise term is 0, not 0/0.
-    noise = (d_mu / eps1 if d_mu > 0 else 0.0) + (d_var / eps2 if d_var > 0 else 0.0)
-    return bias + noise
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; use 'half' or 'optimal'")
+    mx = np.asarray(max_kept, dtype=np.int64)
+    s = np.asarray(kept_total, dtype=np.int64)
+    n = np.asarray(total, dtype=np.int64)
+    UU = U * U
+    quarter = UU / 4.0
+    d_mu = U * mx / s
+    s2 = s * s
+    d_var = np.where(
+        s > 2 * mx,
+        UU * mx * (s - mx) / s2,
+        np.where(s % 2 == 0, quarter, quarter * (1.0 - 1.0 / s2)),
+    )
+    n2 = n * n
+    var_bias = np.where(
+        s == n,
+        0.0,
+        np.where(
+            n <= 2 * s,
+            UU * s * (n - s) / n2,
+            np.where(n % 2 == 0, quarter, quarter * (1.0 - 1.0 / n2)),
+        ),
+    )
+    bias = U * (1.0 - s / n) + var_bias
+    if split == "half":
+        eps1 = eps2 = eps / 2.0
+        out: np.ndarray = bias + (d_mu / eps1 + d_var / eps2)
+        return out
+    ra, rb = np.sqrt(d_mu), np.sqrt(d_var)
+    both_zero = (d_mu == 0) & (d_var == 0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        e1 = np.where(both_zero, eps / 2.0, eps * ra / (ra + rb))
+        e2 = np.where(both_zero, eps / 2.0, eps - e1)
+        over = (e2 > 0.0) & sum_exceeds(e1, e2, eps)
+        while over.any():  # as optimal_split: never above eps
+            e2 = np.where(over, np.nextafter(e2, 0.0), e2)
+            over = (e2 > 0.0) & sum_exceeds(e1, e2, eps)
+        noise = np.where(d_mu > 0, d_mu / e1, 0.0) + np.where(d_var > 0, d_var / e2, 0.0)
+    out = bias + noise
+    return out
 
 
 def grouped_linear_mean_bias(
@@ -212,10 +237,9 @@ def grouped_linear_mean_bias(
     return float(U / 2.0 * ((k * np.abs(w - 1.0 / n)).sum() + (m - k).sum() / n))
 
 
-def variance_sensitivity_array(
-    U: float, max_count: npt.ArrayLike, total: npt.ArrayLike
-) -> np.ndarray:
-    """Vectorised :func:`variance_sensitivity` (004 Prop III.1 / Lemma III.3) over arrays."""
+def variance_sensitivities(U: float, max_count: npt.ArrayLike, total: npt.ArrayLike) -> np.ndarray:
+    """``U² m*(n - m*)/n²`` when ``n > 2m*``, else ``U²/4`` (n even) or ``(U²/4)(1 - 1/n²)``
+    (004 Prop III.1 / Lemma III.3), elementwise."""
     m = np.asarray(max_count, dtype=float)
     n = np.asarray(total, dtype=float)
     if np.any(n <= 0) or np.any(m <= 0) or np.any(m > n):
@@ -226,10 +250,9 @@ def variance_sensitivity_array(
     return np.where(n > 2 * m, first, np.where(n % 2 == 0, even, odd))
 
 
-def variance_clip_bias_array(
-    U: float, kept_total: npt.ArrayLike, total: npt.ArrayLike
-) -> np.ndarray:
-    """Vectorised :func:`variance_clip_bias` (004 Thm IV.2, corrected as in docs/math.md §3.2)."""
+def variance_clip_biases(U: float, kept_total: npt.ArrayLike, total: npt.ArrayLike) -> np.ndarray:
+    """0 when ``s = n``, ``U² s(n - s)/n²`` when ``n <= 2s``, else ``U²/4`` (n even) or
+    ``(U²/4)(1 - 1/n²)`` (004 Thm IV.2 with its regimes put right, docs/math.md §3.2)."""
     s = np.asarray(kept_total, dtype=float)
     n = np.asarray(total, dtype=float)
     if np.any(n <= 0) or np.any(s < 0) or np.any(s > n):

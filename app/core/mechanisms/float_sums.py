@@ -1,14 +1,8 @@
 """Sums whose floating-point result moves by no more than the declared sensitivity allows.
 
-A user-level sensitivity ``Δ`` is a statement about real numbers: changing one user's
-values moves the exact estimate by at most ``Δ``. The released float is a rounded sum,
-and the rounding of a sum of ``L`` terms (``np.dot``, ``np.sum``) grows with ``L``, so
-two neighbouring datasets can give floats further apart than ``Δ``. Here an estimate is
-a sum of per-user terms, each computed from that user's values only and lying in a
-public range; it is summed with :func:`math.fsum` (correctly rounded: the float nearest
-the exact sum of the float terms), and the Laplace step is calibrated on
-:func:`float_sum_sensitivity`, which adds what the two roundings can add
-(docs/math.md §9.5).
+An estimate is a sum of per-user terms, each from one user's values in a public range,
+summed with :func:`math.fsum`; the Laplace step is calibrated on a sensitivity grown by what
+the two roundings can add (docs/math.md §9.5).
 """
 
 from __future__ import annotations
@@ -133,6 +127,9 @@ def float_sum_sensitivities(
     so every entry is the scalar function's (tested)."""
     sens = np.asarray(sensitivities, dtype=np.float64)
     bound = np.asarray(value_bounds, dtype=np.float64)
+    if sens.size == 1 == bound.size:  # one grid: the scalar rule, ~10x faster (equal, tested)
+        one = float_sum_sensitivity(float(sens.flat[0]), float(bound.flat[0]), term_roundings)
+        return np.full(sens.shape, one)
     if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
         raise ValueError("invalid sensitivities or bounds")
     if term_roundings < 0:
@@ -154,6 +151,9 @@ def float_variance_sensitivities(
     sens = np.asarray(sensitivities, dtype=np.float64)
     bound = np.asarray(value_bounds, dtype=np.float64)
     k = np.asarray(per_user)
+    if sens.size == 1 == bound.size == k.size and k.dtype.kind in "iu":  # one grid: as above
+        one = float_variance_sensitivity(float(sens.flat[0]), float(bound.flat[0]), int(k.flat[0]))
+        return np.full(sens.shape, one)
     if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
         raise ValueError("invalid sensitivities or bounds")
     if k.dtype.kind not in "iu" or np.any(k < 0):

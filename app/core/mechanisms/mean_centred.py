@@ -1,67 +1,16 @@
-"""``centred_clip``: user sums clipped around a private centre with a private width.
+"""``centred_clip``: user sums clipped to a window about a private centre, of private width.
 
-A data-adaptive, pure ``ε``-DP (user level, replace-one-user's-values neighbours,
-docs/math.md §1.2) mean of one grid. It is 003 Thm III.1's per-user projection re-centred:
-worst_case_optimal clips user ``l``'s sum ``S_l`` to ``[U m_l/2 - T/2, U m_l/2 + T/2]``
-around the public centre ``U/2``; here the centre ``c`` and half-width ``R`` are
-chosen privately, so that on concentrated data the window is far narrower than
-``U m*`` and the noise far smaller. Three steps, budgets ``ε₁ + ε₂ + ε₃ = ε``
-(``ε₁ = centre_share·ε``, ``ε₂ = width_share·ε``, defaults 0.4 and 0.2):
+003 Thm III.1's per-user clipping re-centred (docs/math.md §5.8, proofs there). Budget
+``ε₁ + ε₂ + ε₃ = ε`` (``centre_share``, ``width_share``, the rest):
 
-1. **Centre** (``ε₁``): user means ``v_l = S_l/m_l`` of every user with records;
-   candidates ``c_j = jU/256``, ``j = 0..256`` (public); utility
-   ``u₁(c) = -max(#{l: v_l < c}, #{l: v_l > c})`` (002 Alg. 3's cost, on users);
-   choose ``c_j`` by report-noisy-max on the integer scores ``u₁`` at budget ``ε₁``
-   (:meth:`NoiseSource.noisy_max`, OpenDP's exact sampler; the same privacy as the
-   exponential mechanism with weights ``exp(ε₁ u₁(c_j)/2)``).
-2. **Width** (``ε₂``, given the released ``c``): normalised residuals
-   ``r_l = |S_l - c m_l|/√m_l`` (the spread a user's sum would have if its values
-   were i.i.d. around ``c``); candidates ``ρ_j = U 2^{j/4}`` from ``U 2^{-8}`` to the
-   first one >= ``U √m*`` (the largest possible ``r_l``); utility
-   ``u₂(ρ) = -max(#{l: r_l > ρ}, #{l: r_l < ρ/4})`` (a rank utility like 002
-   Alg. 3's cost; unlike a plain private median it penalises a too *large* ρ by up
-   to ``L`` instead of ``L/2``, which keeps the draw off the empty top of the
-   candidate range); report-noisy-max on ``u₂`` at ``ε₂``; ``R = min(width_factor·ρ·√m*, U m*)``
-   (``width_factor`` default 0.5: for i.i.d. values of spread ``σ`` the draw lands
-   near ``ρ ≈ 1.2σ``, so ``R ≈ 0.6σ√m*``).
-3. **Estimate** (``ε₃``): ``lo_l = max(0, c m_l - R)``, ``hi_l = min(U m_l, c m_l + R)``,
-   ``θ = (1/n) Σ_l clip(S_l, lo_l, hi_l)`` + ``Lap(Δ/ε₃)`` with
-   ``Δ = max_l (hi_l - lo_l)/n <= 2R/n``.
+1. centre ``c`` (``ε₁``): a private median of the user means over ``jU/256``;
+2. half-width ``R`` (``ε₂``): monotone noisy max over ``R_j`` (:func:`half_widths`, the top
+   ``U m*`` clips nobody) on ``-#{users clipped} - penalty_j``;
+3. ``θ = (1/n) Σ clip(S_l, lo_l, hi_l) + Lap(max(hi - lo)/(n ε₃))``.
 
-**Privacy** (written out in docs/math.md §5.8). Neighbours change one user's values,
-so one ``v_l`` and one ``r_l``:
-each count in ``u₁`` and ``u₂`` moves by at most 1 (so does a maximum of two such
-counts), both utilities are integers with sensitivity 1 and each choice is exactly
-``ε_i``-DP: OpenDP's ``make_noisy_max`` (exponential noise, i.e. permute-and-flip,
-McKenna and Sheldon 2020) with the scale its own privacy map certifies for
-sensitivity 1 at ``ε_i``, sampled and compared exactly (no float rounding can
-give a candidate probability 0 on one dataset and positive on its neighbour).
-Given
-the released ``c`` and ``R`` (public from then on), user ``l``'s term lies in
-``[lo_l, hi_l]`` whatever its values and no other term moves, so ``θ``'s
-sensitivity is exactly ``Δ`` (every ``S_l`` in ``[0, U m_l]`` is reachable; the
-brute-force test checks it) — 003 Thm III.1's argument with the interval moved.
-The Laplace step is ``ε₃``-DP (OpenDP's calibrated scale, docs/math.md §9.2) and sequential
-composition gives ``ε₁ + ε₂ + ε₃ = ε``. Nothing else looks at the values: the
-candidates, ``m_l``, ``m*``, ``L``, ``U`` and the shares are public.
-
-**Gate (public).** The centre draw only finds the data when its exponent beats
-the number of candidates: the adaptive path runs iff ``ε₁ L >= 4 (ln 257 + 3)``
-(≈ 34.2; ``L`` users with records). Otherwise, and on tiny grids, the mechanism
-*is* worst_case_optimal (centre ``U/2``, ``R = T_ε/2``, all of ``ε`` on the noise,
-with its worst-case bias and error; 003 Thm III.1).
-
-The default shares and ``width_factor`` were tuned on the ITMS-like grid drawn with
-data seed 1 (the experiments use seed 0).
-
-**Reporting.** ``sensitivity = Δ`` and ``noise_scale = Δ/ε₃`` (2.5·Δ/ε with the
-default shares), known after the private steps, as for levy and quantile; no
-data-independent bias bound on the adaptive path (docs/math.md §3.4), so
-``worst_case_bias = worst_case_error = None``. Everyone with records is used and
-charged (``kept = m_l``). On concentrated data (the ITMS-like grid) the clipping
-is symmetric around a good centre and costs little; on skewed data the centre
-(a median of user means) can sit away from the mean and clipping then biases the
-estimate towards it — ``width_factor`` widens the window.
+The width choice bounds how many users are clipped, hence an honest ci95
+(:func:`centred_spread`, docs/math.md §11.6). Below a public gate it *is*
+worst_case_optimal.
 """
 
 from __future__ import annotations
@@ -72,27 +21,32 @@ import numpy as np
 
 from app.core.data.counts import CountsInfo
 from app.core.data.grid import GridData
+from app.core.data.results import BiasSpread
 from app.core.mechanisms.draft import Draft, Estimate
 from app.core.mechanisms.float_sums import exact_sum, float_sum_sensitivity, split_shares
 from app.core.mechanisms.interval import isolated_head_sums
 from app.core.mechanisms.mean_projection import plan_worst_case_optimal
+from app.core.mechanisms.mean_window import SPREAD_BETA, clipped_bound, monotone_noisy_max
 from app.core.noise.laplace import NoiseSource
 
 __all__ = [
     "CENTRE_CANDIDATES",
     "adaptive_gate",
     "centre_utility",
+    "centred_spread",
     "centred_window",
+    "clipped_counts",
+    "half_widths",
     "plan_centred_clip",
     "width_candidates",
-    "width_utility",
+    "width_penalties",
 ]
 
 NAME = "centred_clip"
 CENTRE_CANDIDATES = 256  # c_j = jU/256, j = 0..256
 WIDTH_STEPS_PER_OCTAVE = 4
 WIDTH_LOW_OCTAVES = 8  # smallest ρ is U 2^-8
-WIDTH_SPAN = 4.0  # u₂ penalises residuals above ρ and below ρ/4
+WIDTH_STEP = 1.0 / 256.0  # δ = U/256: the unit of clipping in the width score
 GATE_MARGIN = 3.0
 
 
@@ -122,20 +76,54 @@ def width_candidates(U: float, m_max: int) -> np.ndarray:
     return U * np.exp2(j / WIDTH_STEPS_PER_OCTAVE)
 
 
-def width_utility(resid: np.ndarray, cands: np.ndarray) -> np.ndarray:
-    """``u₂(ρ) = -max(#{r_l > ρ}, #{r_l < ρ/4})`` at every candidate (sensitivity 1)."""
-    r = np.sort(np.asarray(resid, dtype=np.float64))
-    above = r.size - np.searchsorted(r, cands, side="right")
-    far_below = np.searchsorted(r, cands / WIDTH_SPAN, side="left")
-    return -np.maximum(above, far_below).astype(np.int64)
+def half_widths(U: float, m_max: int, width_factor: float) -> np.ndarray:
+    """The candidate ``R_j = width_factor·ρ_j·√m*`` below ``U m*``, then ``U m*`` itself (a
+    window that clips nobody), ascending (docs/math.md §5.8)."""
+    R = width_factor * width_candidates(U, m_max) * math.sqrt(m_max)
+    return np.append(R[U * m_max > R], U * m_max)
 
 
 def centred_window(
-    counts: np.ndarray, U: float, c: float, R: float
+    counts: np.ndarray, U: float, c: float, R: float | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
-    """``lo_l = max(0, c m_l - R)``, ``hi_l = min(U m_l, c m_l + R)`` (the box ∩ window)."""
+    """``lo_l = max(0, c m_l - R)``, ``hi_l = min(U m_l, c m_l + R)`` (the box ∩ window);
+    an array ``R`` gives one row per user and one column per ``R``."""
     m = np.asarray(counts, dtype=np.float64)
+    if isinstance(R, np.ndarray):
+        m = m[:, None]
     return np.maximum(0.0, c * m - R), np.minimum(U * m, c * m + R)
+
+
+def clipped_counts(
+    sums: np.ndarray, m: np.ndarray, U: float, c: float, R: np.ndarray
+) -> np.ndarray:
+    """``#{l: S_l ∉ [lo_l, hi_l]}`` at every ``R_j``: monotone counts (each user's term is
+    clipped for every ``R`` below a threshold of its own)."""
+    lo, hi = centred_window(m, U, c, R)
+    s = sums[:, None]
+    out: np.ndarray = ((s < lo) | (s > hi)).sum(axis=0).astype(np.int64)
+    return out
+
+
+def width_penalties(R: np.ndarray, L: int, n: int, e3: float, U: float) -> np.ndarray:
+    """``round(2 R_j L/(n ε₃ δ))``, ``δ = U·WIDTH_STEP``: the Laplace scale at ``R_j`` in units of
+    one average user clipped by ``δ`` per record (public)."""
+    return np.round(2.0 * R * L / (n * e3 * WIDTH_STEP * U)).astype(np.int64)
+
+
+def centred_spread(
+    info: CountsInfo, U: float, lo: np.ndarray, hi: np.ndarray, clipped_at_most: int
+) -> BiasSpread:
+    """Bounds on ``μ - θ`` when at most ``A`` users are clipped (docs/math.md §5.8): a user
+    clipped from above adds at most ``(U m_l - hi_l)/n``, from below at most ``lo_l/n``; the
+    records the caps drop move the mean by at most ``U d/N``."""
+    a = max(0, int(clipped_at_most))
+    n, N = float(info.n_eff), float(info.n)
+    m = info.eff[info.active].astype(np.float64)
+    drop = U * info.dropped / N
+    below = float(np.sort(lo)[::-1][:a].sum()) / n
+    above = float(np.sort(U * m - hi)[::-1][:a].sum()) / n
+    return BiasSpread(below + drop, above + drop, SPREAD_BETA)
 
 
 def _shares(eps: float, centre_share: float, width_share: float) -> tuple[float, float, float]:
@@ -158,7 +146,7 @@ def plan_centred_clip(
     width_share: float,
     width_factor: float,
 ) -> Draft:
-    """CENTERED_CLIP (module docstring): public plan; the centre and width are drawn at release."""
+    """Public plan (module docstring); the centre and width are drawn at release."""
     e1, e2, e3 = _shares(eps, centre_share, width_share)
     if not width_factor > 0:
         raise ValueError(f"width_factor must be > 0, got {width_factor}")
@@ -186,7 +174,8 @@ def plan_centred_clip(
     n = float(info.n_eff)
     m_max = info.m_max
     c_cands = centre_candidates(U)
-    r_cands = width_candidates(U, m_max)
+    R_cands = half_widths(U, m_max, width_factor)
+    pen = width_penalties(R_cands, int(active.size), info.n_eff, e3, U)
     details = {
         **base,
         "path": "adaptive",
@@ -196,17 +185,17 @@ def plan_centred_clip(
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        sums = isolated_head_sums(grid, info.eff)[active]  # user l's sum from its values only
-        u1 = centre_utility(sums / m, c_cands)
-        c = float(c_cands[noise.noisy_max(u1, e1)])
-        u2 = width_utility(np.abs(sums - c * m) / np.sqrt(m), r_cands)
-        rho = float(r_cands[noise.noisy_max(u2, e2)])
-        R = min(width_factor * rho * math.sqrt(m_max), U * m_max)
+        # user l's sum from its values only, clamped into [0, U m_l] (post-processing)
+        sums = np.clip(isolated_head_sums(grid, info.eff)[active], 0.0, U * m)
+        c = float(c_cands[noise.noisy_max(centre_utility(sums / m, c_cands), e1)])
+        j = monotone_noisy_max(noise, -clipped_counts(sums, m, U, c, R_cands) - pen, e2)
+        R = float(R_cands[j])
         lo, hi = centred_window(m, U, c, R)
         value = exact_sum(np.clip(sums, lo, hi)) / n
         sens = float_sum_sensitivity(float((hi - lo).max()) / n, U)
-        extra: dict[str, object] = {"centre": c, "rho": rho, "half_width": R}
-        return Estimate(min(max(value, 0.0), U), sens, extra)
+        spread = centred_spread(info, U, lo, hi, min(m.size, int(clipped_bound(pen, j, e2))))
+        extra: dict[str, object] = {"centre": c, "half_width": R}
+        return Estimate(min(max(value, 0.0), U), sens, extra, spread)
 
     kept = info.eff.copy()
     return Draft("mean", NAME, eps, e3, None, None, kept, details, estimator)

@@ -1,61 +1,51 @@
 """``user_window``: weighted user means clipped to a privately chosen window ``[0, b]``.
 
-A data-adaptive, pure ``ε``-DP (user level, replace-one-user's-values neighbours)
-mean for grids of any size, built for real bus data where many user means sit near 0
-and few near ``U`` (proofs: docs/math.md §11). Public first, from the counts:
+Pure ``ε``-DP at the user level (proofs: docs/math.md §11.1–§11.2). Public: the median
+count ``k``, weights ``w_l = min(m_l, k)/Σ min(m_l, k)`` (Cummings, Feldman, McMillan and
+Talwar, NeurIPS 2022), windows ``b_j = U·{1/6, 1/3, 1/2, 2/3, 1}``, ``ε_w = window_share·ε``
+and ``ε_n`` the rest. With the values: user means ``v_l`` clamped to ``[0, U]``; the
+window by monotone noisy max on ``-#{v_l > b_j} - round(b_j w* L/(ε_n δ))``; then
+``Σ w_l min(v_l, b) + Lap(b w*/ε_n)``. The choice bounds how many users are clipped, hence
+an honest ci95 (docs/math.md §11.6).
 
-* ``k`` = the median count, ``Γ_l = min(m_l, k)``, weights ``w_l = Γ_l / ΣΓ`` (per-user
-  weights as in Cummings, Feldman, McMillan and Talwar, "Mean Estimation with
-  User-level Privacy under Data Heterogeneity", NeurIPS 2022: a user's weight grows
-  with its records up to a cap);
-* candidates ``b_j = U·{1/6, 1/3, 1/2, 2/3, 1}`` and the budget split
-  ``ε_w = window_share·ε`` (window), ``ε_n = ε - ε_w`` (Laplace).
-
-Then, with the values:
-
-1. user means ``v_l = S_l / m_l`` over all of user ``l``'s records (002's
-   ``user_mean_fill``), clamped to ``[0, U]`` (a float mean of values at ``U`` can
-   round above it; clamping is post-processing of that user's values);
-2. **window** (``ε_w``): integer scores
-   ``q_j = -#{l: v_l > b_j} - round(b_j w* L / (ε_n δ))`` with ``δ = U/16`` and
-   ``w* = max_l w_l`` — users the window would clip, against the noise it costs in
-   units of one average user clipped by ``δ`` (a public term); one user moves every
-   ``q_j`` by at most 1 and all in the same direction (monotone scores), so
-   report-noisy-max is ``ε_w``-DP (:func:`monotone_noisy_max`);
-3. **estimate** (``ε_n``): ``θ = Σ_l w_l min(v_l, b) + Lap(b w* / ε_n)``: user ``l``'s
-   term lies in ``[0, w_l b]`` whatever its values, so the sensitivity is exactly
-   ``b w*``.
-
-Sequential composition: ``ε_w + ε_n = ε``. Everyone with records is read and charged.
-Clipping at a private ``b`` has no data-independent bias bound: ``worst_case_bias``
-and ``worst_case_error`` are ``None``. ``ci95`` is honest all the same: report-noisy-max
-lands within ``s ln(C/β)`` of the best score with probability ``1 - β``, which bounds
-how many users the chosen window clips, and so the bias (:func:`window_spread`,
-docs/math.md §11.6). The bound is loose above the estimate at small ``ε``: clipped
-users could lie anywhere up to ``U``. The weighted sum is exact (:func:`exact_sum`) and
-its sensitivity allows for the two roundings (docs/math.md §9.5).
+Every rule is written once, over many grids in arrays (:class:`WindowGrids`); one grid's
+release is a batch of one, a day's slot release runs many (docs/math.md §9.4.9).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
 from app.core.data.counts import CountsInfo
 from app.core.data.grid import GridData
 from app.core.data.results import BiasSpread
+from app.core.data.window_grids import (
+    WindowGrids,
+    grid_fsums,
+    row_sums,
+    top_sums,
+)
 from app.core.mechanisms.draft import Draft, Estimate
-from app.core.mechanisms.float_sums import exact_sum, float_sum_sensitivity, split_shares
-from app.core.mechanisms.interval import isolated_head_sums
+from app.core.mechanisms.float_sums import float_sum_sensitivities, split_shares
 from app.core.noise.laplace import NoiseSource, calibrate_choice_scale, calibrate_scale
 
 __all__ = [
     "WINDOW_FRACTIONS",
+    "WindowRows",
+    "clipped_bound",
+    "monotone_noisy_max",
     "plan_user_window",
     "split_share",
+    "user_window_rows",
     "user_window_widths",
-    "window_scores",
+    "window_counts",
+    "window_penalties",
+    "window_spread",
+    "window_spreads",
     "window_weights",
 ]
 
@@ -63,6 +53,7 @@ NAME = "user_window"
 WINDOW_FRACTIONS = (1.0 / 6.0, 1.0 / 3.0, 0.5, 2.0 / 3.0, 1.0)
 STEP_FRACTION = 1.0 / 16.0  # δ = U/16: the unit of clipping in the window score
 SPREAD_BETA = 0.01  # ci95: 0.01 for the clipped-user bound, 0.04 for the Laplace noise
+LOG_SPREAD = math.log(1.0 / (0.05 - SPREAD_BETA))  # the Laplace part's quantile / scale
 
 
 def split_share(eps: float, share: float) -> tuple[float, float]:
@@ -82,72 +73,117 @@ def window_weights(info: CountsInfo) -> np.ndarray:
 
 
 def window_penalties(
-    U: float, bounds: np.ndarray, w_max: float, L: int, eps_n: float
+    U: float, bounds: np.ndarray, w_max: np.ndarray | float, L: np.ndarray | int, eps_n: float
 ) -> np.ndarray:
-    """The public part of the scores: ``round(b_j w* L / (ε_n δ))`` (noise in clip units)."""
-    delta = STEP_FRACTION * U
-    return np.round(bounds * w_max * L / (eps_n * delta)).astype(np.int64)
+    """``round(b_j w* L/(ε_n δ))``: the noise at ``b_j`` in users clipped by ``δ`` (public);
+    one row per grid when ``w_max`` and ``L`` are columns."""
+    return np.round(bounds * w_max * L / (eps_n * (STEP_FRACTION * U))).astype(np.int64)
 
 
-def window_scores(user_means: np.ndarray, bounds: np.ndarray, penalties: np.ndarray) -> np.ndarray:
-    """``q_j = -#{v_l > b_j} - penalty_j`` (integers; one user moves each by at most 1)."""
-    v = np.sort(np.asarray(user_means, dtype=np.float64))
-    above = v.size - np.searchsorted(v, bounds, side="right")
-    out: np.ndarray = (-above.astype(np.int64) - penalties).astype(np.int64)
+def window_counts(x: np.ndarray, bounds: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per grid (users ``start[g]:start[g+1]``) and window, ``#{l: x_l > b_j}``: monotone
+    counts, one user moves each by at most 1 and all in one direction."""
+    above = (x[:, None] > bounds[None, :]).astype(np.int64)
+    out: np.ndarray = np.add.reduceat(above, start[:-1], axis=0)
     return out
 
 
 def monotone_noisy_max(noise: NoiseSource, scores: np.ndarray, eps: float) -> int:
-    """An ``eps``-DP choice among integer scores that are **monotone** with sensitivity 1.
-
-    Monotone: between any two neighbours either every score rises or every score falls
-    (by at most 1 each). Counts ``#{l: x_l > b_j}`` over one per-user statistic ``x_l``
-    are: one user's ``x_l`` moving from ``x`` to ``y > x`` adds 1 to the counts with
-    ``b_j ∈ [x, y)`` and nothing elsewhere. For such scores report-noisy-max run at
-    ``2·eps`` (the level it guarantees for arbitrary sensitivity-1 scores) is
-    ``eps``-DP: the exponential mechanism's factor 2 is only needed when scores can
-    move in opposite directions (McSherry and Talwar 2007; Dwork and Roth, "The
-    Algorithmic Foundations of Differential Privacy", Claim 3.9 for noisy max on
-    counting queries; OpenDP's ``make_noisy_max`` privacy map with ``monotonic=True``).
-    """
+    """An ``eps``-DP choice among integer scores that are monotone with sensitivity 1:
+    report-noisy-max at ``2·eps`` (docs/math.md §11.1; Dwork and Roth, Claim 3.9; OpenDP's
+    ``make_noisy_max`` with ``monotonic=True``)."""
     return noise.noisy_max(scores, 2.0 * eps, sensitivity=1)
 
 
-def window_spread(
-    info: CountsInfo,
-    U: float,
-    w: np.ndarray,
-    b: float,
-    clipped_at_most: int,
-) -> BiasSpread:
-    """Bounds on ``μ - T`` (docs/math.md §11.6): ``μ`` the mean of *all* the grid's records
-    (capped and suppressed ones included), ``T = Σ w_l min(v_l, b)`` over the kept ones,
-    when at most ``clipped_at_most`` users have ``v_l > b``; every value in ``[0, U]``.
-
-    With ``p_l = eff_l/n`` and ``d = Σ(m_l - eff_l)/n``, user ``l`` adds
-    ``p_l v_l - w_l min(v_l, b)`` (at least ``min(0, (p_l - w_l) b)``; at most
-    ``g_l = max(0, (p_l - w_l) b)`` unclipped and ``p_l U - w_l b`` clipped) and the
-    dropped records add ``[0, U d]``."""
-    n = float(info.n)
-    p = info.eff[info.active] / n
-    g = np.maximum(0.0, (p - w) * b)
-    extra = np.sort(np.maximum(0.0, p * U - w * b - g))[::-1]
-    below = float(np.maximum(0.0, (w - p) * b).sum())
-    above = U * info.dropped / n + float(g.sum()) + float(extra[:clipped_at_most].sum())
-    return BiasSpread(below, above, SPREAD_BETA)
-
-
-def clipped_bound(pen: np.ndarray, j: int, eps_w: float) -> int:
-    """At most this many users have ``v_l > b_j`` when ``j`` is chosen, with probability
-    ``1 - β`` (docs/math.md §11.6). The top window ``b = U`` clips nobody, so its score is
-    ``-pen_top``; a chosen ``j`` beat it, ``q_j + Z_j >= q_top + Z_top``, so
-    ``#{v_l > b_j} > pen_top - pen_j + t`` needs ``Z_j - Z_top > t``. With OpenDP's
-    exponential noise of scale ``s`` (:func:`monotone_noisy_max`) that difference is
-    Laplace: ``P = e^{-t/s}/2`` for each of the ``C - 1`` other windows, and
-    ``t = s ln((C - 1)/(2β))`` makes their union at most ``β``."""
+def clipped_bound(pen: np.ndarray, j: np.ndarray | int, eps_w: float) -> np.ndarray:
+    """At most this many users lie beyond window ``j`` (per row of ``pen``), with
+    probability ``1 - β``: ``pen_top - pen_j + s ln((C - 1)/(2β))``, the top window clipping
+    nobody (docs/math.md §11.6). A 1-d ``pen`` and an int ``j`` give a 0-d array."""
     s = calibrate_choice_scale(1, 2.0 * eps_w)
-    slack = s * math.log((pen.size - 1) / (2.0 * SPREAD_BETA))
-    return max(0, math.floor(int(pen[-1]) - int(pen[j]) + slack))
+    slack = s * math.log((np.shape(pen)[-1] - 1) / (2.0 * SPREAD_BETA))
+    p = np.atleast_2d(pen)
+    jj = np.atleast_1d(j)
+    gap = (p[:, -1] - p[np.arange(jj.size), jj]).astype(np.float64)
+    out: np.ndarray = np.maximum(0, np.floor(gap + slack)).astype(np.int64)
+    return out.reshape(np.shape(j))
+
+
+def window_spreads(
+    wg: WindowGrids, U: float, b: np.ndarray, a: np.ndarray, groups: dict[int, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per grid, bounds ``(below, above)`` on ``μ - Σ w_l min(v_l, b)`` when at most ``a``
+    users have ``v_l > b`` (docs/math.md §11.6): with ``p_l = eff_l/n``, user ``l`` adds at
+    least ``min(0, (p_l - w_l) b)``, at most ``g_l = max(0, (p_l - w_l) b)`` unclipped or
+    ``p_l U - w_l b`` clipped; the capped records add ``[0, U d/n]``."""
+    nf = wg.n.astype(np.float64)
+    p = wg.m / nf[wg.grid]
+    bu = b[wg.grid]
+    g = np.maximum(0.0, (p - wg.w) * bu)
+    extra = np.maximum(0.0, p * U - wg.w * bu - g)
+    below = row_sums(wg, np.maximum(0.0, (wg.w - p) * bu), groups)
+    above = U * wg.dropped.astype(np.float64) / nf + row_sums(wg, g, groups)
+    return below, above + top_sums(wg, extra, np.minimum(wg.L, a), groups)
+
+
+def window_spread(info: CountsInfo, U: float, b: float, clipped_at_most: int) -> BiasSpread:
+    """:func:`window_spreads` of one grid (public counts)."""
+    wg = WindowGrids.one(info)
+    below, above = window_spreads(wg, U, np.array([b]), np.array([clipped_at_most]), wg.by_size())
+    return BiasSpread(float(below[0]), float(above[0]), SPREAD_BETA)
+
+
+@dataclass(frozen=True)
+class WindowRows:
+    """One window statistic of many grids up to its private choice: integer scores (one row
+    per grid), the level the monotone noisy max runs at, and the rest once ``j`` is drawn."""
+
+    scores: np.ndarray
+    eps_choice: float
+    eps_window: float
+    eps_noise: float
+    finish: Callable[[np.ndarray], WindowDone]
+
+
+@dataclass(frozen=True)
+class WindowDone:
+    """Per grid: the window, the noiseless estimate, its sensitivity and its spread."""
+
+    b: np.ndarray
+    value: np.ndarray
+    sensitivity: np.ndarray
+    below: np.ndarray
+    above: np.ndarray
+
+
+def user_window_rows(
+    wg: WindowGrids,
+    v: np.ndarray,
+    U: float,
+    eps: float,
+    share: float,
+    groups: dict[int, np.ndarray],
+) -> WindowRows:
+    """``user_window`` on every grid of ``wg``, ``v`` the clamped user means."""
+    e_w, e_n = split_share(eps, share)
+    bounds = U * np.asarray(WINDOW_FRACTIONS)
+    pen = window_penalties(U, bounds[None, :], wg.w_max[:, None], wg.L[:, None], e_n)
+    scores = -window_counts(v, bounds, wg.start) - pen
+
+    def finish(j: np.ndarray) -> WindowDone:
+        b = bounds[j]
+        value = grid_fsums(wg.w * np.minimum(v, b[wg.grid]), wg.start)
+        below, above = window_spreads(wg, U, b, clipped_bound(pen, j, e_w), groups)
+        sens = float_sum_sensitivities(b * wg.w_max, b)
+        return WindowDone(b, value, sens, below, above)
+
+    return WindowRows(scores, 2.0 * e_w, e_w, e_n, finish)
+
+
+def user_means(x: np.ndarray, first: np.ndarray, wg: WindowGrids, U: float) -> np.ndarray:
+    """Each active user's mean over its kept records ``x[first[l]:]``, from its values only,
+    in ``[0, U]``."""
+    out: np.ndarray = np.clip(np.add.reduceat(x, first) / wg.m.astype(np.float64), 0.0, U)
+    return out
 
 
 def window_details(
@@ -157,46 +193,51 @@ def window_details(
     return {"k": info.median(), "window_share": window_share, "eps_window": e_w, "eps_noise": e_n}
 
 
-def _public_plan(
-    info: CountsInfo, U: float, eps: float, window_share: float
-) -> tuple[float, float, np.ndarray, np.ndarray, np.ndarray]:
-    """``(ε_w, ε_n, weights, candidate windows, penalties)``: everything public."""
-    e_w, e_n = split_share(eps, window_share)
-    w = window_weights(info)
-    bounds = U * np.asarray(WINDOW_FRACTIONS)
-    pen = window_penalties(U, bounds, float(w.max()), int(info.active.size), e_n)
-    return e_w, e_n, w, bounds, pen
+def one_grid(
+    grid: GridData, info: CountsInfo, noise: NoiseSource, rows: Callable[..., WindowRows]
+) -> Estimate:
+    """A window mechanism's estimate of one grid: its array rules on a batch of one."""
+    wg = WindowGrids.one(info)
+    x = grid.values[grid.record_rank < info.eff[grid.record_user]]  # kept, user after user
+    first = np.zeros(wg.m.size, dtype=np.int64)
+    np.cumsum(wg.m[:-1], out=first[1:])
+    done_rows = rows(wg, x, first, wg.by_size())
+    j = np.array([monotone_noisy_max(noise, done_rows.scores[0], done_rows.eps_window)])
+    done = done_rows.finish(j)
+    b = float(done.b[0])
+    spread = BiasSpread(float(done.below[0]), float(done.above[0]), SPREAD_BETA)
+    return Estimate(float(done.value[0]), float(done.sensitivity[0]), {"window_hi": b}, spread)
 
 
 def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
-    """USER_WINDOW (module docstring): public plan; the window is drawn at release."""
-    e_w, e_n, w, bounds, pen = _public_plan(info, U, eps, window_share)
-    active = info.active
-    m = info.eff[active].astype(np.float64)
-    w_max = float(w.max())
+    """Public plan (module docstring); the window is drawn at release."""
+    e_w, e_n = split_share(eps, window_share)
     details = window_details(info, window_share, e_w, e_n)
 
+    def rows(
+        wg: WindowGrids, x: np.ndarray, first: np.ndarray, groups: dict[int, np.ndarray]
+    ) -> WindowRows:
+        return user_window_rows(wg, user_means(x, first, wg, U), U, eps, window_share, groups)
+
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        # user l's mean from its values only, clamped into [0, U] (post-processing)
-        v = np.clip(isolated_head_sums(grid, info.eff)[active] / m, 0.0, U)
-        j = monotone_noisy_max(noise, window_scores(v, bounds, pen), e_w)
-        b = float(bounds[j])
-        value = exact_sum(w * np.minimum(v, b))
-        spread = window_spread(info, U, w, b, min(active.size, clipped_bound(pen, j, e_w)))
-        return Estimate(value, float_sum_sensitivity(b * w_max, b), {"window_hi": b}, spread)
+        return one_grid(grid, info, noise, rows)
 
     return Draft("mean", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
 
 
-def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
-    """The width of the ci95 (before projection) for each window the choice can make: public
-    (docs/math.md §11.6): ``2q + below + above`` with at most ``clipped_bound`` users clipped."""
-    e_w, e_n, w, bounds, pen = _public_plan(info, U, eps, window_share)
-    w_max = float(w.max())
-    out = np.empty(bounds.size)
-    for j, b in enumerate(bounds.tolist()):
-        spread = window_spread(info, U, w, b, min(info.active.size, clipped_bound(pen, j, e_w)))
-        scale = calibrate_scale(float_sum_sensitivity(b * w_max, b), e_n)
-        q = scale * math.log(1.0 / (0.05 - SPREAD_BETA))
-        out[j] = 2.0 * q + spread.below + spread.above
+def window_widths(done: Callable[[np.ndarray], WindowDone], C: int, eps_noise: float) -> np.ndarray:
+    """The ci95 width before projection, ``2q + below + above``, for each of the ``C``
+    windows the choice can make (public: docs/math.md §11.6)."""
+    out = np.empty(C)
+    for j in range(C):
+        d = done(np.array([j]))
+        q = calibrate_scale(float(d.sensitivity[0]), eps_noise) * LOG_SPREAD
+        out[j] = 2.0 * q + float(d.below[0]) + float(d.above[0])
     return out
+
+
+def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
+    """:func:`window_widths` of ``user_window`` on these counts."""
+    wg = WindowGrids.one(info)
+    rows = user_window_rows(wg, np.zeros(wg.m.size), U, eps, window_share, wg.by_size())
+    return window_widths(rows.finish, len(WINDOW_FRACTIONS), rows.eps_noise)

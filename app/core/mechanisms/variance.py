@@ -18,9 +18,9 @@ from app.core.mechanisms.bounds import (
     mean_sensitivity,
     split_epsilon,
     variance_clip_bias,
-    variance_clip_bias_array,
+    variance_clip_biases,
+    variance_sensitivities,
     variance_sensitivity,
-    variance_sensitivity_array,
 )
 from app.core.mechanisms.draft import Draft, Estimate
 from app.core.mechanisms.float_sums import (
@@ -47,7 +47,7 @@ def best_variance_m(info: CountsInfo, U: float, eps: float) -> int:
     """The smallest integer ``m ∈ [m_*, m*]`` minimising ``E_Var(m) + ΔVar_clip(m)/ε``."""
     ms = clip_candidates(info)
     s = info.clipped_total(ms)
-    err = variance_clip_bias_array(U, s, info.n) + variance_sensitivity_array(U, ms, s) / eps
+    err = variance_clip_biases(U, s, info.n) + variance_sensitivities(U, ms, s) / eps
     return _smallest_min(ms, err)
 
 
@@ -56,8 +56,8 @@ def interval_variance_m(info: CountsInfo, U: float, eps: float) -> int:
     (``auto``'s ``objective=interval``, docs/math.md §5.12)."""
     ms = clip_candidates(info)
     s = info.clipped_total(ms)
-    noise = variance_sensitivity_array(U, ms, s) / eps
-    half = variance_clip_bias_array(U, s, info.n) + LN20 * noise
+    noise = variance_sensitivities(U, ms, s) / eps
+    half = variance_clip_biases(U, s, info.n) + LN20 * noise
     return _smallest_min(ms, half)
 
 
@@ -70,9 +70,9 @@ def best_joint_m(info: CountsInfo, U: float, eps: float, split: str) -> int:
     ms = clip_candidates(info)
     s = info.clipped_total(ms)
     sf = s.astype(np.float64)
-    bias = U * (1.0 - sf / info.n) + variance_clip_bias_array(U, s, info.n)
+    bias = U * (1.0 - sf / info.n) + variance_clip_biases(U, s, info.n)
     d_mu = U * ms / sf
-    d_var = variance_sensitivity_array(U, ms, s)
+    d_var = variance_sensitivities(U, ms, s)
     if split == "half":
         noise = 2.0 * (d_mu + d_var) / eps
     else:

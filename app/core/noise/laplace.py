@@ -1,28 +1,13 @@
 """Randomness for releases: OpenDP's Laplace and report-noisy-max measurements.
 
-Every mechanism draws its randomness through a :class:`NoiseSource`, so that
-experiments can pass a seeded source (``research.noise.SeededNoise``) while
-the service always uses :class:`OpenDPNoise`. The release path has exactly two
-kinds of draw, both OpenDP measurements whose privacy holds exactly in floating
-point (docs/math.md §9.4.1):
-
-* Laplace noise comes from OpenDP's ``make_laplace`` (a CSPRNG and a discrete
-  output grid ``2^LAPLACE_K``, safe against floating-point attacks). Its scale is chosen
-  by :func:`calibrate_scale` so that the measurement's privacy map charges at most
-  the ``eps`` the release is charged (docs/math.md §9.1, §9.2). A slot release draws
-  all its Laplace noise at once, one vector ``make_laplace`` call per scale
-  (:meth:`OpenDPNoise.laplace_many`, same law per coordinate: docs/math.md §9.4.7).
-* Every private choice (levy's interval, the private quantiles, centred_clip's
-  centre and width) is :meth:`NoiseSource.noisy_max` on integer scores: OpenDP's
-  ``make_noisy_max`` with exponential noise (report-noisy-max with exponential
-  noise, which is permute-and-flip: McKenna and Sheldon, "Permute-and-Flip: A new
-  mechanism for differentially private selection", NeurIPS 2020). OpenDP samples
-  the noise and compares the noisy scores exactly (arbitrary-precision rationals,
-  no float rounding on the way), so its privacy map is a proof about the sampler
-  itself, not about an idealised real-valued one. Its scale is chosen by
-  :func:`calibrate_choice_scale` so that the map charges at most ``eps``. Each choice
-  is one invocation of that measurement through :mod:`app.core.noise.noisy_max_invoke`
-  (OpenDP's own calls without the wrapper's per-call conversions: docs/math.md §9.4.8).
+Mechanisms draw through a :class:`NoiseSource` (the service: :class:`OpenDPNoise`;
+experiments: a seeded source). Two kinds of draw, both OpenDP measurements whose privacy
+holds exactly in floating point (docs/math.md §9.1–§9.4): Laplace noise from
+``make_laplace`` at the scale :func:`calibrate_scale` certifies (a slot's at once, one call
+per scale, §9.4.7), and every private choice as ``make_noisy_max`` on integer scores
+(exponential noise, i.e. permute-and-flip: McKenna and Sheldon, NeurIPS 2020) at the scale
+:func:`calibrate_choice_scale` certifies, invoked by :mod:`app.core.noise.noisy_max_invoke`
+(§9.4.8).
 """
 
 from __future__ import annotations

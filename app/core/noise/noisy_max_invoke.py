@@ -1,22 +1,10 @@
 """OpenDP's own invocation of a noisy-max measurement, without the per-call conversions.
 
-A slot release makes one report-noisy-max choice per grid and statistic (10⁴ for an
-hour of the synthetic city, 2.4·10⁵ for a day). OpenDP 0.16 has no measurement that
-makes many independent noisy-max choices in one call, and building one from its
-samplers costs more than the choice itself (a discrete Laplace draw is ~5 µs, a
-choice ~4 µs): what costs is the Python wrapper around each call (~60 µs: it asks the
-library for the measurement's input type and parses it, converts the scores through
-generic paths, and reads the output's type back). :func:`invoke_noisy_max` makes the
-same library calls as ``measurement(scores)`` — ``slice_as_object`` on the scores as a
-``Vec<i64>``, ``measurement_invoke``, ``object_as_slice`` on the ``usize`` answer — with
-the types fixed once. It is the same measurement on the same input, so each choice
-has exactly the law of ``measurement(scores)`` (docs/math.md §9.4.8); independence
-across calls is OpenDP's (a fresh draw from its CSPRNG per invocation).
-
-It relies on OpenDP's ctypes bindings (``opendp._lib``, ``opendp._convert``), which are
-not public API: :func:`lean_invoke_works` checks them against the public call when
-this module is imported, and the noise source falls back to the public call (slower,
-same law) if they are missing or disagree.
+A day release makes ~10⁵ choices; OpenDP's Python wrapper costs ~60 µs a call.
+:func:`invoke_noisy_max` makes the same library calls as ``measurement(scores)`` with the
+types fixed once: the same measurement on the same input, so the same law (docs/math.md
+§9.4.8). It relies on non-public ctypes bindings: :func:`lean_invoke_works` checks them
+against the public call at import, and the noise source falls back to the public call.
 """
 
 from __future__ import annotations

@@ -1,63 +1,17 @@
 """Clip-User (004 Alg. 1) and the pseudo-user step (004 eq. 15) over many grids.
 
-Releasing every grid at ``eps`` costs user ``l`` ``eps`` per grid where ``l`` still
-has kept records, so the whole release is ``G₁ eps``-DP with ``G₁`` the most grids
-any user occupies (004 Cor. II.1, docs/math.md §6.1). Clip-User suppresses every record of
-chosen users in chosen grids to lower that factor to ``K`` without letting any
-touched grid's worst-case error ``E_g`` (004 eq. 13, docs/math.md §4.2) rise above
-``E = max_g E_g`` (004 eq. 12) or a given target. Everything here is a function
-of the public occupancy ``m_{g,l}`` and ``U``; no value is looked at, so planning
-costs no privacy budget (docs/math.md §1.4).
+Releasing every grid at ``eps`` is ``G₁ eps``-DP, ``G₁`` the most grids any user occupies
+(004 Cor. II.1); Clip-User suppresses chosen users' records in chosen grids to lower that
+factor to ``K`` without raising any grid's worst-case error ``E_g`` (004 eq. 13) above
+``E = max_g E_g`` or a target; the pseudo-user step then clips each grid's users at the
+``m`` minimising ``E_g(m)``. Public occupancy and ``U`` only: planning costs no budget.
+The reading of Alg. 1 (stages, ties, halting, protected grid, targets) and where it
+departs from the paper: docs/math.md §6.2–§6.4.
 
-The pseudo-user step (004 §V-B3, eq. 15) then clips every kept user of grid ``g``
-to ``Γ_l(m) = min(Γ_l, m)`` with the integer ``m ∈ [Γ_*, Γ*]`` minimising
-``E_g(m)``, which gives the new largest error ``Ē``.
-
-Interpretation of 004 Alg. 1 used here (docs/math.md §6.2 says where it departs from
-the paper, and why):
-
-* ``E_g`` of a grid with kept counts ``Γ`` is ``joint_clip_error(U, eps, Γ*, ΣΓ, n)``
-  from :mod:`app.core.mechanisms.bounds`: exact piecewise sensitivities (004 Prop. III.1,
-  Lemma III.3) and the corrected variance bias (004 Thm IV.2 as fixed in docs/math.md §3.2),
-  with ``n`` always the grid's *original* record count. During Clip-User a kept
-  user has ``Γ = m_{g,l}`` and a removed one ``Γ = 0``.
-* Stage ``t`` (Alg. 1 lines 6–19): ``L(t)`` is fixed at the start of the stage as
-  the users whose current grid count ``G_l`` equals the current maximum, taken in
-  ascending user id. Each of them is visited once. For the visited user ``l`` and
-  every grid ``g`` it still occupies, ``E_g(l)`` is the error of ``g`` with ``l``
-  removed and all earlier removals kept. The grid with the **smallest** ``E_g(l)``
-  is picked (Alg. 1 line 11; the ``argmax`` of 004 eq. 14 is a typo, docs/math.md §6.2),
-  ties to the smallest grid id. If that error exceeds ``E`` (``E_g(l) > E``; equal
-  is allowed) the whole algorithm halts and ``l`` keeps all its grids (line 14);
-  otherwise ``l`` is removed from that grid and ``G_l`` drops by one. Removals
-  already made earlier in the halting stage stay, as in Alg. 1 (only the failing
-  user is reset), even though they cannot lower ``K`` any more.
-* When a stage finishes without halting, every user of ``L(t)`` has dropped by one
-  grid, so the next stage's ``L(t+1)`` is those users together with the users
-  that were already one grid below.
-* A removal that would leave a grid with no kept user is never a candidate; nor,
-  with ``protect_min_error_grid``, is any removal from the grid with the smallest
-  initial ``E_g`` (ties to the smallest grid id; 004 §VI-A3). A user with no
-  candidate grid cannot be suppressed, which halts the algorithm like an error
-  above ``E``.
-* No stage is run once the maximum grid count is 1: grids are never emptied, so
-  ``K >= 1`` whatever happens, and removing users from their last grid would only
-  raise errors without lowering ``K``. (Alg. 1 read literally would go on
-  removing such users until one fails; ``K`` is the same either way.)
-* ``error_target``: when given, it replaces ``E`` as the threshold (004 footnote
-  3). Grids that Clip-User never touches keep their initial error, which may
-  exceed the target.
-
-``K`` is returned as ``max_l G_l`` after the removals, so charging ``eps`` per kept
-grid costs no user more than ``K eps`` (004 Prop. V.1). The pseudo-user step
-never removes a user from a grid (``m >= Γ_*``), so it does not change ``K``.
-
-The work is split by step: :mod:`app.core.data.occupancy` checks and indexes the
-occupancy, :mod:`app.core.planning.clip_user_greedy` runs the stages of Alg. 1 (efficiently:
-docs/math.md §6.4), :mod:`app.core.planning.pseudo_user` is 004 eq. 15 and
-:mod:`app.core.planning.grid_errors` evaluates 004 eq. 13 for them, bit for bit as
-``bounds.joint_clip_error``. This module plans (:func:`clip_user`), records the plan
-(:class:`ClipUserPlan`) and applies it to an occupancy (:func:`plan_kept`).
+Steps: :mod:`app.core.data.occupancy` indexes the occupancy,
+:mod:`app.core.planning.clip_user_greedy` runs the stages, :mod:`app.core.planning.pseudo_user`
+is eq. 15, :func:`app.core.mechanisms.bounds.joint_clip_errors` is eq. 13. This module plans
+(:func:`clip_user`), records the plan (:class:`ClipUserPlan`) and applies it (:func:`plan_kept`).
 """
 
 from __future__ import annotations
@@ -71,8 +25,9 @@ import numpy as np
 
 from app.core.data.checks import check_bound, check_epsilon
 from app.core.data.occupancy import Occupancy, int_columns, validate_occupancy
+from app.core.mechanisms.bounds import joint_clip_errors
 from app.core.planning.clip_user_greedy import Suppression, suppress_users
-from app.core.planning.grid_errors import check_split, grid_joint_errors
+from app.core.planning.grid_errors import check_split
 from app.core.planning.pseudo_user import pseudo_user_step
 
 __all__ = [
@@ -243,7 +198,7 @@ def _run(
     kept_mask[removed_rows] = False
     S_a = np.asarray(sup.kept_total, dtype=np.int64)
     top1_a = np.asarray(sup.kept_max, dtype=np.int64)
-    errs = grid_joint_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
+    errs = joint_clip_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
 
     if pseudo_user:
         m_a, errs_bar = pseudo_user_step(

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.core.data.occupancy import Occupancy, unique_inverse
+from app.core.mechanisms.bounds import joint_clip_errors
 from app.core.planning.clip_user_kernel import greedy_half
-from app.core.planning.grid_errors import grid_joint_errors, scalar_error_fn
+from app.core.planning.grid_errors import scalar_error_fn
 
 __all__ = ["Suppression", "suppress_users"]
 
@@ -87,7 +88,7 @@ def suppress_users(
     NK_a = np.bincount(ginv, minlength=n_grids)  # kept users per grid
 
     # Initial errors (004 eq. 12 = eq. 13 with nothing clipped).
-    init_err = grid_joint_errors(U, eps, dval_a[gfirst], n_per_grid, n_per_grid, split=split)
+    init_err = joint_clip_errors(U, eps, dval_a[gfirst], n_per_grid, n_per_grid, split=split)
 
     # Per user: its pairs at positions ustart[u]..ustart[u+1]-1 of the rows sorted by
     # (user, grid), i.e. in ascending grid id; removed ones are flagged.

@@ -1,24 +1,12 @@
 """An adaptive partition of a slot's records into H3 cells of several resolutions, chosen
 from public occupancy only (docs/math.md §6.6).
 
-Every occupied fine cell's records go to exactly one released cell — the fine cell itself
-or one of its ancestors, no coarser than ``coarsest`` — so the released cells are disjoint
-(no two on one ancestor chain), and each has at least ``min_users`` users; a fine cell
-whose coarsest ancestor is still below ``min_users`` is skipped (its users are charged
-nothing for it).
-
-**The choice** is a tree dynamic programme over each coarsest cell: a node is released
-whole, or split into its children, each of which is then decided the same way (a child
-below ``min_users`` can only be skipped). A released cell of ``r`` records is worth
-
-    r · (1 + [public ci95 width <= useful_width] + fine_weight · (res - coarsest)/span),
-
-with ``res`` the cell's resolution and ``span = finest - coarsest``: records are kept
-(a split that skips a sparse child loses them), cells stay at a resolution whose
-interval is still useful, and among useful choices the finer one wins.
-The ci95 width of a candidate is public: the narrowest honest interval of its counts at
-the nominal per-grid ``ε`` (``capped_weights``, docs/math.md §5.12). Nothing here reads a
-value; the occupancy and ``U`` are public and ``ε`` is the request's.
+Every occupied fine cell's records go to exactly one released cell (itself or an ancestor
+no coarser than ``coarsest``) with at least ``min_users`` users, else nowhere. A tree
+dynamic programme over each coarsest cell releases a node whole or splits it, maximising
+``r · (1 + [public ci95 width <= useful_width] + fine_weight · (res - coarsest)/span)``
+over the released cells (``r`` records; the width is ``capped_weights``' at the nominal
+per-grid ``ε``, §5.12).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.planning.grid_errors import grid_joint_errors
+from app.core.mechanisms.bounds import joint_clip_errors
 
 __all__ = ["pseudo_user_step"]
 
@@ -85,7 +85,7 @@ def pseudo_user_step(
         pos = np.searchsorted(keys, sgid * width + m, side="right")
         gs = start[sgid]
         s = prefix[pos] - prefix[gs] + m * (end[sgid] - pos)
-        e = grid_joint_errors(U, eps, m, s, n_per_grid[sgid], split=split)
+        e = joint_clip_errors(U, eps, m, s, n_per_grid[sgid], split=split)
         seg_min = np.minimum.reduceat(e, offs)
         hit = np.flatnonzero(e == np.repeat(seg_min, lens))
         first = hit[np.searchsorted(hit, offs, side="left")]

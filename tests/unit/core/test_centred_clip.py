@@ -107,7 +107,7 @@ def test_release_reports_the_window_it_used(seed: int, eps: float) -> None:
     assert rel.noise_scale == calibrate_scale(rel.sensitivity, d["eps_noise"])
     assert rel.noise_scale == pytest.approx(rel.sensitivity / (0.4 * eps), rel=1e-12)
     assert rel.worst_case_bias is None and rel.worst_case_error is None
-    assert rel.ci95 is None and "privately chosen" in str(rel.ci95_note)
+    assert rel.ci95 is not None and rel.ci95[0] <= float(grid.values.mean()) <= rel.ci95[1]
 
 
 def _term_gap(x: np.ndarray, m_l: int, lo: float, hi: float) -> float:
@@ -138,23 +138,28 @@ def test_sensitivity_matches_bruteforce(c: float, R: float) -> None:
     assert best / n == pytest.approx((hi - lo).max() / n, abs=1e-9)
 
 
-def test_utilities_have_sensitivity_one() -> None:
+def test_scores_have_sensitivity_one_and_the_width_counts_are_monotone() -> None:
     rng = np.random.default_rng(3)
     cands = mc.centre_candidates(U)
-    rc = mc.width_candidates(U, 50)
     for _ in range(200):
-        v = rng.uniform(0, U, size=int(rng.integers(1, 30)))
+        m = rng.integers(1, 6, size=int(rng.integers(1, 30))).astype(np.float64)
+        v = rng.uniform(0, U, size=m.size) * m
         w = v.copy()
-        w[int(rng.integers(v.size))] = rng.choice([0.0, U, rng.uniform(0, U)])
-        assert np.abs(mc.centre_utility(v, cands) - mc.centre_utility(w, cands)).max() <= 1
-        r, s = v * 3, w * 3
-        assert np.abs(mc.width_utility(r, rc) - mc.width_utility(s, rc)).max() <= 1
+        w[int(rng.integers(v.size))] = rng.choice([0.0, U, rng.uniform(0, U)]) * m[0]
+        w = np.clip(w, 0.0, U * m)
+        assert np.abs(mc.centre_utility(v / m, cands) - mc.centre_utility(w / m, cands)).max() <= 1
+        R = mc.half_widths(U, int(m.max()), 0.5)
+        c = float(rng.choice(cands))
+        moved = mc.clipped_counts(w, m, U, c, R) - mc.clipped_counts(v, m, U, c, R)
+        assert np.abs(moved).max() <= 1 and (np.all(moved >= 0) or np.all(moved <= 0))
 
 
 def test_candidates_cover_the_possible_residuals() -> None:
     rc = mc.width_candidates(U, 417)
     assert rc[0] == pytest.approx(U / 256) and rc[-1] >= U * math.sqrt(417) > rc[-2]
     assert mc.centre_candidates(U)[[0, -1]].tolist() == [0.0, U]
+    R = mc.half_widths(U, 417, 0.5)
+    assert R[-1] == U * 417 and np.all(np.diff(R) > 0)
 
 
 @pytest.mark.parametrize("values", [[0.0], [U], [12.5]])

@@ -15,7 +15,7 @@ import pytest
 
 from app.core.mechanisms.bounds import joint_clip_error
 from app.core.planning.clip_user import clip_user, plan_kept
-from app.core.planning.grid_errors import grid_joint_errors, scalar_error_fn
+from app.core.planning.grid_errors import scalar_error_fn
 from app.synth.heavy_hitters import heavy_hitter_occupancy
 from tests.unit.core.clip_user_reference import (
     assert_same,
@@ -35,10 +35,6 @@ def test_inlined_error_matches_bounds_exactly():
             mx = int(rng.integers(1, s + 1))
             want = joint_clip_error(U, eps, mx, s, n, split=split)
             assert scalar_error_fn(U, eps, split)(mx, s, n) == want
-            got = grid_joint_errors(
-                U, eps, np.array([mx]), np.array([s]), np.array([n]), split=split
-            )
-            assert got[0] == want
 
 
 # ------------------------------------------------------------- hand-worked

@@ -17,12 +17,12 @@ import pytest
 
 from app.core.data.counts import prepare_counts
 from app.core.data.grid import GridData
+from app.core.mechanisms.mean_window import window_weights
 from app.core.mechanisms.variance_window import (
     VARIANCE_WINDOW_FRACTIONS,
     mixture_variance_sensitivity,
     plan_variance_window,
     variance_spread,
-    window_weights,
 )
 from tests.unit.core.helpers import ZeroNoise
 
@@ -66,7 +66,7 @@ def _worst_ratio(counts: list[int], caps: list[int] | None, j: int, broken: bool
         truth = float(np.var(grid.values))
         kept = [u[: int(e)] for u, e in zip(users, info.eff, strict=True)]
         clipped = sum(1 for u in kept if u and max(u) > b)
-        spread = variance_spread(info, U, w, b, clipped).above
+        spread = variance_spread(info, U, b, clipped).above
         if broken:  # forgets the [0, U] part: only reweighting inside [0, b]
             p = info.eff[info.active] / info.n
             spread = mixture_variance_sensitivity(b, 1.0 - float(np.minimum(p, w).sum()))
@@ -94,7 +94,6 @@ def test_a_spread_without_the_clipped_part_is_caught() -> None:
 
 def test_spread_grows_with_clipped_users_and_stays_within_the_range() -> None:
     info = prepare_counts([5, 3, 2, 2, 1, 1, 1, 1])
-    w = window_weights(info)
-    spreads = [variance_spread(info, U, w, U / 3, a).above for a in range(9)]
+    spreads = [variance_spread(info, U, U / 3, a).above for a in range(9)]
     assert all(x <= y for x, y in itertools.pairwise(spreads))
     assert spreads[-1] <= U * U / 4 + (U / 3) ** 2 / 4

@@ -23,8 +23,8 @@ from app.core.mechanisms.mean_window import (
     WINDOW_FRACTIONS,
     clipped_bound,
     split_share,
+    window_counts,
     window_penalties,
-    window_scores,
     window_spread,
     window_weights,
 )
@@ -50,13 +50,16 @@ def exact_coverage(grid: GridData, U: float, eps: float, *, clamp: bool = True) 
     w = window_weights(info)
     bounds = U * np.asarray(WINDOW_FRACTIONS)
     pen = window_penalties(U, bounds, float(w.max()), int(info.active.size), e_n)
-    law = noisy_max_law(window_scores(v, bounds, pen), calibrate_choice_scale(1, 2.0 * e_w))
+    law = noisy_max_law(
+        -window_counts(v, bounds, np.array([0, v.size]))[0] - pen,
+        calibrate_choice_scale(1, 2.0 * e_w),
+    )
     mu = exact_sum(grid.values) / grid.values.size
     covered = 0.0
     for j, p_j in enumerate(law):
         b = float(bounds[j])
         T = exact_sum(w * np.minimum(v, b))
-        spread = window_spread(info, U, w, b, min(v.size, clipped_bound(pen, j, e_w)))
+        spread = window_spread(info, U, b, min(v.size, int(clipped_bound(pen, j, e_w))))
         scale = calibrate_scale(float_sum_sensitivity(b * float(w.max()), b), e_n)
         q = scale * math.log(1.0 / (0.05 - SPREAD_BETA))
         # μ ∈ [T + Z - q - below, T + Z + q + above] (projection keeps μ ∈ [0, U] inside)

@@ -25,7 +25,6 @@ from app.core.mechanisms.mean_window import (
     plan_user_window,
     window_penalties,
     window_spread,
-    window_weights,
 )
 from app.core.noise.laplace import calibrate_choice_scale
 from tests.security.audit_choices import noisy_max_law
@@ -54,7 +53,6 @@ class _Pick:
 def test_window_spread_is_exact_by_brute_force(counts: list[int], caps: list[int] | None, j: int):
     info = prepare_counts(counts, caps)
     draft = plan_user_window(info, U, 1.0, 0.2)
-    w = window_weights(info)
     b = U * WINDOW_FRACTIONS[j]
     eff = info.eff
     lows: dict[int, float] = {}
@@ -73,7 +71,7 @@ def test_window_spread_is_exact_by_brute_force(counts: list[int], caps: list[int
             lows[clipped] = min(lows.get(clipped, math.inf), gap)
             highs[clipped] = max(highs.get(clipped, -math.inf), gap)
     for a in range(info.n_active + 1):
-        spread = window_spread(info, U, w, b, a)
+        spread = window_spread(info, U, b, a)
         low = min(v for k, v in lows.items() if k <= a)
         high = max(v for k, v in highs.items() if k <= a)
         assert low == pytest.approx(-spread.below, abs=1e-12)
@@ -89,7 +87,7 @@ def _worst_case_miss(L: int, eps: float, slack_factor: float) -> float:
     scale = calibrate_choice_scale(1, 2.0 * e_w)
     worst = 0.0
     for j in range(len(bounds) - 1):
-        full = clipped_bound(pen, j, e_w)
+        full = int(clipped_bound(pen, j, e_w))
         base = math.floor(int(pen[-1]) - int(pen[j]))
         bound = base + math.floor((full - base) * slack_factor)
         over = bound + 1  # the fewest users that break the bound: the likeliest breach

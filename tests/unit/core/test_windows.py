@@ -15,14 +15,24 @@ from app.core.mechanisms.auto import expected_error
 from app.core.mechanisms.mean_window import (
     WINDOW_FRACTIONS,
     split_share,
+    window_counts,
     window_penalties,
-    window_scores,
     window_weights,
 )
-from app.core.mechanisms.variance_window import mixture_variance, mixture_variance_sensitivity
+from app.core.mechanisms.variance_window import mixture_variance_sensitivity
 from tests.unit.core.helpers import ZeroNoise, random_grid
 
 U = 10.0
+
+
+def mixture_variance(w: np.ndarray, means: np.ndarray, squares: np.ndarray) -> float:
+    """``Σ w q - (Σ w v)²``: the variance of the users' mixture."""
+    return float(w @ squares - (w @ means) ** 2)
+
+
+def window_scores(v: np.ndarray, bounds: np.ndarray, pen: np.ndarray) -> np.ndarray:
+    out: np.ndarray = -window_counts(v, bounds, np.array([0, v.size]))[0] - pen
+    return out
 
 
 class FixedChoice(ZeroNoise):
@@ -194,7 +204,9 @@ def _brute_centred(counts: tuple[int, ...], centre: int, moment: int) -> tuple[f
                 users = [list(o) for o in others]
                 users[user] = list(ch)
                 grid = GridData.from_user_values(users)
-                rel = release_variance(grid, U, 1.0, "centred", noise=FixedPair(centre, moment))
+                rel = release_variance(
+                    grid, U, 1.0, "centred", noise=FixedPair(centre, 12 - moment)
+                )
                 vals.append(rel.estimate)
                 claimed = rel.sensitivity
             worst = max(worst, max(vals) - min(vals))
@@ -215,7 +227,7 @@ def test_centred_variance_sensitivity_bounds_brute_force(
 def test_centred_variance_is_the_weighted_variance_without_clipping() -> None:
     users = ([2.0, 2.5], [3.0], [2.5, 2.5, 3.5], [2.0])  # means within √Q/4 of c = 2.5
     grid = GridData.from_user_values(users)
-    rel = release_variance(grid, U, 1.0, "centred", noise=FixedPair(8, 0))
+    rel = release_variance(grid, U, 1.0, "centred", noise=FixedPair(8, 12))  # Q = U²/4
     w = window_weights(prepare_counts(grid.counts))  # median 2: weights 2, 1, 2, 1
     mix = [np.array(u) for u in users]
     means = np.array([u.mean() for u in mix])
@@ -225,7 +237,7 @@ def test_centred_variance_is_the_weighted_variance_without_clipping() -> None:
 
 def test_centred_variance_spends_its_shares() -> None:
     grid = random_grid(np.random.default_rng(9), U, n_users=40, max_count=9)
-    noise = FixedPair(10, 4)
+    noise = FixedPair(10, 8)
     rel = release_variance(grid, U, 2.0, "centred", noise=noise)
     d = rel.details
     assert d["eps_centre"] + d["eps_moment"] + d["eps_noise"] <= 2.0
