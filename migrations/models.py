@@ -11,6 +11,7 @@ from app.instance.models import InstanceSettings
 from app.keys.models import ApiKey
 from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 from app.queries.models import QueryAnswer
+from app.releases.exports_store import ReleaseExport
 from app.releases.models import SlotRelease
 
 #: The partitions of ``records`` (``app.datasets.partitions``): made at run time, not
@@ -37,6 +38,7 @@ __all__ = [
     "LedgerEntry",
     "QueryAnswer",
     "Record",
+    "ReleaseExport",
     "SlotRelease",
     "Upload",
     "include_name",

@@ -6,6 +6,7 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Literal
+from zoneinfo import ZoneInfo
 
 import h3
 import numpy as np
@@ -30,12 +31,15 @@ from app.time.budget_windows import privacy_unit
 from app.time.slots import (
     MAX_US,
     MIN_US,
+    US,
     datetime_to_us,
     format_local,
     get_zone,
     localize_us,
     parse_timestamp,
+    slot_start_us,
     us_to_datetime,
+    utc_offsets_us,
 )
 
 __all__ = [  # re-exported for the query and release code
@@ -98,17 +102,41 @@ def no_grid(public_id: str) -> NotFound:
     )
 
 
-def parse_slot_start(dataset: Dataset, text: str) -> datetime:
-    """A slot start (ISO 8601, naive: local; or epoch seconds) as UTC, or 400."""
+def parse_slot_start(dataset: Dataset, text: str, slot_minutes: int | None = None) -> datetime:
+    """A slot start (ISO 8601, naive: local; or epoch seconds) as UTC, or 400. With
+    ``slot_minutes``, the start must be a slot boundary of that length (the stored request
+    is then canonical: one spelling per slot) and a naive time must exist locally."""
     try:
         us, aware = parse_timestamp(text)
     except (ValueError, OverflowError):
         raise InvalidRequest(f"slot_start {text[:60]!r} is not an ISO 8601 timestamp") from None
+    tz = get_zone(dataset.timezone)
+    wall = us
     if not aware:
-        us = int(localize_us(np.array([us]), get_zone(dataset.timezone))[0])
+        us = int(localize_us(np.array([us]), tz)[0])
     if not MIN_US <= us < MAX_US:
         raise InvalidRequest(f"slot_start {text[:60]!r} is out of range")
+    if slot_minutes is not None:
+        _check_boundary(text[:60], us, wall, aware, tz, slot_minutes)
     return us_to_datetime(us)
+
+
+def _check_boundary(text: str, us: int, wall: int, aware: bool, tz: ZoneInfo, minutes: int) -> None:
+    """400 unless ``us`` starts a local slot of ``minutes``, naming the nearest boundaries."""
+    skipped = not aware and us + int(utc_offsets_us(np.array([us]), tz)[0]) != wall
+    before = int(slot_start_us(np.array([us - 1 if skipped else us]), tz, minutes)[0])
+    after = int(slot_start_us(np.array([before + minutes * 60 * US]), tz, minutes)[0])
+    nearest = (
+        f"the nearest slot starts are {format_local(before, tz)} and {format_local(after, tz)}"
+    )
+    if skipped:
+        raise InvalidRequest(
+            f"slot_start {text!r} does not exist in {tz.key} (clocks skip it); {nearest}"
+        )
+    if before != us:
+        raise InvalidRequest(
+            f"slot_start {text!r} is not on a {minutes}-minute slot boundary; {nearest}"
+        )
 
 
 def dataset_out(dataset: Dataset) -> DatasetOut:

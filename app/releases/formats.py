@@ -288,21 +288,28 @@ def release_datapackage(release: Mapping[str, Any], ctx: ExportContext) -> dict[
     }
 
 
+def export_response(body: bytes | str, fmt: ReleaseFormat, release_id: str) -> Response:
+    """The HTTP response of a rendered CSV or GeoJSON body."""
+    if fmt is ReleaseFormat.geojson:
+        return Response(body, media_type=GEOJSON_MEDIA_TYPE)
+    safe_id = "".join(c for c in release_id if c.isalnum() or c in "-_")
+    return Response(
+        body,
+        media_type=CSV_MEDIA_TYPE,
+        headers={"Content-Disposition": f'inline; filename="release-{safe_id}.csv"'},
+    )
+
+
 def release_response(
     release: Mapping[str, Any], fmt: ReleaseFormat | str, ctx: ExportContext
 ) -> Response:
     """The HTTP response for ``format=fmt`` (a ``ReleaseFormat`` or its value)."""
     fmt = ReleaseFormat(fmt)
+    rid = str(release["release_id"])
     if fmt is ReleaseFormat.geojson:
-        body = orjson.dumps(release_geojson(release, ctx.unit))
-        return Response(body, media_type=GEOJSON_MEDIA_TYPE)
+        return export_response(orjson.dumps(release_geojson(release, ctx.unit)), fmt, rid)
     if fmt is ReleaseFormat.csv:
-        safe_id = "".join(c for c in str(release["release_id"]) if c.isalnum() or c in "-_")
-        return Response(
-            release_csv(release, ctx.unit),
-            media_type=CSV_MEDIA_TYPE,
-            headers={"Content-Disposition": f'inline; filename="release-{safe_id}.csv"'},
-        )
+        return export_response(release_csv(release, ctx.unit), fmt, rid)
     if fmt is ReleaseFormat.datapackage:
         return JSONResponse(release_datapackage(release, ctx))
     return JSONResponse(dict(release))

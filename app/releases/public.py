@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any
 
 import orjson
-from fastapi import APIRouter, Depends, Path, Query, Request, Response
+from fastapi import APIRouter, BackgroundTasks, Depends, Path, Query, Request, Response
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import update
 from sqlalchemy.orm import Session
@@ -35,13 +35,12 @@ from app.keys.service import READER_ROLES, KeyIdentity
 from app.kit.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated, responses
 from app.kit.gc_pause import gc_paused
 from app.kit.json_numbers import JsonBody
-from app.releases import service
+from app.releases import exports_store, service
 from app.releases.formats import (
     FORMAT_RESPONSES,
     ExportContext,
     ReleaseFormat,
     release_datapackage,
-    release_response,
     release_url,
 )
 from app.releases.models import GRIDS_SHAPE, SlotRelease
@@ -125,13 +124,13 @@ def base_url(request: Request) -> str:
 
 
 def accepts_zstd(request: Request, fmt: ReleaseFormat, access: ReleaseAccess) -> bool:
-    """Whether the JSON goes as stored zstd frames (the client accepts them; today's shape)."""
+    """Whether the body goes as stored zstd frames (the client accepts them): the JSON of
+    today's shape, and the kept exports."""
     accepted = request.headers.get("Accept-Encoding", "")
-    return (
-        fmt is ReleaseFormat.json
-        and access.grids_shape == GRIDS_SHAPE
-        and "zstd" in {e.split(";")[0].strip() for e in accepted.split(",")}
+    stored = fmt in exports_store.KEPT or (
+        fmt is ReleaseFormat.json and access.grids_shape == GRIDS_SHAPE
     )
+    return stored and "zstd" in {e.split(";")[0].strip() for e in accepted.split(",")}
 
 
 def release_etag(access: ReleaseAccess, fmt: ReleaseFormat, base: str, zstd: bool) -> str:
@@ -174,9 +173,12 @@ def export_context(dataset: Dataset, base: str, slot_minutes: int | None) -> Exp
 def _render(
     session: Session, release_id: str, fmt: ReleaseFormat, base: str, zstd: bool
 ) -> Response:
-    """The body of one format (on a database thread); JSON as zstd frames for a client
-    that accepts them."""
+    """The body of one format (on a database thread); JSON and the kept exports as zstd
+    frames for a client that accepts them."""
     with gc_paused():  # a day release is ~10^6 objects: no collector walks meanwhile
+        if fmt in exports_store.KEPT:  # rendered once, then kept (exports_store)
+            kept = exports_store.export(session, release_id, fmt)
+            return exports_store.send_export(kept, fmt, release_id, zstd)
         if zstd and (packed := service.release_json_zstd(session, release_id)) is not None:
             return Response(packed, media_type=JSON, headers={"Content-Encoding": "zstd"})
         if fmt is ReleaseFormat.json:  # its stored bytes, as ReleaseBody (extra allowed)
@@ -186,10 +188,9 @@ def _render(
             raise service.no_release(release_id)
         dataset = get_dataset(session, stored.dataset_id)
         ctx = export_context(dataset, base, stored.head.get("slot_minutes"))
-        if fmt is ReleaseFormat.datapackage:  # the head is enough: no grids decoded
-            head = {"slots": 1, "partition": "fixed", **stored.head, "release_id": release_id}
-            return Response(orjson.dumps(release_datapackage(head, ctx)), media_type=JSON)
-        return release_response(service.release_json(session, release_id), fmt, ctx)
+        # the Data Package: the head is enough, no grids decoded
+        head = {"slots": 1, "partition": "fixed", **stored.head, "release_id": release_id}
+        return Response(orjson.dumps(release_datapackage(head, ctx)), media_type=JSON)
 
 
 @router.get(
@@ -253,7 +254,12 @@ def release_links(base: str, release_id: str) -> dict[str, str]:
     "are told to revalidate every use). Nothing else about the release changes.",
 )
 def set_public(
-    release_id: str, body: PublicIn, request: Request, _: AdminKey, session: SessionDep
+    release_id: str,
+    body: PublicIn,
+    request: Request,
+    _: AdminKey,
+    session: SessionDep,
+    background: BackgroundTasks,
 ) -> PublicOut:
     found = session.execute(
         update(SlotRelease)
@@ -263,6 +269,9 @@ def set_public(
     ).first()
     if found is None:
         raise service.no_release(release_id)
+    if body.public:  # its exports rendered after the answer, before its first readers
+        database = request.app.state.database
+        background.add_task(database.run, exports_store.render_exports, release_id)
     return PublicOut(
         release_id=release_id,
         public=body.public,

@@ -126,7 +126,7 @@ def parse_release(body: ReleaseIn, dataset: Dataset) -> ReleaseRequest:
     eps, cap = _budget(body, dataset)
     profile = None
     if body.profile is None:
-        start = parse_slot_start(dataset, body.slot_start)
+        start = parse_slot_start(dataset, body.slot_start, minutes)
     else:
         profile = parse_profile(body.profile, body.slot_start, body.slots, minutes, dataset)
         start = profile.first_start

@@ -26,6 +26,17 @@ from tests.operations.test_ingest_pull import ROOT
 SIGNALS = [signal.SIGINT, signal.SIGTERM]
 
 
+def each_with_both_signals(argvs: list[list[str]]) -> list:
+    """``(argv, signal)`` for every command and both signals; both signals stay in the
+    default suite (alternating over the commands), the other pairs run with the slow
+    tests (SIGINT and SIGTERM take two paths, but every command takes them alike)."""
+    return [
+        pytest.param(argv, sig, marks=() if i % 2 == j else pytest.mark.slow)
+        for i, argv in enumerate(argvs)
+        for j, sig in enumerate(SIGNALS)
+    ]
+
+
 @contextmanager
 def silent_listener() -> Iterator[tuple[int, threading.Event]]:
     """A port that accepts connections and never answers; the event is set on the first."""
@@ -90,13 +101,14 @@ def _start(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
 @pytest.mark.parametrize(
-    "argv",
-    [
-        ["publish", "--dataset", "1", "--day", "2024-03-05", "--epsilon", "1"],
-        ["budget", "reset", "--dataset", "1", "--reason", "r"],
-    ],
+    ("argv", "signum"),
+    each_with_both_signals(
+        [
+            ["publish", "--dataset", "1", "--day", "2024-03-05", "--epsilon", "1"],
+            ["budget", "reset", "--dataset", "1", "--reason", "r"],
+        ]
+    ),
 )
 def test_a_server_command_waiting_for_an_answer(argv: list[str], signum: signal.Signals) -> None:
     with silent_listener() as (port, accepted):
@@ -104,8 +116,9 @@ def test_a_server_command_waiting_for_an_answer(argv: list[str], signum: signal.
         _stop_quietly(_start(argv, env), signum, accepted)
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
-@pytest.mark.parametrize("argv", [["keys", "list"], ["migrate"]])
+@pytest.mark.parametrize(
+    ("argv", "signum"), each_with_both_signals([["keys", "list"], ["migrate"]])
+)
 def test_a_database_command_waiting_for_its_database(
     argv: list[str], signum: signal.Signals
 ) -> None:
@@ -115,7 +128,9 @@ def test_a_database_command_waiting_for_its_database(
         _stop_quietly(_start(argv, env), signum, accepted)
 
 
-@pytest.mark.parametrize("signum", SIGNALS)
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
 def test_serve_stops_gracefully_and_quietly(
     migrated_postgres_url: str, tmp_path: Path, signum: signal.Signals
 ) -> None:

@@ -100,7 +100,10 @@ def test_a_trickling_feed_ends_the_poll_within_its_timeout(pg_client, cli_env) -
     assert asked.is_set() and gave_up - asked.at <= 2 + 1, gave_up - asked.at
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+# the CLI's two signal paths are both in tests/operations/test_cli_signals.py
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
 def test_a_signal_ends_the_command_within_3_s_whatever_the_feed_does(
     pg_client, cli_env, signum: signal.Signals
 ) -> None:

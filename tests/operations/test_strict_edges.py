@@ -172,3 +172,30 @@ def test_not_found_says_where_ids_come_from(pg_client: TestClient, loaded: int) 
     assert "releases lists them" in error(pg_client.get("/releases/nope"), 404, "not_found")
     message = error(pg_client.get("/keys/me", headers=auth("dpg_nobody")), 401, "unauthenticated")
     assert "dpgate keys create" in message
+
+
+@pytest.mark.parametrize("spelling", ["2024-03-05T10:30:00", "2024-03-05T10:59:59", "1709634600"])
+def test_a_slot_start_off_the_boundary_is_refused_with_the_nearest(
+    pg_client: TestClient, loaded: int, spelling: str
+) -> None:
+    """Each slot has one spelling: off a boundary is a 400 naming both neighbours, and
+    nothing is charged (the on-boundary spelling then charges once)."""
+    body = {"slot_start": spelling, "epsilon": 0.25, "statistics": ["mean"]}
+    for path in (f"/datasets/{loaded}/releases", f"/datasets/{loaded}/releases/preview"):
+        message = error(pg_client.post(path, json=body))
+        assert "not on a 60-minute slot boundary" in message, message
+        assert "2024-03-05T10:00:00+00:00" in message and "2024-03-05T11:00:00+00:00" in message
+    assert ledger_rows(pg_client, loaded) == []
+    done = pg_client.post(f"/datasets/{loaded}/releases", json={**body, "slot_start": SLOT})
+    assert done.status_code == 200, done.text
+
+
+def test_a_local_time_the_clocks_skip_is_refused(pg_client: TestClient) -> None:
+    """02:00 on a spring-forward day does not exist in the zone: refused, not moved to 03:00."""
+    ds = make_dataset(pg_client, timezone="America/Chicago")
+    body = {"slot_start": "2024-03-10T02:00:00", "epsilon": 0.25, "statistics": ["mean"]}
+    message = error(pg_client.post(f"/datasets/{ds}/releases/preview", json=body))
+    assert "does not exist in America/Chicago" in message, message
+    assert "2024-03-10T01:00:00-06:00" in message and "2024-03-10T03:00:00-05:00" in message
+    ok = {**body, "slot_start": "2024-03-10T03:00:00"}  # a real slot: only its emptiness refused
+    assert pg_client.post(f"/datasets/{ds}/releases/preview", json=ok).status_code == 404

@@ -34,6 +34,7 @@ from app.core.noise.laplace import (
 from research.noise import SeededNoise
 from tests.security import audit_choices as choices
 from tests.security import audit_lib as audit
+from tests.unseeded import laws_hold
 
 K_MIN = -1074  # -(1023) - 52 + 1
 GRID = math.ldexp(1.0, LAPLACE_K)
@@ -112,27 +113,31 @@ def test_noisy_max_refuses_what_it_cannot_sample_exactly() -> None:
 
 
 def test_noisy_max_draws_the_exact_law() -> None:
-    """The production sampler (unseedable: alpha = 1e-6) and the seeded one (alpha = 1e-3)
-    against the exact law of report-noisy-max with exponential noise (chi-square); a
-    sampler at twice the budget is rejected by the same test (its power)."""
+    """The production sampler (unseedable: :mod:`tests.unseeded`, false-failure rate 1e-8)
+    and the seeded one (alpha = 1e-3) against the exact law of report-noisy-max with
+    exponential noise (chi-square); a sampler at twice the budget is rejected by the same
+    test (its power)."""
     scores = np.array([0, -1, -1, -3, 2, 1, -6, 0, 2])
     eps = 0.8
     probs = choices.noisy_max_law(scores, calibrate_choice_scale(1, eps))
     assert probs.sum() == pytest.approx(1.0, abs=1e-10)
     n = 4000
-    prod = np.bincount([OpenDPNoise().noisy_max(scores, eps) for _ in range(n)], minlength=9)
-    seeded_src = SeededNoise(np.random.default_rng(3))
-    seeded = np.bincount([seeded_src.noisy_max(scores, eps) for _ in range(n)], minlength=9)
-    wrong = np.bincount([OpenDPNoise().noisy_max(scores, 2 * eps) for _ in range(n)], minlength=9)
     keep = probs * n >= 5
     expected = probs[keep] / probs[keep].sum()
 
     def pvalue(obs: np.ndarray) -> float:
         return float(stats.chisquare(obs[keep], expected * obs[keep].sum()).pvalue)
 
-    assert pvalue(prod) > 1e-6
+    def production(epsilon: float) -> np.ndarray:
+        return np.bincount(
+            [OpenDPNoise().noisy_max(scores, epsilon) for _ in range(n)], minlength=9
+        )
+
+    laws_hold(lambda: {"production": pvalue(production(eps))})
+    seeded_src = SeededNoise(np.random.default_rng(3))
+    seeded = np.bincount([seeded_src.noisy_max(scores, eps) for _ in range(n)], minlength=9)
     assert pvalue(seeded) > 1e-3
-    assert pvalue(wrong) < 1e-6
+    assert pvalue(production(2 * eps)) < 1e-12
 
 
 def _issue_example() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -147,7 +152,7 @@ def _issue_example() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return cands, u0, u1
 
 
-@pytest.mark.parametrize("eps", [0.5, 0.2])
+@pytest.mark.parametrize("eps", [0.5, pytest.param(0.2, marks=pytest.mark.slow)])
 def test_exact_audit_passes_noisy_max_and_fails_the_old_inverse_cdf_draw(eps: float) -> None:
     """On exact output laws (no sampling): the old 53-bit inverse-CDF draw gives one
     candidate probability 0 on one neighbour and a positive multiple of 2^-53 on the

@@ -9,7 +9,8 @@ bounded from below with Clopper–Pearson intervals
 occupancies and reach most of it (the audit is sharp enough to mean something). Two
 broken copies must be caught above eps with fewer samples: the noise halved, and the
 sensitivity ``U/(L+1)`` (counting one unit too many) on a grid of two units, where that
-copy's loss is 1.5 eps.
+copy's loss is 1.5 eps. Each check fails only when two independent samples both fail it
+(:mod:`tests.unseeded`: OpenDP's sampler takes no seed).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pytest
 from app import core
 from app.core import GridData
 from tests.security import audit_lib as audit
+from tests.unseeded import fails_only_twice
 
 U = audit.U
 EPS = audit.EPS
@@ -78,10 +80,13 @@ def test_neighbours_move_user_mean_by_its_sensitivity(name: str) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name", OCCUPANCIES)
 def test_audit_bounds_user_mean_loss_by_eps(name: str) -> None:
-    result = _loss(OCCUPANCIES[name], N, 1.0)
-    print(f"\naudit user_mean [{name}]: loss >= {result.bound:.4f} (eps {EPS}) at {result.event}")
-    assert result.bound <= EPS, result
-    assert result.bound > 0.85 * EPS, result
+
+    def check() -> list[str]:
+        result = _loss(OCCUPANCIES[name], N, 1.0)
+        print(f"\naudit user_mean [{name}]: loss >= {result.bound:.4f} (eps {EPS})")
+        return [] if 0.85 * EPS < result.bound <= EPS else [str(result)]
+
+    fails_only_twice(check)
 
 
 @pytest.mark.slow
@@ -94,6 +99,10 @@ def test_audit_bounds_user_mean_loss_by_eps(name: str) -> None:
     ],
 )
 def test_audit_catches_broken_user_mean(name: str, variant: str, factor: float) -> None:
-    result = _loss(OCCUPANCIES[name], N_BROKEN, factor)
-    print(f"\naudit broken user_mean [{name}, {variant}]: loss >= {result.bound:.4f}")
-    assert result.bound > EPS, (variant, result)
+
+    def check() -> list[str]:
+        result = _loss(OCCUPANCIES[name], N_BROKEN, factor)
+        print(f"\naudit broken user_mean [{name}, {variant}]: loss >= {result.bound:.4f}")
+        return [] if result.bound > EPS else [f"{variant}: {result}"]
+
+    fails_only_twice(check)

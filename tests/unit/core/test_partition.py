@@ -58,17 +58,20 @@ def _candidates(cells: np.ndarray) -> list[int]:
 
 
 def _antichains(cells: np.ndarray) -> list[list[int]]:
-    """Every set of cells on distinct ancestor chains (candidates: ancestors of fine cells)."""
+    """Every set of cells on distinct ancestor chains (candidates: ancestors of fine
+    cells): in each tree, nothing, its root alone, or one such set in each child's tree."""
     cand = _candidates(cells)
-    out = []
-    for k in range(len(cand) + 1):
-        for combo in itertools.combinations(cand, k):
-            s = [str(c) for c in combo]
-            if all(not b.startswith(a) for a, b in itertools.permutations(s, 2)):
-                out.append(list(combo))
-            if len(out) > 200_000:
-                return out
-    return out
+    children = {c: [d for d in cand if len(str(d)) > 1 and parent_of(d, len(str(c))) == c
+                    and len(str(d)) == len(str(c)) + 1] for c in cand}  # fmt: skip
+
+    def joined(options: list[list[list[int]]]) -> list[list[int]]:  # one set of each, joined
+        return [list(itertools.chain(*pick)) for pick in itertools.product(*options)]
+
+    def under(c: int) -> list[list[int]]:  # the non-empty sets in c's tree
+        return [[c], *(s for s in joined([[[], *under(d)] for d in children[c]]) if s)]
+
+    roots = [c for c in cand if len(str(c)) == COARSEST]
+    return joined([[[], *under(r)] for r in roots])
 
 
 @pytest.mark.parametrize(

@@ -122,9 +122,10 @@ def test_fast_and_message_paths_read_the_same_batches(seed: int) -> None:
     rng = random.Random(seed)
     options = replace(OPTIONS, drop_zero=seed % 3 == 1, reject_out_of_range=seed % 4 == 2)
     body = _feed(rng, 1500)
+    short = _feed(rng, 120)  # batches of 1 and 7 cost a batch per few rows: fewer suffice
     for batch in (1, 7, 400, 5000):
-        fast = _read(body, options, batch, fast=True)
-        assert fast == _read(body, options, batch, fast=False), batch
+        fast = _read(short if batch < 10 else body, options, batch, fast=True)
+        assert fast == _read(short if batch < 10 else body, options, batch, fast=False), batch
         assert fast and fast[0][0] != "refused"
 
 
