@@ -79,8 +79,11 @@ def hour_rows(day: str, hour: int) -> list[tuple[str, str, float]]:
     return rows
 
 
-def score(rows: list[tuple[str, str, float]], out: dict[str, Any]) -> dict[str, float]:
-    """The figures of one release against the independent count (and its checks)."""
+def score(
+    rows: list[tuple[str, str, float]], out: dict[str, Any], statistic: str = "mean"
+) -> dict[str, float]:
+    """The figures of one release against the independent count (and its checks): of the
+    ``mean`` (every record's), or of the ``user_mean`` (each unit's mean, averaged)."""
     released = {g["h3_cell"]: g for g in out["grids"]}
     members: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for bus, fine, value in rows:
@@ -96,7 +99,12 @@ def score(rows: list[tuple[str, str, float]], out: dict[str, Any]) -> dict[str, 
         if len(buses) < MIN_USERS or len(buses) != grid["n_users"]:
             raise AssertionError(f"{cell}: {len(buses)} buses, answer says {grid['n_users']}")
         truth = statistics.fmean(v for _, v in members[cell])
-        mean = grid["mean"]
+        if statistic == "user_mean":
+            per: dict[str, list[float]] = defaultdict(list)
+            for bus, v in members[cell]:
+                per[bus].append(v)
+            truth = statistics.fmean(statistics.fmean(vs) for vs in per.values())
+        mean = grid[statistic]
         errors.append(abs(mean["estimate"] - truth))
         ci = mean["ci95"]
         ok = ci is not None and ci[0] <= truth <= ci[1]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 
 from app import budget
 from app.kit.errors import InvalidRequest
@@ -43,3 +44,15 @@ def check_max_epsilon(eps: EpsilonAmount, max_epsilon: Decimal) -> None:
     """Refuse ``eps`` above the dataset's ``max_epsilon_per_query``."""
     if eps.charged > max_epsilon:
         raise InvalidRequest(f"epsilon must be at most max_epsilon_per_query = {max_epsilon}")
+
+
+def equal_share(eps: EpsilonAmount, n: int) -> EpsilonAmount:
+    """One of ``n`` equal shares of ``eps`` (a release's statistics): ``n`` float shares
+    sum to at most ``eps.used`` exactly, so the statistics together spend at most what is
+    charged (basic composition; ``used / n`` is rounded down where it rounds up)."""
+    if n == 1:
+        return eps
+    used = eps.used / n
+    while Fraction(used) * n > Fraction(eps.used):
+        used = math.nextafter(used, 0.0)
+    return EpsilonAmount(eps.charged / n, used)

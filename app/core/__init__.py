@@ -6,7 +6,7 @@ Nothing in this package imports a web framework or a database driver.
 from app.core.data.grid import GridData
 from app.core.data.results import Plan, Release, VectorRelease
 from app.core.engine.batch import PendingBatch, ReleaseBatch, finish_batch
-from app.core.engine.expected_width import expected_ci95_width
+from app.core.engine.expected_width import expected_ci95_width, expected_ci95_widths
 from app.core.engine.many_grids import GridError, start_many
 from app.core.engine.quote import quote_epsilon
 from app.core.engine.single_grid import (
@@ -59,6 +59,7 @@ __all__ = [
     "canonical_mechanism",
     "default_noise",
     "expected_ci95_width",
+    "expected_ci95_widths",
     "expected_error",
     "expected_user_mean_widths",
     "finish_batch",

@@ -119,14 +119,26 @@ class SpanTrees:
         return cls(len(span.grids), slots)
 
     def choose(
-        self, *, min_users: int, U: float, eps: float
+        self,
+        *,
+        min_users: int,
+        U: float,
+        eps: float,
+        useful_width: float,
+        statistics: tuple[str, ...],
     ) -> tuple[dict[tuple[int, str], int], list[bool]]:
         """``{(slot µs, released cell): resolution}`` and, per fine grid, whether it is
-        covered."""
+        covered; a cell is worth more when the statistics asked are useful there."""
         released: dict[tuple[int, str], int] = {}
         covered = [False] * self.n_grids
         for slot, members, cells, tree in self.slots:
-            part = tree.choose(min_users=min_users, U=U, eps=eps)
+            part = tree.choose(
+                min_users=min_users,
+                U=U,
+                eps=eps,
+                useful_width=useful_width,
+                statistics=statistics,
+            )
             released.update({(slot, h3.int_to_str(c)): r for c, r in part.released.items()})
             for i, cell in zip(members, cells, strict=True):
                 covered[i] = cell in part.cell_of

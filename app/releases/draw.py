@@ -18,7 +18,7 @@ import numpy as np
 
 from app import core
 from app.answers.body import answer_bodies
-from app.answers.epsilon import EpsilonAmount
+from app.answers.epsilon import EpsilonAmount, equal_share
 from app.core.data.joined import JoinedGrids
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays, SlotGrid
@@ -32,10 +32,8 @@ from app.time.slots import datetime_to_us, format_local, get_zone
 
 
 def statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
-    """Each statistic's share of the per-grid epsilon (the whole of it, or half)."""
-    if n_statistics == 1:
-        return plan.eps
-    return EpsilonAmount(plan.eps.charged / n_statistics, plan.eps.used / n_statistics)
+    """Each statistic's equal share of the per-grid epsilon (:func:`equal_share`)."""
+    return equal_share(plan.eps, n_statistics)
 
 
 def local_time(dataset: Dataset, when: datetime) -> str:

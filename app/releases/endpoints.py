@@ -16,6 +16,7 @@ from app.kit.gc_pause import gc_paused
 from app.kit.ids import DatasetId
 from app.observability.metrics import record_release
 from app.releases import listing, service
+from app.releases.formats import STATISTICS
 from app.releases.models import with_grids_json
 from app.releases.schemas import (
     GridRelease,
@@ -79,7 +80,7 @@ def spliced_release_json(answer: dict[str, Any], grids_json: bytes | None) -> by
     for grid in grids:
         if not grid.keys() <= _GRID:
             return None
-        for stat in ("mean", "variance"):
+        for stat in STATISTICS:
             one = grid.get(stat)
             if one is not None and not one.keys() <= _ANSWER:
                 return None

@@ -196,7 +196,13 @@ def adaptive_over(
     seen: set[tuple[tuple[int, str], ...]] = set()
     inp: ReleaseInput | None = None
     for _ in range(ADAPTIVE_ROUNDS):
-        released, covered = trees.choose(min_users=req.min_users, U=dataset.value_bound, eps=eps)
+        released, covered = trees.choose(
+            min_users=req.min_users,
+            U=dataset.value_bound,
+            eps=eps,
+            useful_width=req.useful_width,
+            statistics=req.statistics,
+        )
         key = tuple(sorted(released))
         if key in seen:
             break
@@ -228,7 +234,13 @@ def _adaptive_for_intervals(
     best: tuple[tuple[int, float], AdaptiveGrids, list[bool]] | None = None
     for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
-        released, covered = trees.choose(min_users=req.min_users, U=U, eps=float(eps) / n_stats)
+        released, covered = trees.choose(
+            min_users=req.min_users,
+            U=U,
+            eps=float(eps) / n_stats,
+            useful_width=req.useful_width,
+            statistics=req.statistics,
+        )
         chosen = chooser(released)
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)

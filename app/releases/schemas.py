@@ -10,7 +10,7 @@ from app.answers.schemas import StatisticAnswer
 from app.core import canonical_mechanism
 from app.kit.json_numbers import JsonBody
 
-Statistic = Literal["mean", "variance"]
+Statistic = Literal["mean", "variance", "user_mean"]
 
 
 def _both_statistics() -> list[Statistic]:
@@ -119,8 +119,9 @@ class ReleaseIn(JsonBody):
     statistics: list[Statistic] = Field(
         default_factory=_both_statistics,
         min_length=1,
-        max_length=2,
-        description="Statistics to release per grid; with both, each gets half the epsilon.",
+        max_length=3,
+        description="Statistics to release per grid (user_mean: the mean over the grid's "
+        "privacy units of each unit's own mean); each gets an equal share of the epsilon.",
     )
     mechanism: str = Field(
         default="auto", max_length=64, description="Mechanism of every statistic."
@@ -215,6 +216,7 @@ class GridRelease(BaseModel):
     )
     mean: StatisticAnswer | None = None
     variance: StatisticAnswer | None = None
+    user_mean: StatisticAnswer | None = None
 
 
 class PlanFields(BaseModel):

@@ -2,7 +2,7 @@
 is not (a release's and its preview's ``useful`` and ``warnings``).
 
 A released cell is *useful* when the expected width of every statistic's published ci95
-(:func:`app.core.expected_ci95_width`, docs/math.md §11.6: public counts, ``U``, ``ε``
+(:func:`app.core.expected_ci95_widths`, docs/math.md §11.6: public counts, ``U``, ``ε``
 and the plan's caps) is at most ``useful_width``. ``useful.records`` is the share of the
 slots' records that lie in useful cells, ``useful.cells`` their number. The preview and
 the release compute it with :func:`usefulness` on the same plan, so they agree exactly;
@@ -37,22 +37,6 @@ class Usefulness:
         return {"width": self.width, "records": self.records, "cells": self.cells}
 
 
-def grid_widths(
-    statistics: Sequence[str],
-    counts: np.ndarray,
-    caps: np.ndarray,
-    U: float,
-    eps: float,
-    mechanism: str,
-    options: dict[str, str],
-) -> dict[str, float]:
-    """Each statistic's expected ci95 width on one grid (public)."""
-    return {
-        s: float(core.expected_ci95_width(s, counts, U, eps, mechanism, caps=caps, **options))
-        for s in statistics
-    }
-
-
 def usefulness(
     arrays: Sequence[GridArrays],
     occ: Occupancy,
@@ -66,20 +50,24 @@ def usefulness(
     useful_width: float,
     total_records: int,
 ) -> Usefulness:
-    """The usefulness of the plan's released grids (those keeping a user), in order."""
-    useful_records, cells = 0, 0
-    widths = []
+    """The usefulness of the plan's released grids (those keeping a user), in order: each
+    statistic's expected widths of all of them at once (:func:`app.core.expected_ci95_widths`)."""
+    counts, caps, records = [], [], []
     for i, a in enumerate(arrays):
-        caps = plan.caps(occ, i)
-        if not caps.any():
-            continue
-        w = grid_widths(statistics, a.counts, caps, U, eps, mechanism, options)
-        widths.append(w)
-        if max(w.values()) <= useful_width:
-            cells += 1
-            useful_records += int(a.counts.sum())
+        kept = plan.caps(occ, i)
+        if kept.any():
+            counts.append(a.counts)
+            caps.append(kept)
+            records.append(int(a.counts.sum()))
+    per_statistic = {
+        s: core.expected_ci95_widths(s, counts, caps, U, eps, mechanism, options).tolist()
+        for s in statistics
+    }
+    widths = [{s: per_statistic[s][g] for s in statistics} for g in range(len(counts))]
+    useful = [max(w.values()) <= useful_width for w in widths]
+    useful_records = sum(r for r, ok in zip(records, useful, strict=True) if ok)
     share = useful_records / total_records if total_records else 0.0
-    return Usefulness(float(useful_width), share, cells, widths)
+    return Usefulness(float(useful_width), share, sum(useful), widths)
 
 
 def _percent(share: float) -> str:

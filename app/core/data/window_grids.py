@@ -4,13 +4,12 @@ grids, grid after grid, and the per-grid sums the window mechanisms need.
 One grid is a batch of one: the per-grid release and a day's slot release run the same
 array rules (:mod:`app.core.mechanisms.mean_window`, :mod:`app.core.mechanisms.variance_window`).
 Sums are deterministic per grid: ``np.add.reduceat`` over each user's own records,
-numpy's row sums over grids of equal size, ``math.fsum`` per grid.
+numpy's row sums over grids of equal size, exact sums (app/core/mechanisms/float_sums.py).
 """
 
 from __future__ import annotations
 
 import itertools
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,7 +20,6 @@ from app.core.data.joined import JoinedGrids, offsets
 __all__ = [
     "WindowGrids",
     "fits",
-    "grid_fsums",
     "kept_records",
     "row_sums",
     "top_sums",
@@ -135,13 +133,6 @@ def top_sums(
                 sel = np.flatnonzero(top == t)
                 out[idx[sel]] = np.ascontiguousarray(desc[sel, :t]).sum(axis=1)
     return out
-
-
-def grid_fsums(x: np.ndarray, start: np.ndarray) -> np.ndarray:
-    """``math.fsum`` of each grid's slice of ``x`` (the float nearest the exact sum)."""
-    values = x.tolist()
-    bounds = start.tolist()
-    return np.array([math.fsum(values[a:b]) for a, b in itertools.pairwise(bounds)])
 
 
 def kept_records(joined: JoinedGrids, wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:

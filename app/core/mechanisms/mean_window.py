@@ -25,13 +25,13 @@ from app.core.data.grid import GridData
 from app.core.data.results import BiasSpread
 from app.core.data.window_grids import (
     WindowGrids,
-    grid_fsums,
     row_sums,
     top_sums,
 )
 from app.core.mechanisms.draft import Draft, Estimate
-from app.core.mechanisms.float_sums import float_sum_sensitivities, split_shares
-from app.core.noise.laplace import NoiseSource, calibrate_choice_scale, calibrate_scale
+from app.core.mechanisms.float_sums import float_sum_sensitivities, grid_fsums, split_shares
+from app.core.noise.laplace import NoiseSource, calibrate_choice_scale
+from app.core.noise.many import calibrate_scales
 
 __all__ = [
     "WINDOW_FRACTIONS",
@@ -40,6 +40,7 @@ __all__ = [
     "monotone_noisy_max",
     "plan_user_window",
     "split_share",
+    "user_window_grid_widths",
     "user_window_rows",
     "user_window_widths",
     "window_counts",
@@ -225,19 +226,27 @@ def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float
     return Draft("mean", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
 
 
-def window_widths(done: Callable[[np.ndarray], WindowDone], C: int, eps_noise: float) -> np.ndarray:
-    """The ci95 width before projection, ``2q + below + above``, for each of the ``C``
-    windows the choice can make (public: docs/math.md §11.6)."""
-    out = np.empty(C)
+def window_widths(
+    done: Callable[[np.ndarray], WindowDone], G: int, C: int, eps_noise: float
+) -> np.ndarray:
+    """The ci95 width before projection, ``2q + below + above``, of each of ``G`` grids
+    (rows) for each of the ``C`` windows the choice can make (public: docs/math.md §11.6)."""
+    out = np.empty((G, C))
     for j in range(C):
-        d = done(np.array([j]))
-        q = calibrate_scale(float(d.sensitivity[0]), eps_noise) * LOG_SPREAD
-        out[j] = 2.0 * q + float(d.below[0]) + float(d.above[0])
+        d = done(np.full(G, j, dtype=np.int64))
+        q = calibrate_scales(d.sensitivity, eps_noise) * LOG_SPREAD
+        out[:, j] = 2.0 * q + d.below + d.above
     return out
 
 
 def user_window_widths(info: CountsInfo, U: float, eps: float, window_share: float) -> np.ndarray:
     """:func:`window_widths` of ``user_window`` on these counts."""
     wg = WindowGrids.one(info)
-    rows = user_window_rows(wg, np.zeros(wg.m.size), U, eps, window_share, wg.by_size())
-    return window_widths(rows.finish, len(WINDOW_FRACTIONS), rows.eps_noise)
+    out: np.ndarray = user_window_grid_widths(wg, U, eps, window_share)[0]
+    return out
+
+
+def user_window_grid_widths(wg: WindowGrids, U: float, eps: float, share: float) -> np.ndarray:
+    """:func:`window_widths` of ``user_window`` on every grid of ``wg`` (public counts)."""
+    rows = user_window_rows(wg, np.zeros(wg.m.size), U, eps, share, wg.by_size())
+    return window_widths(rows.finish, wg.L.size, len(WINDOW_FRACTIONS), rows.eps_noise)

@@ -18,12 +18,11 @@ from app.core.data.grid import GridData
 from app.core.data.results import BiasSpread
 from app.core.data.window_grids import (
     WindowGrids,
-    grid_fsums,
     row_sums,
     top_sums,
 )
 from app.core.mechanisms.draft import Draft, Estimate
-from app.core.mechanisms.float_sums import float_variance_sensitivities
+from app.core.mechanisms.float_sums import float_variance_sensitivities, grid_fsums
 from app.core.mechanisms.mean_window import (
     SPREAD_BETA,
     WindowDone,
@@ -44,6 +43,7 @@ __all__ = [
     "variance_spread",
     "variance_spreads",
     "variance_window_rows",
+    "window_variance_grid_widths",
     "window_variance_widths",
 ]
 
@@ -139,9 +139,16 @@ def window_variance_widths(
     info: CountsInfo, U: float, eps: float, window_share: float
 ) -> np.ndarray:
     """:func:`window_widths` of the ``window`` variance on these counts."""
-    wg = WindowGrids.one(info)
+    out: np.ndarray = window_variance_grid_widths(WindowGrids.one(info), U, eps, window_share)[0]
+    return out
+
+
+def window_variance_grid_widths(
+    wg: WindowGrids, U: float, eps: float, window_share: float
+) -> np.ndarray:
+    """:func:`window_widths` of the ``window`` variance on every grid of ``wg``."""
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
     x = np.zeros(int(wg.m.sum()))
     rows = variance_window_rows(wg, x, first, U, eps, window_share, wg.by_size())
-    return window_widths(rows.finish, len(VARIANCE_WINDOW_FRACTIONS), rows.eps_noise)
+    return window_widths(rows.finish, wg.L.size, len(VARIANCE_WINDOW_FRACTIONS), rows.eps_noise)

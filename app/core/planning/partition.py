@@ -5,8 +5,9 @@ Every occupied fine cell's records go to exactly one released cell (itself or an
 no coarser than ``coarsest``) with at least ``min_users`` users, else nowhere. A tree
 dynamic programme over each coarsest cell releases a node whole or splits it, maximising
 ``r · (1 + [public ci95 width <= useful_width] + fine_weight · (res - coarsest)/span)``
-over the released cells (``r`` records; the width is ``capped_weights``' at the nominal
-per-grid ``ε``, §5.12).
+over the released cells (``r`` records; the width at the nominal per-statistic ``ε`` is
+the widest of the statistics asked: ``capped_weights``' for the record statistics,
+§5.12, and ``user_mean``'s, §13).
 """
 
 from __future__ import annotations
@@ -18,9 +19,17 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core.data.counts import prepare_counts
+from app.core.data.joined import offsets
 from app.core.mechanisms.mean_capped import capped_half_widths
+from app.core.mechanisms.user_mean import user_mean_public
 
-__all__ = ["AdaptivePartition", "PartitionTree", "adaptive_partition", "narrowest_width"]
+__all__ = [
+    "AdaptivePartition",
+    "PartitionTree",
+    "adaptive_partition",
+    "narrowest_width",
+    "user_mean_widths",
+]
 
 ParentOf = Callable[[int, int], int]
 
@@ -138,21 +147,33 @@ class PartitionTree:
         eps: float,
         useful_width: float | None = None,
         fine_weight: float = 0.5,
+        statistics: tuple[str, ...] = ("mean",),
     ) -> AdaptivePartition:
-        """The partition of the module docstring at ``eps``."""
+        """The partition of the module docstring at ``eps`` (per statistic)."""
         if min_users < 1:
             raise ValueError(f"min_users must be >= 1, got {min_users}")
         useful = 0.2 * U if useful_width is None else float(useful_width)
         span = max(self.finest - self.coarsest, 1)
         widths: dict[int, float] = {}
         nodes = self.nodes
+        unit_widths: dict[int, float] = {}
+        if "user_mean" in statistics:  # every candidate's at once
+            big = [c for c, node in nodes.items() if node.counts.size >= min_users]
+            got = user_mean_widths([nodes[c].counts for c in big], U, eps)
+            unit_widths = dict(zip(big, got.tolist(), strict=True))
+        records_asked = any(s != "user_mean" for s in statistics)
+
+        def width_of(cell: int) -> float:
+            node = nodes[cell]
+            width = narrowest_width(node.counts, U, eps) if records_asked else 0.0
+            return max(width, unit_widths.get(cell, 0.0))
 
         def best(cell: int) -> tuple[float, list[int]]:
             """(worth, released cells) of the best decision for the subtree at ``cell``."""
             node = nodes[cell]
             whole, chosen = 0.0, []
             if node.counts.size >= min_users:
-                width = narrowest_width(node.counts, U, eps)
+                width = width_of(cell)
                 widths[cell] = width
                 records = float(node.counts.sum())
                 fineness = fine_weight * (node.res - self.coarsest) / span
@@ -182,6 +203,16 @@ class PartitionTree:
         )
 
 
+def user_mean_widths(counts: list[np.ndarray], U: float, eps: float) -> np.ndarray:
+    """``user_mean``'s public ci95 width of each cell (its units' counts, nothing capped)."""
+    if not counts:
+        return np.empty(0)
+    joined = np.concatenate(counts).astype(np.int64)
+    pairs = offsets(np.array([c.size for c in counts], dtype=np.int64))
+    out: np.ndarray = user_mean_public(joined, joined, pairs, U, eps).width
+    return out
+
+
 def adaptive_partition(
     fine_cells: npt.ArrayLike,
     users: npt.ArrayLike,
@@ -195,6 +226,7 @@ def adaptive_partition(
     parent_of: ParentOf,
     useful_width: float | None = None,
     fine_weight: float = 0.5,
+    statistics: tuple[str, ...] = ("mean",),
 ) -> AdaptivePartition:
     """The partition of the module docstring for occupancy rows ``(fine cell, user, count)``.
 
@@ -205,5 +237,10 @@ def adaptive_partition(
         fine_cells, users, counts, finest=finest, coarsest=coarsest, parent_of=parent_of
     )
     return tree.choose(
-        min_users=min_users, U=U, eps=eps, useful_width=useful_width, fine_weight=fine_weight
+        min_users=min_users,
+        U=U,
+        eps=eps,
+        useful_width=useful_width,
+        fine_weight=fine_weight,
+        statistics=statistics,
     )

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.core import expected_ci95_width
 from app.core.planning.partition import adaptive_partition, narrowest_width
 
 # A toy hierarchy: cell = 10·parent + digit; resolution = number of digits (root: 1 digit).
@@ -29,8 +30,11 @@ def _occupancy(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.nda
     return a[:, 0], a[:, 1], a[:, 2]
 
 
-def _cell_worth(cells, users, counts, c, min_users, eps, useful, fine_weight) -> float:
-    """A released cell's worth (the module's formula), or -1 below ``min_users``."""
+def _cell_worth(
+    cells, users, counts, c, min_users, eps, useful, fine_weight, statistics=("mean",)
+) -> float:
+    """A released cell's worth (the module's formula), or -1 below ``min_users``; the
+    width the widest of the statistics' (user_mean's by the per-grid public rule)."""
     res = len(str(c))
     rows = np.array([parent_of(int(f), res) == c for f in cells])
     per_user: dict[int, int] = {}
@@ -38,7 +42,13 @@ def _cell_worth(cells, users, counts, c, min_users, eps, useful, fine_weight) ->
         per_user[u] = per_user.get(u, 0) + n
     if len(per_user) < min_users:
         return -1.0
-    w = narrowest_width(list(per_user.values()), 30.0, eps)
+    per = list(per_user.values())
+    w = max(
+        narrowest_width(per, 30.0, eps)
+        if s != "user_mean"
+        else expected_ci95_width("user_mean", per, 30.0, eps)
+        for s in statistics
+    )
     fineness = fine_weight * (res - COARSEST) / (FINEST - COARSEST)
     return sum(per_user.values()) * (1 + (w <= useful) + fineness)
 
@@ -64,11 +74,20 @@ def _antichains(cells: np.ndarray) -> list[list[int]]:
     return joined([[[], *under(r)] for r in roots])
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_partition_is_the_best_disjoint_choice(seed: int) -> None:
+@pytest.mark.parametrize(
+    ("seed", "statistics", "eps", "useful"),
+    [
+        *((seed, ("mean",), 1.0, 9.0) for seed in range(3)),
+        (0, ("user_mean",), 4.0, 9.0),  # the width only user_mean's
+        (1, ("mean", "user_mean"), 4.0, 7.0),
+    ],
+)
+def test_partition_is_the_best_disjoint_choice(
+    seed: int, statistics: tuple[str, ...], eps: float, useful: float
+) -> None:
     rng = np.random.default_rng(seed)
     cells, users, counts = _occupancy(rng)
-    kw = {"min_users": 8, "eps": 1.0, "useful": 9.0, "fine_weight": 0.5}
+    kw = {"min_users": 8, "eps": eps, "useful": useful, "fine_weight": 0.5}
     got = adaptive_partition(
         cells,
         users,
@@ -77,9 +96,10 @@ def test_partition_is_the_best_disjoint_choice(seed: int) -> None:
         coarsest=COARSEST,
         min_users=8,
         U=30.0,
-        eps=1.0,
+        eps=eps,
         parent_of=parent_of,
-        useful_width=9.0,
+        useful_width=useful,
+        statistics=statistics,
     )
     chosen = list(got.released)
     # disjoint, each fine cell in exactly one released ancestor, each released cell big enough
@@ -87,7 +107,10 @@ def test_partition_is_the_best_disjoint_choice(seed: int) -> None:
         assert not b.startswith(a)
     for f, c in got.cell_of.items():
         assert parent_of(f, got.released[c]) == c
-    worth = {c: _cell_worth(cells, users, counts, c, **kw) for c in _candidates(cells)}
+    worth = {
+        c: _cell_worth(cells, users, counts, c, statistics=statistics, **kw)
+        for c in _candidates(cells)
+    }
     allowed = (ch for ch in _antichains(cells) if all(worth[c] >= 0 for c in ch))
     best = max((sum(worth[c] for c in ch) for ch in allowed), default=0.0)
     assert sum(worth[c] for c in chosen) == pytest.approx(best)
