@@ -332,3 +332,17 @@ def test_auto_objective_interval_is_a_query_option(client: TestClient, grids) ->
     assert var["mechanism"] == "clip"
     bad = client.get(f"/grids/{a}/mean", params={"epsilon": 0.7, "objective": "narrow"})
     assert bad.status_code == 400 and "objective" in bad.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("statistic", ["mean", "variance"])
+def test_a_whole_range_note_suggests_nothing_the_request_asked(
+    client: TestClient, grids, statistic: str
+) -> None:
+    """At a tiny epsilon the interval is the whole range; its note says what to change
+    (epsilon, a coarser grid) and never suggests the objective already asked."""
+    _, a, _ = grids
+    params = {"epsilon": 0.01, "mechanism": "auto", "objective": "interval"}
+    body = client.get(f"/grids/{a}/{statistic}", params=params).json()
+    assert body["ci95"][0] == 0.0 and body["ci95_note"], body
+    note = body["ci95_note"]
+    assert "epsilon" in note and "objective" not in note, note

@@ -38,8 +38,8 @@ NO_INTERVAL_NOTE = (
 WHOLE_RANGE_NOTE = (
     "The 95% interval is the whole range [{lo:g}, {hi:g}]: at this epsilon and grid size "
     "the noise and what {mechanism}'s clipping or weighting may have moved (bounded from "
-    "public counts) can reach every value. A larger epsilon, a coarser grid with more "
-    "users, or objective=interval (auto) gives a narrower one."
+    "public counts) can reach every value. A larger epsilon or a coarser grid with more "
+    "users gives a narrower one."
 )
 
 
