@@ -4,7 +4,7 @@ Each experiment writes its PNG figures and ``<name>.md`` (title, set-up, tables,
 the docs/math.md §7.4 claims it checks, wall time) into ``--out``. ``all`` runs every
 experiment in turn and, with ``--report PATH``, writes one combined markdown
 report whose image links are relative to the report (this is how
-``docs/results.md`` is produced; see its first lines for the exact command).
+``docs/papers.md`` is produced; see its first lines for the exact command).
 """
 
 from __future__ import annotations
@@ -173,7 +173,7 @@ def write_report(
         "are not seedable, so the peers' numbers move within their standard errors. The "
         "peers comparison needs `pip install '.[peers]'` (a missing library is reported and "
         "skipped); the CapMetrics experiments need `../shared/data/capmetrics/` or `--data`.\n",
-        "## Claims (docs/math.md §7.4 and issue 7)\n",
+        "## Claims (docs/math.md §7.4)\n",
         markdown_table(["experiment", "claim", "result"], claims),
         "## Wall time per experiment\n",
         markdown_table(["experiment", "seconds"], timing),
