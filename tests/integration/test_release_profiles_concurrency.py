@@ -11,10 +11,10 @@ from decimal import Decimal
 
 import httpx
 import pytest
-from sqlalchemy import create_engine, text
 
 from tests.conftest import ADMIN_KEY
 from tests.helpers import make_csv
+from tests.integration.test_budget_windows_concurrency import _check_windows, _ledger
 from tests.integration.test_release_profiles import DATA_DATES, _rows
 from tests.live_server import live_server
 
@@ -79,29 +79,11 @@ def test_profiles_from_two_processes_charge_each_unit_in_its_window(
     codes = Counter(r.status_code if isinstance(r, httpx.Response) else repr(r) for r in results)
     assert set(codes) <= {200, 403}, codes
     assert codes[200] and codes[403], codes  # the windows were spent up to the cap
-    engine = create_engine(postgres_url)
-    with engine.connect() as conn:
-        accounts = {
-            (w, u): Decimal(s)
-            for w, u, s in conn.execute(
-                text("SELECT window_start, user_id, spent FROM budget_accounts "
-                     "WHERE dataset_id = :d"), {"d": ds})
-        }  # fmt: skip
-        entries = conn.execute(
-            text("SELECT window_start, epsilon, users, reference_id FROM ledger_entries "
-                 "WHERE dataset_id = :d"), {"d": ds},
-        ).all()  # fmt: skip
-    engine.dispose()
-    from_entries: Counter = Counter()
-    for window, eps, users, _ in entries:
-        for u in users:
-            from_entries[(window, u)] += Decimal(eps)
-    assert {k: v for k, v in accounts.items() if v} == dict(from_entries)
-    assert max(accounts.values()) <= CAP
-    assert {w for w, _ in accounts} <= {d for d in DATA_DATES if d.isoweekday() <= 5}
+    accounts, entries, _, _ = _ledger(postgres_url, ds)
+    _check_windows(accounts, entries, {d for d in DATA_DATES if d.isoweekday() <= 5})
     same = (results[0], results[-2], results[-1])  # one body sent three times
     replays = [r for r in same if isinstance(r, httpx.Response) and r.status_code == 200]
     assert len({r.json()["release_id"] for r in replays}) <= 1  # one release, charged once
-    charged = {ref for *_, ref in entries}
+    charged = {ref for _, _, ref, *_ in entries}
     ok = [r.json() for r in results if isinstance(r, httpx.Response) and r.status_code == 200]
     assert len(charged) == len({a["release_id"] for a in ok})
