@@ -14,7 +14,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, suppress
+from contextlib import ExitStack, contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -173,33 +173,78 @@ def _devtools_port(profile: Path, proc: subprocess.Popen, log: Path) -> int:
     raise RuntimeError(f"chromium did not open its DevTools port:\n{log.read_text()[-3000:]}")
 
 
-@contextmanager
-def offline_browser(workdir: Path) -> Iterator[Page]:
-    """A fresh headless chromium (new empty profile, no network) and its first page."""
-    profile = workdir / "chromium-profile"
-    profile.mkdir()
-    log = workdir / "chromium.log"
-    proc = subprocess.Popen(
-        [chromium_binary(), *FLAGS, *offline_flags(), f"--user-data-dir={profile}", "about:blank"],
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
-    try:
-        port = _devtools_port(profile, proc, log)
+class OfflineBrowser:
+    """One headless chromium (empty profile, no network) whose pages each open in a
+    browser context of their own (``Target.createBrowserContext``: like a new incognito
+    profile, with its own cookies, storage and cache), so one browser serves many tests."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.proc: subprocess.Popen | None = None
+        self._launches = 0
+
+    def _launch(self) -> None:
+        self._launches += 1
+        self.profile = self.workdir / f"chromium-profile-{self._launches}"
+        self.profile.mkdir()
+        self.log = self.workdir / f"chromium-{self._launches}.log"
+        self.proc = subprocess.Popen(
+            [chromium_binary(), *FLAGS, *offline_flags(), f"--user-data-dir={self.profile}"],
+            stdout=self.log.open("wb"),
+            stderr=subprocess.STDOUT,
+        )
+        self.port = _devtools_port(self.profile, self.proc, self.log)
         with httpx.Client(trust_env=False) as http:
-            targets = http.get(f"http://127.0.0.1:{port}/json/list", timeout=10).json()
-        target = next(t for t in targets if t["type"] == "page")
-        with connect(target["webSocketDebuggerUrl"], max_size=None, open_timeout=10) as ws:
-            page = Page(ws)
-            for domain in ("Page", "Network", "Runtime", "Log"):
-                page.send(f"{domain}.enable")
-            yield page
-    finally:
-        proc.terminate()
+            info = http.get(f"http://127.0.0.1:{self.port}/json/version", timeout=10).json()
+        self.stack = ExitStack()
+        ws = connect(info["webSocketDebuggerUrl"], max_size=None, open_timeout=10)
+        self.control = Page(self.stack.enter_context(ws))
+
+    @contextmanager
+    def page(self) -> Iterator[Page]:
+        """A new page in a new, empty browser context (closed with it afterwards)."""
+        if self.proc is None or self.proc.poll() is not None:
+            self.close()
+            self._launch()
+        context = self.control.send("Target.createBrowserContext")["browserContextId"]
         try:
-            proc.wait(timeout=10)
+            target = self.control.send(
+                "Target.createTarget", {"url": "about:blank", "browserContextId": context}
+            )["targetId"]
+            url = f"ws://127.0.0.1:{self.port}/devtools/page/{target}"
+            with connect(url, max_size=None, open_timeout=10) as ws:
+                page = Page(ws)
+                for domain in ("Page", "Network", "Runtime", "Log"):
+                    page.send(f"{domain}.enable")
+                yield page
+        finally:
+            self.control.events.clear()
+            try:
+                self.control.send("Target.disposeBrowserContext", {"browserContextId": context})
+            except (CDPError, OSError, TimeoutError):
+                self.close()  # the next page starts a new browser
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        with suppress(Exception):
+            self.stack.close()
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+        self.proc = None
         with suppress(OSError):
-            shutil.rmtree(profile)
+            shutil.rmtree(self.profile)
+
+
+@contextmanager
+def offline_browser(workdir: Path) -> Iterator[OfflineBrowser]:
+    """A headless chromium with no network, started at its first page and stopped after."""
+    browser = OfflineBrowser(workdir)
+    try:
+        yield browser
+    finally:
+        browser.close()

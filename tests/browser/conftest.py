@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 from fastapi import FastAPI
 
-from tests.browser.cdp import Page, chromium_binary, offline_browser
+from tests.browser.cdp import OfflineBrowser, Page, chromium_binary, offline_browser
 from tests.live_server import ThreadedServer
 
 
@@ -22,7 +22,14 @@ def live_url(app: FastAPI) -> Iterator[str]:
         yield server.url
 
 
+@pytest.fixture(scope="session")
+def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OfflineBrowser]:
+    """One chromium per xdist worker; each test's page has a browser context of its own."""
+    with offline_browser(tmp_path_factory.mktemp("chromium")) as b:
+        yield b
+
+
 @pytest.fixture
-def page(tmp_path: Path) -> Iterator[Page]:
-    with offline_browser(tmp_path) as p:
+def page(browser: OfflineBrowser) -> Iterator[Page]:
+    with browser.page() as p:
         yield p

@@ -251,7 +251,7 @@ def test_map_draws_tiles_only_from_a_configured_tile_server(
     assert tiles and all(t.startswith(f"{live_url}/static/favicon.svg?z=") for t in tiles)
     requested = [u for u in page.requested_urls() if "favicon.svg?z=" in u]
     assert set(tiles) <= set(requested), "the tiles were not asked for"
-    page.navigate("about:blank")  # chromium then quits promptly
+    page.navigate("about:blank")  # no tile load outlives the test
 
 
 def test_map_says_why_a_release_cannot_be_drawn(page: Page, live_url: str) -> None:
