@@ -1,7 +1,6 @@
 """A real HTTP server (uvicorn, in a thread) for the browser, and the browser itself."""
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
