@@ -221,7 +221,8 @@ def scripted() -> Iterator[Scripted]:
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the serving loop's next poll: 0.01 s, not the default 0.5 s
+    thread = threading.Thread(target=server.serve_forever, args=(0.01,), daemon=True)
     thread.start()
     state.url = f"http://127.0.0.1:{server.server_address[1]}"
     try:
