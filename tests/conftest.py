@@ -30,9 +30,25 @@ from sqlalchemy.pool import NullPool
 from app.config import Settings
 from app.db.migrate import upgrade
 from app.main import create_app
+from tests import kernels_once
 from tests.postgres import postgres_target
 
 ADMIN_KEY = "dpg_test_admin_key_0123456789"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    kernels_once.start(config)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    kernels_once.finish(config)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _compiled_kernels() -> None:
+    """The kernels compiled once for all workers, when the controlling process does it."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        kernels_once.wait_for_them()
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
