@@ -10,6 +10,7 @@ router asks the ledger what a key spent), and nothing imports a router but
 from __future__ import annotations
 
 import ast
+import functools
 from graphlib import CycleError, TopologicalSorter
 from pathlib import Path
 
@@ -32,14 +33,15 @@ def _module(path: Path) -> str:
     return name.removesuffix(".__init__")
 
 
-def _imports(path: Path) -> set[str]:
+@functools.cache  # parsed once per process: the four tests read the same files
+def _imports(path: Path) -> frozenset[str]:
     found: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.update(f"{node.module}.{alias.name}" for alias in node.names)
         elif isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
-    return found
+    return frozenset(found)
 
 
 def package_graph() -> dict[str, set[str]]:
