@@ -5,6 +5,7 @@ a seeded generator) and at run time (every release runs with them poisoned)."""
 from __future__ import annotations
 
 import ast
+import functools
 import math
 import random
 from pathlib import Path
@@ -34,6 +35,11 @@ def _modules() -> dict[str, Path]:
         name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
         out[name] = path
     return out
+
+
+@functools.cache  # parsed once per process: three tests read the same files
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
 
 
 def _randomness_uses(tree: ast.AST) -> list[str]:
@@ -86,7 +92,7 @@ def test_no_numpy_or_random_randomness_in_app_code() -> None:
     for name, path in sorted(modules.items()):
         if name.startswith(SEEDED_ON_PURPOSE):
             continue
-        uses = _randomness_uses(ast.parse(path.read_text(), str(path)))
+        uses = _randomness_uses(_tree(path))
         if uses:
             offenders[name] = uses
     assert not offenders, offenders
@@ -122,7 +128,7 @@ def test_release_randomness_is_opendp_only() -> None:
     assert "app.core.noise.laplace" in core_modules
     assert "app.core.mechanisms.interval" in core_modules
     for name in core_modules:
-        assert not _non_opendp_randomness(ast.parse(modules[name].read_text())), name
+        assert not _non_opendp_randomness(_tree(modules[name])), name
     for gone in ("uniform", "exponential_choice", "choose_index"):
         assert not hasattr(noise.OpenDPNoise, gone) and not hasattr(noise, gone)
         assert not hasattr(noise.NoiseSource, gone) and not hasattr(SeededNoise, gone)
@@ -136,7 +142,7 @@ def test_the_service_cannot_reach_seeded_generators() -> None:
     """No module reachable from the ASGI app (through any import, even inside a
     function) is a seeded generator or uses one."""
     modules = _modules()
-    trees = {name: ast.parse(path.read_text(), str(path)) for name, path in modules.items()}
+    trees = {name: _tree(path) for name, path in modules.items()}
     reach, todo = set(), ["app.main", "app.cli.main"]
     while todo:
         name = todo.pop()
