@@ -34,6 +34,7 @@ from app.releases.adaptive import (
     coverage,
 )
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
+from app.releases.per_cell import WidthRule
 from app.releases.planning import (
     Occupancy,
     PlanOptions,
@@ -98,6 +99,7 @@ def choose_plan(inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | N
             max_epsilon=max_eps,
             n_statistics=req.n_statistics,
             useful_width=req.useful_width,
+            rule=width_rule(req),
         )
     make = plan_maker(inp, req, excluded)
     if req.eps is not None:
@@ -106,6 +108,13 @@ def choose_plan(inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | N
         raise InvalidRequest("give epsilon or max_user_cost")
     live = inp.occ.user[live_pairs(inp.occ, excluded)]
     return plan_for_cost(make, req.cost_cap, max_eps, _grids_per_user(live))
+
+
+def width_rule(req: ReleaseRequest) -> WidthRule:
+    """The rule by which the request's cells are useful (its statistics' stated widths)."""
+    return WidthRule(
+        req.statistics, req.value_bound, req.mechanism, dict(req.options), req.useful_width
+    )
 
 
 def _grids_per_user(users: np.ndarray) -> int:
@@ -232,6 +241,7 @@ def _adaptive_for_intervals(
     n_stats = req.n_statistics
     U = dataset.value_bound
     best: tuple[tuple[int, float], AdaptiveGrids, list[bool]] | None = None
+    rule = width_rule(req)
     for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
         released, covered = trees.choose(
@@ -245,7 +255,7 @@ def _adaptive_for_intervals(
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)
         max_eps = dataset.max_epsilon_per_query
-        got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width)
+        got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width, rule)
         if got is None:
             break
         if best is None or got[0] > best[0]:

@@ -7,8 +7,11 @@ each user is instead kept in the ``k`` grids where it holds the largest share of
 records (so its cost is at most ``k·ε`` with ``ε = C/k``), and ``k`` is the candidate
 whose plan puts the most records in grids whose public ci95 width
 (``capped_weights``, §5.12) is at most ``useful_width``. With ``epsilon`` given nobody
-is suppressed: at a fixed ``ε`` a suppression never narrows an interval. Everything read
-here is public: occupancy, ``U``, ``ε``, ``C``.
+is suppressed: at a fixed ``ε`` a suppression never narrows an interval. Given the
+statistics' :class:`~app.releases.per_cell.WidthRule`, each candidate's kept sets may share
+each user's ``C`` unequally between cells (per-cell ε, ``app.releases.per_cell``, §6.10),
+scored by the widths the release states. Everything read here is public: occupancy,
+``U``, ``ε``, ``C``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount
 from app.core.planning.partition import narrowest_width
 from app.kit.errors import InvalidRequest
+from app.releases.per_cell import WidthRule, best_at_k
 from app.releases.planning import (
     Occupancy,
     SlotPlan,
@@ -83,13 +87,18 @@ def plan_at_k(
     max_epsilon: Decimal,
     n_statistics: int,
     useful_width: float | None = None,
+    rule: WidthRule | None = None,
 ) -> tuple[tuple[int, float], SlotPlan] | None:
-    """The top-``k`` plan at ``ε = C/k`` and its score; None if that ``ε`` is too small."""
+    """The top-``k`` plan at ``ε = C/k`` and its score (with ``rule``: the better of it and
+    its per-cell weighting); None if that ``ε`` is too small."""
+    kept = top_k_kept(occ, live, k)
+    if rule is not None:
+        G1, K = grids_per_user(occ.user[live]), grids_per_user(occ.user[kept > 0])
+        return best_at_k(occ, kept, k, cost_cap, max_epsilon, rule, G1, K)
     value = min(budget.per_part(cost_cap, k), max_epsilon)
     if value < MIN_EPSILON:
         return None
     amount = exact_amount(value)
-    kept = top_k_kept(occ, live, k)
     useful = 0.2 * U if useful_width is None else useful_width
     score = interval_score(occ, kept, U, amount.used / n_statistics, useful)
     G1 = grids_per_user(occ.user[live])
@@ -106,9 +115,10 @@ def plan_for_intervals(
     max_epsilon: Decimal,
     n_statistics: int,
     useful_width: float | None = None,
+    rule: WidthRule | None = None,
 ) -> SlotPlan:
     """The plan of the module docstring: at ``eps`` (nobody suppressed) or within
-    ``cost_cap`` (the best ``k``)."""
+    ``cost_cap`` (the best ``k``; per cell with ``rule``)."""
     live = live_pairs(occ, excluded)
     G1 = grids_per_user(occ.user[live])
     if eps is not None or G1 == 0:
@@ -119,7 +129,7 @@ def plan_for_intervals(
         raise InvalidRequest("give epsilon or max_user_cost")
     best: tuple[tuple[int, float], SlotPlan] | None = None
     for k in candidate_ks(G1):
-        got = plan_at_k(occ, live, U, k, cost_cap, max_epsilon, n_statistics, useful_width)
+        got = plan_at_k(occ, live, U, k, cost_cap, max_epsilon, n_statistics, useful_width, rule)
         if got is None:
             break
         if best is None or got[0] > best[0]:
