@@ -164,7 +164,12 @@ def best_at_k(
     plan = SlotPlan(q, G1, 0, out, weights)
     paid = plan.user_costs(occ)[1]
     plan = SlotPlan(q, G1, int(paid.max()) if paid.size else 0, out, weights)
-    if plan.K > Q:  # every unit's weights sum to at most Q by construction
-        raise RuntimeError("a per-cell plan charges a unit more than max_user_cost")
+    _check_cost(plan, Q)
     got = score(rule, occ, out, [multiple(q, int(w)) if w else None for w in weights])
     return (got, plan) if got > best[0] else best
+
+
+def _check_cost(plan: SlotPlan, Q: int) -> None:
+    """Every unit's weights sum to at most ``Q`` by construction; checked before release."""
+    if plan.K > Q:
+        raise RuntimeError("a per-cell plan charges a unit more than max_user_cost")
