@@ -30,6 +30,7 @@ import numpy as np
 
 from app import budget, core
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, equal_share
+from app.core.data.results import statistic_range
 from app.releases.planning import Occupancy, SlotPlan, exact_amount, multiple
 
 #: Quanta of ``C`` per unit: at least this many (a multiple of ``k``).
@@ -48,41 +49,51 @@ class WidthRule:
     options: dict[str, Any]
     useful_width: float
 
-    def width(self, counts: np.ndarray, caps: np.ndarray, eps: EpsilonAmount) -> float:
-        """The widest public ci95 of the statistics asked, each at its share of ``eps``."""
+    def widths(
+        self, counts: np.ndarray, caps: np.ndarray, eps: EpsilonAmount
+    ) -> tuple[float, float]:
+        """(the widest public ci95 of the statistics asked, each at its share of ``eps``;
+        the widest as a share of its statistic's range)."""
         used = equal_share(eps, len(self.statistics)).used
-        return max(
-            core.expected_ci95_width(s, counts, self.U, used, self.mechanism, caps=caps,
-                                     **self.options)
-            for s in self.statistics
-        )  # fmt: skip
+        raw, share = 0.0, 0.0
+        for s in self.statistics:
+            w = core.expected_ci95_width(
+                s, counts, self.U, used, self.mechanism, caps=caps, **self.options
+            )
+            lo, hi = statistic_range(s, self.U)
+            raw, share = max(raw, w), max(share, w / (hi - lo))
+        return raw, share
+
+    def useful(self, counts: np.ndarray, caps: np.ndarray, eps: EpsilonAmount) -> bool:
+        return self.widths(counts, caps, eps)[0] <= self.useful_width
 
 
 def score(
     rule: WidthRule, occ: Occupancy, kept: np.ndarray, eps_of: Sequence[EpsilonAmount | None]
 ) -> Score:
-    """(records in useful cells, minus the record-weighted sum of widths) of the cells that
-    keep a unit, cell ``i`` at ``eps_of[i]``: larger is better."""
+    """(records in useful cells, minus the record-weighted sum of widths as shares of
+    their ranges) of the cells that keep a unit, cell ``i`` at ``eps_of[i]``: larger is
+    better."""
     useful, weighted = 0, 0.0
     for i, eps in enumerate(eps_of):
         lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
         if eps is None or not kept[lo:hi].any():
             continue
         records = int(occ.count[lo:hi].sum())
-        width = rule.width(occ.count[lo:hi], kept[lo:hi], eps)
-        weighted += records * width
+        width, share = rule.widths(occ.count[lo:hi], kept[lo:hi], eps)
+        weighted += records * share
         useful += records if width <= rule.useful_width else 0
     return useful, -weighted
 
 
 def _need(rule: WidthRule, counts: np.ndarray, caps: np.ndarray, q: EpsilonAmount, top: int) -> int:
     """The fewest quanta (``<= top``) at which the cell is useful; 0: none is enough."""
-    if rule.width(counts, caps, multiple(q, top)) > rule.useful_width:
+    if not rule.useful(counts, caps, multiple(q, top)):
         return 0
     lo, hi = 0, top  # useful at hi, not known at lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if rule.width(counts, caps, multiple(q, mid)) <= rule.useful_width:
+        if rule.useful(counts, caps, multiple(q, mid)):
             hi = mid
         else:
             lo = mid

@@ -122,8 +122,8 @@ def test_per_cell_epsilon_makes_both_cells_useful_where_no_equal_plan_does() -> 
     def useful(plan: SlotPlan) -> list[bool]:
         return [
             plan.caps(occ, i).any()
-            and rule.width(occ.count[occ.bounds[i] : occ.bounds[i + 1]], plan.caps(occ, i),
-                           plan.grid_eps(i)) <= rule.useful_width
+            and rule.useful(occ.count[occ.bounds[i] : occ.bounds[i + 1]], plan.caps(occ, i),
+                            plan.grid_eps(i))
             for i in range(2)
         ]  # fmt: skip
 
