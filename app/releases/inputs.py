@@ -34,7 +34,7 @@ from app.releases.adaptive import (
     coverage,
 )
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
-from app.releases.per_cell import WidthRule
+from app.releases.per_cell import WidthRule, cell_widths
 from app.releases.planning import (
     Occupancy,
     PlanOptions,
@@ -255,7 +255,8 @@ def _adaptive_for_intervals(
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)
         max_eps = dataset.max_epsilon_per_query
-        got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width, rule)
+        widths = cell_widths(rule, occ, cap, max_eps)
+        got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width, widths)
         if got is None:
             break
         if best is None or got[0] > best[0]:

@@ -8,7 +8,9 @@ released at ``w_c`` quanta and each unit it keeps pays ``w_c`` quanta, so a unit
 
 1. each cell's need: the fewest quanta at which its public ci95 width (every statistic
    asked, at its share of ``w·q``) is at most ``useful_width`` (none when even the most
-   is not enough);
+   is not enough), read on a ladder of epsilons eight to an octave (:class:`CellWidths`:
+   a width at an epsilon is the one at the ladder's rung at or below it, cached per cell,
+   so the candidates ``k`` share the work);
 2. cells that can become useful, the fewest quanta per record and unit first, take their
    need while every unit they keep has that many quanta left;
 3. what each unit has left is split equally among its cells: a cell gets the least of its
@@ -21,8 +23,8 @@ the weighted plan is released only when its public score beats the equal plan's.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
@@ -35,6 +37,8 @@ from app.releases.planning import Occupancy, SlotPlan, exact_amount, multiple
 
 #: Quanta of ``C`` per unit: at least this many (a multiple of ``k``).
 QUANTA = 32
+#: The widths' ladder: rungs per octave of epsilon, and octaves below the top.
+RUNGS, OCTAVES = 8, 12
 
 Score = tuple[int, float]
 
@@ -49,12 +53,10 @@ class WidthRule:
     options: dict[str, Any]
     useful_width: float
 
-    def widths(
-        self, counts: np.ndarray, caps: np.ndarray, eps: EpsilonAmount
-    ) -> tuple[float, float]:
+    def widths(self, counts: np.ndarray, caps: np.ndarray, eps: float) -> tuple[float, float]:
         """(the widest public ci95 of the statistics asked, each at its share of ``eps``;
         the widest as a share of its statistic's range)."""
-        used = equal_share(eps, len(self.statistics)).used
+        used = equal_share(EpsilonAmount(Decimal(eps), eps), len(self.statistics)).used
         raw, share = 0.0, 0.0
         for s in self.statistics:
             w = core.expected_ci95_width(
@@ -64,47 +66,111 @@ class WidthRule:
             raw, share = max(raw, w), max(share, w / (hi - lo))
         return raw, share
 
-    def useful(self, counts: np.ndarray, caps: np.ndarray, eps: EpsilonAmount) -> bool:
-        return self.widths(counts, caps, eps)[0] <= self.useful_width
+
+@dataclass
+class CellWidths:
+    """The cells of ``occ`` under ``rule``, their widths read on a ladder of epsilons
+    ``top·2^(-j/RUNGS)``: at an epsilon, the widths at the highest rung not above it (the
+    widths shrink as epsilon grows, so this never calls a cell useful that is not)."""
+
+    rule: WidthRule
+    occ: Occupancy
+    top: float
+    _cache: dict[tuple[int, bytes, int], tuple[float, float]] = field(default_factory=dict)
+    _exact: dict[tuple[int, bytes, float], tuple[float, float]] = field(default_factory=dict)
+
+    def _rung(self, eps: float) -> int | None:
+        if eps >= self.top:
+            return 0
+        j = math.ceil(RUNGS * math.log2(self.top / eps) - 1e-9)
+        while j > 0 and self._eps(j) > eps:
+            j += 1
+        return j if j <= RUNGS * OCTAVES else None
+
+    def _eps(self, j: int) -> float:
+        return self.top * 2.0 ** (-j / RUNGS)
+
+    def _at_rung(self, i: int, caps: np.ndarray, j: int) -> tuple[float, float]:
+        key = (i, caps.tobytes(), j)
+        got = self._cache.get(key)
+        if got is None:
+            lo, hi = int(self.occ.bounds[i]), int(self.occ.bounds[i + 1])
+            got = self._cache[key] = self.rule.widths(self.occ.count[lo:hi], caps, self._eps(j))
+        return got
+
+    def exact(self, i: int, caps: np.ndarray, eps: float) -> tuple[float, float]:
+        """Cell ``i``'s (width, share) with kept counts ``caps`` at ``eps`` itself (cached)."""
+        key = (i, caps.tobytes(), eps)
+        got = self._exact.get(key)
+        if got is None:
+            lo, hi = int(self.occ.bounds[i]), int(self.occ.bounds[i + 1])
+            got = self._exact[key] = self.rule.widths(self.occ.count[lo:hi], caps, eps)
+        return got
+
+    def need(self, i: int, caps: np.ndarray) -> tuple[float, float]:
+        """The least rung's epsilon at which cell ``i`` is useful and the next rung's, at
+        which it is not (inf, inf: not useful even at the top; 0 below the ladder)."""
+        useful = self.rule.useful_width
+        last = RUNGS * OCTAVES
+        if self._at_rung(i, caps, 0)[0] > useful:
+            return math.inf, math.inf
+        if self._at_rung(i, caps, last)[0] <= useful:
+            return self._eps(last), 0.0
+        lo, hi = 0, last  # useful at rung lo, not at rung hi
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self._at_rung(i, caps, mid)[0] <= useful:
+                lo = mid
+            else:
+                hi = mid
+        return self._eps(lo), self._eps(hi)
 
 
-def score(
-    rule: WidthRule, occ: Occupancy, kept: np.ndarray, eps_of: Sequence[EpsilonAmount | None]
-) -> Score:
+def score(widths: CellWidths, kept: np.ndarray, eps_of: list[EpsilonAmount | None]) -> Score:
     """(records in useful cells, minus the record-weighted sum of widths as shares of
     their ranges) of the cells that keep a unit, cell ``i`` at ``eps_of[i]``: larger is
     better."""
+    occ = widths.occ
     useful, weighted = 0, 0.0
     for i, eps in enumerate(eps_of):
         lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
         if eps is None or not kept[lo:hi].any():
             continue
         records = int(occ.count[lo:hi].sum())
-        width, share = rule.widths(occ.count[lo:hi], kept[lo:hi], eps)
+        width, share = widths.exact(i, kept[lo:hi], eps.used)
         weighted += records * share
-        useful += records if width <= rule.useful_width else 0
+        useful += records if width <= widths.rule.useful_width else 0
     return useful, -weighted
 
 
-def _need(rule: WidthRule, counts: np.ndarray, caps: np.ndarray, q: EpsilonAmount, top: int) -> int:
-    """The fewest quanta (``<= top``) at which the cell is useful; 0: none is enough."""
-    if not rule.useful(counts, caps, multiple(q, top)):
+def _need(widths: CellWidths, i: int, caps: np.ndarray, q: EpsilonAmount, top: int) -> int:
+    """The fewest quanta (``<= top``) at which cell ``i`` is useful; 0: none is enough. The
+    ladder brackets it (useful at its rung, not at the next), exact widths settle it."""
+    useful_at, not_at = widths.need(i, caps)
+    if not math.isfinite(useful_at):
         return 0
-    lo, hi = 0, top  # useful at hi, not known at lo
-    while hi - lo > 1:
+    hi = max(1, math.ceil(useful_at / q.used))
+    while multiple(q, hi).used < useful_at:
+        hi += 1
+    lo = max(0, min(hi - 1, math.floor(not_at / q.used)))
+    while lo > 0 and multiple(q, lo).used > not_at:
+        lo -= 1
+    bound = widths.rule.useful_width
+    while hi - lo > 1:  # useful at hi; not at lo (or lo = 0)
         mid = (lo + hi) // 2
-        if rule.useful(counts, caps, multiple(q, mid)):
+        if widths.exact(i, caps, multiple(q, mid).used)[0] <= bound:
             hi = mid
         else:
             lo = mid
-    return hi
+    return hi if hi <= top else 0
 
 
 def per_cell_weights(
-    occ: Occupancy, kept: np.ndarray, rule: WidthRule, q: EpsilonAmount, Q: int, top: int
+    widths: CellWidths, kept: np.ndarray, q: EpsilonAmount, Q: int, top: int
 ) -> tuple[np.ndarray, np.ndarray]:
     """(weights per grid, kept counts per pair) of the module docstring: every unit's
     weights sum to at most ``Q``; each weight is at most ``top``."""
+    occ = widths.occ
     n_grids = occ.bounds.size - 1
     keep = kept > 0
     users, unit_of = np.unique(occ.user, return_inverse=True)
@@ -115,7 +181,7 @@ def per_cell_weights(
         lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
         n_kept = int(np.count_nonzero(keep[lo:hi]))
         if n_kept:
-            need[i] = _need(rule, occ.count[lo:hi], kept[lo:hi], q, top)
+            need[i] = _need(widths, i, kept[lo:hi], q, top)
             if need[i]:
                 density[i] = float(occ.count[lo:hi].sum()) / (need[i] * n_kept)
     weights = np.zeros(n_grids, dtype=np.int64)
@@ -151,32 +217,33 @@ def best_at_k(
     k: int,
     cost_cap: Decimal,
     max_epsilon: Decimal,
-    rule: WidthRule,
+    widths: CellWidths,
     G1: int,
     K: int,
+    weigh: bool = True,
 ) -> tuple[Score, SlotPlan] | None:
-    """The better (by :func:`score`) of the equal plan at ``C/k`` on ``kept`` and its per-cell
-    weighting; None if ``C/k`` is below the smallest epsilon."""
+    """The better (by :func:`score`) of the equal plan at ``C/k`` on ``kept`` and (with
+    ``weigh``) its per-cell weighting; None if ``C/k`` is below the smallest epsilon."""
     value = min(budget.per_part(cost_cap, k), max_epsilon)
     if value < MIN_EPSILON:
         return None
     amount = exact_amount(value)
     n_grids = occ.bounds.size - 1
     equal = SlotPlan(amount, G1, K, kept)
-    best = (score(rule, occ, kept, [amount] * n_grids), equal)
-    Q = k * -(-QUANTA // k)
+    best = (score(widths, kept, [amount] * n_grids), equal)
+    Q = QUANTA << max(0, math.ceil(math.log2(k / 4)))  # at least 8 quanta per kept cell
     quantum = budget.per_part(cost_cap, Q)
-    if quantum < MIN_EPSILON or not kept.any():
+    if not weigh or quantum < MIN_EPSILON or not kept.any():
         return best
     q = exact_amount(quantum)
     top = min(Q, int(max_epsilon // q.charged))
-    weights, out = per_cell_weights(occ, kept, rule, q, Q, top)
+    weights, out = per_cell_weights(widths, kept, q, Q, top)
     out[np.repeat(weights == 0, np.diff(occ.bounds))] = 0
     plan = SlotPlan(q, G1, 0, out, weights)
     paid = plan.user_costs(occ)[1]
     plan = SlotPlan(q, G1, int(paid.max()) if paid.size else 0, out, weights)
     _check_cost(plan, Q)
-    got = score(rule, occ, out, [multiple(q, int(w)) if w else None for w in weights])
+    got = score(widths, out, [multiple(q, int(w)) if w else None for w in weights])
     return (got, plan) if got > best[0] else best
 
 
@@ -184,3 +251,20 @@ def _check_cost(plan: SlotPlan, Q: int) -> None:
     """Every unit's weights sum to at most ``Q`` by construction; checked before release."""
     if plan.K > Q:
         raise RuntimeError("a per-cell plan charges a unit more than max_user_cost")
+
+
+def cell_widths(
+    rule: WidthRule | None, occ: Occupancy, cost_cap: Decimal, max_epsilon: Decimal
+) -> CellWidths | None:
+    """The cache of :class:`CellWidths` for one occupancy, its ladder topped at the most
+    any cell can get; None (equal plans only) when the statistics asked include the
+    variance, or no cell could be useful even at that epsilon with every unit kept: the
+    floor of docs/math.md §6.10, ``L·ε/S >= 2 ln 20·U/useful_width``."""
+    if rule is None or "variance" in rule.statistics:
+        return None
+    top = float(min(cost_cap, max_epsilon))
+    units = np.diff(occ.bounds)
+    need = 2 * math.log(20) * rule.U / rule.useful_width * len(rule.statistics)
+    if not units.size or float(units.max()) * top < need:
+        return None
+    return CellWidths(rule, occ, top)

@@ -22,10 +22,11 @@ import numpy as np
 import pytest
 
 from app import core
+from app.answers.epsilon import EpsilonAmount
 from app.core import GridData
 from app.releases import per_cell
 from app.releases.interval_plan import plan_for_intervals
-from app.releases.per_cell import WidthRule
+from app.releases.per_cell import CellWidths, WidthRule
 from app.releases.planning import Occupancy, SlotPlan
 from tests.security import audit_lib as audit
 from tests.unseeded import fails_only_twice
@@ -109,14 +110,15 @@ def test_audit_bounds_the_shared_units_loss_by_its_charge() -> None:
     fails_only_twice(check)
 
 
-def _overspending(*args: Any) -> tuple[np.ndarray, np.ndarray]:
+def _overspending(
+    widths: CellWidths, kept: np.ndarray, q: EpsilonAmount, Q: int, top: int
+) -> tuple[np.ndarray, np.ndarray]:
     """A broken copy: each cell its need plus half of every unit's quanta, never deducted."""
-    occ, kept, rule, q, Q, top = args
+    occ = widths.occ
     weights = np.zeros(occ.bounds.size - 1, dtype=np.int64)
     for i in range(weights.size):
-        lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
-        need = per_cell._need(rule, occ.count[lo:hi], kept[lo:hi], q, top)
-        weights[i] = min(need + Q // 2, top)
+        caps = kept[occ.bounds[i] : occ.bounds[i + 1]]
+        weights[i] = min(per_cell._need(widths, i, caps, q, top) + Q // 2, top)
     return weights, kept.copy()
 
 

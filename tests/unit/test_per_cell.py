@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from app import budget
-from app.answers.epsilon import equal_share
+from app.answers.epsilon import EpsilonAmount, equal_share
 from app.releases import per_cell
 from app.releases.interval_plan import candidate_ks, plan_for_intervals, top_k_kept
-from app.releases.per_cell import WidthRule, score
+from app.releases.per_cell import CellWidths, WidthRule, cell_widths, score
 from app.releases.planning import Occupancy, SlotPlan, exact_amount
 
 U = 30.0
@@ -97,13 +97,14 @@ def test_the_weighting_is_never_scored_below_an_equal_plan() -> None:
         rule = _rule(STATISTICS[seed % 3], 0.4 * U)
         cap = Decimal("2")
         plan = _plan(occ, cap, rule)
-        mine = score(rule, occ, plan.kept, [plan.grid_eps(i) for i in range(5)])
+        widths = cell_widths(rule, occ, cap, Decimal(10))
+        mine = score(widths, plan.kept, [plan.grid_eps(i) for i in range(5)])
         G1 = int(np.unique(occ.user, return_counts=True)[1].max())
         live = np.ones(occ.user.size, dtype=bool)
         for k in candidate_ks(G1):
             kept = top_k_kept(occ, live, k)
             amount = exact_amount(budget.per_part(cap, k))
-            assert score(rule, occ, kept, [amount] * 5) <= mine
+            assert score(widths, kept, [amount] * 5) <= mine
         weighted += plan.weights is not None
     assert weighted > 0  # the weighting wins somewhere
 
@@ -120,12 +121,12 @@ def test_per_cell_epsilon_makes_both_cells_useful_where_no_equal_plan_does() -> 
     occ, rule, cap = _two_cells(), _rule(("user_mean",)), Decimal("2")
 
     def useful(plan: SlotPlan) -> list[bool]:
-        return [
-            plan.caps(occ, i).any()
-            and rule.useful(occ.count[occ.bounds[i] : occ.bounds[i + 1]], plan.caps(occ, i),
-                            plan.grid_eps(i))
-            for i in range(2)
-        ]  # fmt: skip
+        out = []
+        for i in range(2):
+            counts, caps = occ.count[occ.bounds[i] : occ.bounds[i + 1]], plan.caps(occ, i)
+            width = rule.widths(counts, caps, plan.grid_eps(i).used)[0]
+            out.append(bool(caps.any()) and width <= rule.useful_width)
+        return out
 
     equal = _plan(occ, cap, None)
     assert useful(equal).count(True) == 1
@@ -139,16 +140,16 @@ def test_per_cell_epsilon_makes_both_cells_useful_where_no_equal_plan_does() -> 
     assert audit_costs(occ, plan, cap) == []
 
 
-def _broken_weights(*args: object) -> tuple[np.ndarray, np.ndarray]:
+def _broken_weights(
+    widths: CellWidths, kept: np.ndarray, q: EpsilonAmount, Q: int, top: int
+) -> tuple[np.ndarray, np.ndarray]:
     """A broken copy: each cell gets its need and the shares of a budget it never
     deducts (the greedy's bookkeeping forgotten)."""
-    occ, kept, rule, q, Q, top = args
-    assert isinstance(occ, Occupancy) and isinstance(kept, np.ndarray)
+    occ = widths.occ
     weights = np.zeros(occ.bounds.size - 1, dtype=np.int64)
     for i in range(weights.size):
-        lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
-        need = per_cell._need(rule, occ.count[lo:hi], kept[lo:hi], q, top)  # type: ignore[arg-type]
-        weights[i] = min(need + int(Q) // 2, int(top))  # type: ignore[call-overload]
+        caps = kept[occ.bounds[i] : occ.bounds[i + 1]]
+        weights[i] = min(per_cell._need(widths, i, caps, q, top) + Q // 2, top)
     return weights, kept.copy()
 
 
