@@ -235,7 +235,8 @@ def _adaptive_for_intervals(
 ) -> ReleaseInput:
     """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
     fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
-    (docs/math.md §6.7). Public information only."""
+    (docs/math.md §6.7; with per-cell ε, §6.10, also the weighted plan keeping everyone).
+    Public information only."""
     dataset = req.dataset
     cap = req.cost_cap or budget.limit(0)
     n_stats = req.n_statistics
@@ -259,6 +260,10 @@ def _adaptive_for_intervals(
         got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width, widths)
         if got is None:
             break
+        last = _grids_per_user(occ.user)
+        if widths is not None and last != k:  # per cell, keeping everyone (§6.10)
+            alt = plan_at_k(occ, live, U, last, cap, max_eps, n_stats, req.useful_width, widths)
+            got = got if alt is None or alt[0] <= got[0] else alt
         if best is None or got[0] > best[0]:
             best = (got[0], chosen, covered)
     if best is None:
