@@ -6,13 +6,18 @@ For each single weekday hour and each profile of ``benchmarks/profile_release.py
 units: bus-days) it prints, as shares of the hour's (or pooled) records:
 
 * ``mass``: the budget-mass bound — a useful cell needs ``L·ε >= 2 ln 20 · U / w`` of
-  charge over its kept units, so at most ``C·N·w / (2 ln 20 U)`` cells are useful; the
-  records of that many largest cells (res >= 7, or any resolution), ignoring disjointness;
+  charge over its kept units, so at most ``M = C·N·w / (2 ln 20 U)`` cells are useful,
+  whatever the allocation or suppression; disjoint cells at res >= 7 (or >= 5) lie in
+  distinct res-7 (res-5) cells, so they hold at most the records of the ``M`` largest
+  of those;
 * ``best``: the largest share of records in useful cells over every set of disjoint
   cells (res 7–8, or 5–8) with at least ``min_users`` units, each given the per-cell
   ``ε`` it needs and no unit charged more than ``C`` in all (nobody suppressed), solved
   exactly as an integer programme (scipy's HiGHS);
-* ``equal``: the same with one ``ε = C/G1`` for every cell (each unit pays in every cell).
+* ``equal``: the same with one ``ε = C/G1`` for every cell (each unit pays in every cell);
+* ``useful with res>=7 >= 1/3`` (``1/2``): the largest useful share of records (any
+  resolution 5–8) when at least that share of the covered records lies at res >= 7, cells
+  that are not useful released for free (an upper bound: :func:`frontier`).
 """
 
 from __future__ import annotations
@@ -82,7 +87,12 @@ def floor(rows: list[tuple[str, str]], statistic: str, cost: float) -> dict[str,
     for label, low in (("r>=7", 7), ("any", 5)):
         chosen = [c for c in cells if h3.get_resolution(c) >= low]
         records = np.array([sum(cells[c].values()) for c in chosen], dtype=float)
-        out[f"mass {label}"] = float(np.sort(records)[::-1][:mass_cells].sum()) / total
+        # disjoint cells lie in distinct cells at res ``low``: at most the largest of those
+        tops = defaultdict(int)
+        for unit, fine in rows:
+            tops[h3.cell_to_parent(fine, low)] += 1
+        largest = sorted(tops.values(), reverse=True)[:mass_cells]
+        out[f"mass {label}"] = min(1.0, sum(largest) / total)
         need = np.array(
             [needed_eps(statistic, np.array(list(cells[c].values())), cost) for c in chosen]
         )
@@ -128,6 +138,49 @@ def floor(rows: list[tuple[str, str]], statistic: str, cost: float) -> dict[str,
     return out
 
 
+def frontier(rows: list[tuple[str, str]], statistic: str, cost: float, share: float) -> float:
+    """The largest share of records in useful cells (res 5–8) when at least ``share`` of
+    the covered records lie at res >= 7: cells released useful (at the epsilon they need,
+    every unit within ``cost``) or not useful (free here, so this is an upper bound),
+    disjoint, each with ``min_users`` units; an integer programme."""
+    total = len(rows)
+    units = sorted({u for u, _ in rows})
+    unit_index = {u: i for i, u in enumerate(units)}
+    cells = cells_of(rows, 8)
+    names = list(cells)
+    n = len(names)
+    records = np.array([sum(cells[c].values()) for c in names], dtype=float)
+    fine = np.array([h3.get_resolution(c) >= 7 for c in names], dtype=float)
+    need = np.array([needed_eps(statistic, np.array(list(cells[c].values())), cost) for c in names])
+    # variables: x (useful) then y (released, not useful)
+    r_i, c_i, vals = [], [], []
+    for j in np.flatnonzero(np.isfinite(need)).tolist():
+        for u in cells[names[j]]:
+            r_i.append(unit_index[u])
+            c_i.append(j)
+            vals.append(need[j])
+    A = coo_matrix((vals, (r_i, c_i)), shape=(len(units), 2 * n)).tocsr()
+    cons = [LinearConstraint(A, -np.inf, cost)]
+    fine_of: dict[str, list[int]] = defaultdict(list)
+    for j, c in enumerate(names):
+        res = h3.get_resolution(c)
+        for f in h3.cell_to_children(c, 8) if res < 8 else [c]:
+            fine_of[f].append(j)
+    chains = list(fine_of.values())
+    d_r = [i for i, js in enumerate(chains) for _ in js for _ in (0, 1)]
+    d_c = [j + o for js in chains for j in js for o in (0, n)]
+    D = coo_matrix((np.ones(len(d_c)), (d_r, d_c)), shape=(len(chains), 2 * n))
+    cons.append(LinearConstraint(D.tocsr(), -np.inf, 1))
+    mix = np.concatenate([records * (fine - share)] * 2)
+    cons.append(LinearConstraint(mix.reshape(1, -1), 0, np.inf))
+    upper = np.concatenate([np.isfinite(need).astype(float), np.ones(n)])
+    got = milp(
+        -np.concatenate([records, np.zeros(n)]), constraints=cons,
+        integrality=np.ones(2 * n), bounds=Bounds(0, upper), options={"time_limit": 60},
+    )  # fmt: skip
+    return float(-got.fun) / total if got.x is not None else float("nan")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--statistic", default="user_mean", choices=("mean", "user_mean"))
@@ -149,7 +202,9 @@ def main() -> None:
         print(
             f"{name:<26} units {f['units']:5.0f} G1 {f['G1']:3.0f}  mass cells {f['mass cells']:3.0f}"
             f"  mass r>=7 {f['mass r>=7']:.2f} any {f['mass any']:.2f}"
-            f"  best r>=7 {f['best r>=7']:.2f} any {f['best any']:.2f}  equal r8 {f['equal r8']:.2f}",
+            f"  best r>=7 {f['best r>=7']:.2f} any {f['best any']:.2f}  equal r8 {f['equal r8']:.2f}"
+            f"  useful with res>=7 >= 1/3: {frontier(rows, args.statistic, args.cost, 1 / 3):.2f}"
+            f", >= 1/2: {frontier(rows, args.statistic, args.cost, 1 / 2):.2f}",
             flush=True,
         )
 

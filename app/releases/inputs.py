@@ -17,11 +17,13 @@ from datetime import date
 from functools import cached_property, partial
 from typing import Any
 
+import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
 from app import budget
 from app.answers.epsilon import EpsilonAmount
+from app.core.planning.partition import FINE_WEIGHT
 from app.datasets.grid_batch import GridBatch, GridColumns, load_grid_batch
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
@@ -34,7 +36,7 @@ from app.releases.adaptive import (
     coverage,
 )
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
-from app.releases.per_cell import WidthRule, cell_widths
+from app.releases.per_cell import CellWidths, WidthRule
 from app.releases.planning import (
     Occupancy,
     PlanOptions,
@@ -46,6 +48,7 @@ from app.releases.planning import (
 )
 from app.releases.request import ReleaseRequest
 from app.releases.slot import SpanGrids, span_grids
+from app.time.slots import datetime_to_us
 
 ADAPTIVE_ROUNDS = 3
 #: Planned for intervals, the partitions tried: one per ``k`` = 1 .. this many.
@@ -235,38 +238,77 @@ def _adaptive_for_intervals(
 ) -> ReleaseInput:
     """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
     fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
-    (docs/math.md §6.7; with per-cell ε, §6.10, also the weighted plan keeping everyone).
-    Public information only."""
+    (docs/math.md §6.7). With per-cell ε (§6.10) each partition is also scored by its
+    weighted plan keeping everyone, partitions are compared by the worth of their useful
+    records (finer cells worth more, as in §6.6), and two more are tried: the best ``k``'s
+    partition again with the cells the finest candidates' plans made useful counted as
+    useful. Public information only."""
     dataset = req.dataset
     cap = req.cost_cap or budget.limit(0)
-    n_stats = req.n_statistics
-    U = dataset.value_bound
-    best: tuple[tuple[int, float], AdaptiveGrids, list[bool]] | None = None
     rule = width_rule(req)
-    for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
+    per_cell = "variance" not in req.statistics
+    found: list[tuple[tuple[float, float], int, AdaptiveGrids, list[bool], frozenset]] = []
+
+    def evaluate(k: int, useful: frozenset[tuple[int, str]] = frozenset()) -> bool:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
         released, covered = trees.choose(
             min_users=req.min_users,
-            U=U,
-            eps=float(eps) / n_stats,
+            U=dataset.value_bound,
+            eps=float(eps) / req.n_statistics,
             useful_width=req.useful_width,
             statistics=req.statistics,
+            useful=useful,
         )
         chosen = chooser(released)
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)
         max_eps = dataset.max_epsilon_per_query
-        widths = cell_widths(rule, occ, cap, max_eps)
-        got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width, widths)
+        widths = CellWidths(rule, occ, float(min(cap, max_eps))) if per_cell else None
+        args = (cap, max_eps, req.n_statistics, req.useful_width, widths)
+        got = plan_at_k(occ, live, dataset.value_bound, k, *args)
         if got is None:
-            break
+            return False
         last = _grids_per_user(occ.user)
-        if widths is not None and last != k:  # per cell, keeping everyone (§6.10)
-            alt = plan_at_k(occ, live, U, last, cap, max_eps, n_stats, req.useful_width, widths)
+        if widths is not None and last != k:  # per cell, keeping everyone
+            alt = plan_at_k(occ, live, dataset.value_bound, last, *args)
             got = got if alt is None or alt[0] <= got[0] else alt
-        if best is None or got[0] > best[0]:
-            best = (got[0], chosen, covered)
-    if best is None:
+        score: tuple[float, float] = (float(got[0][0]), got[0][1])
+        made: frozenset[tuple[int, str]] = frozenset()
+        if widths is not None:
+            worth, made = _worth(widths, got[1], chosen.grids, span.h3_resolution, req)
+            score = (worth, got[0][1])
+        found.append((score, k, chosen, covered, made))
+        return True
+
+    for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
+        if not evaluate(k):
+            break
+    if not found:
         raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
-    _, chosen, covered = best
+    if per_cell:
+        best_k = max(found, key=lambda f: f[0])[1]
+        for made in [f[4] for f in found[:2] if f[4]]:
+            evaluate(best_k, made)
+    _, _, chosen, covered, _ = max(found, key=lambda f: f[0])
     return make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
+
+
+def _worth(
+    widths: CellWidths, plan: SlotPlan, grids: Sequence[SlotGrid], finest: int, req: ReleaseRequest
+) -> tuple[float, frozenset[tuple[int, str]]]:
+    """The plan's useful records, each worth ``1 + φ·(res - coarsest)/(finest - coarsest)``
+    (φ of the partition, §6.6), and the (slot µs, cell) of its useful cells."""
+    occ, coarsest = widths.occ, req.coarsest_resolution
+    span = max(finest - coarsest, 1)
+    worth, useful = 0.0, []
+    for i, grid in enumerate(grids):
+        caps = plan.caps(occ, i)
+        if not caps.any():
+            continue
+        if widths.exact(i, caps, plan.grid_eps(i).used)[0] > widths.rule.useful_width:
+            continue
+        res = h3.get_resolution(grid.h3_cell)
+        records = float(occ.count[occ.bounds[i] : occ.bounds[i + 1]].sum())
+        worth += records * (1.0 + FINE_WEIGHT * (res - coarsest) / span)
+        useful.append((datetime_to_us(grid.slot_start), grid.h3_cell))
+    return worth, frozenset(useful)
