@@ -38,6 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from app.core.planning.partition import narrowest_width, user_mean_widths  # noqa: E402
+from benchmarks.city_release import DAYS as CITY_DAYS  # noqa: E402
 from benchmarks.city_release import hour_rows  # noqa: E402
 from benchmarks.profile_release import DAYS, PROFILES  # noqa: E402
 
@@ -89,7 +90,7 @@ def floor(rows: list[tuple[str, str]], statistic: str, cost: float) -> dict[str,
         records = np.array([sum(cells[c].values()) for c in chosen], dtype=float)
         # disjoint cells lie in distinct cells at res ``low``: at most the largest of those
         tops = defaultdict(int)
-        for unit, fine in rows:
+        for _unit, fine in rows:
             tops[h3.cell_to_parent(fine, low)] += 1
         largest = sorted(tops.values(), reverse=True)[:mass_cells]
         out[f"mass {label}"] = min(1.0, sum(largest) / total)
@@ -185,7 +186,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--statistic", default="user_mean", choices=("mean", "user_mean"))
     parser.add_argument("--cost", type=float, default=2.0)
+    parser.add_argument(
+        "--city", action="store_true", help="the hours of benchmarks/city_release.py instead"
+    )
     args = parser.parse_args()
+    if args.city:
+        hours = {f"hour {d} {h:02d}:00": [(b, c) for b, c, _ in hour_rows(d, h)]
+                 for d in CITY_DAYS for h in (8, 17)}  # fmt: skip
+        print(f"statistic {args.statistic}, cost {args.cost}, useful width {WIDTH} of U = {U}")
+        for name, rows in hours.items():
+            if rows:
+                _report(name, rows, args.statistic, args.cost)
+        return
     units = {d: [(f"{b}@{d}", cell) for b, cell, _ in hour_rows(d, 8)] for d in DAYS}
     configs = {f"hour {d}": units[d] for d in DAYS if date.fromisoformat(d).isoweekday() <= 5}
     for name, p in PROFILES.items():
@@ -198,15 +210,19 @@ def main() -> None:
         ]  # fmt: skip
     print(f"statistic {args.statistic}, cost {args.cost}, useful width {WIDTH} of U = {U}")
     for name, rows in configs.items():
-        f = floor(rows, args.statistic, args.cost)
-        print(
-            f"{name:<26} units {f['units']:5.0f} G1 {f['G1']:3.0f}  mass cells {f['mass cells']:3.0f}"
-            f"  mass r>=7 {f['mass r>=7']:.2f} any {f['mass any']:.2f}"
-            f"  best r>=7 {f['best r>=7']:.2f} any {f['best any']:.2f}  equal r8 {f['equal r8']:.2f}"
-            f"  useful with res>=7 >= 1/3: {frontier(rows, args.statistic, args.cost, 1 / 3):.2f}"
-            f", >= 1/2: {frontier(rows, args.statistic, args.cost, 1 / 2):.2f}",
-            flush=True,
-        )
+        _report(name, rows, args.statistic, args.cost)
+
+
+def _report(name: str, rows: list[tuple[str, str]], statistic: str, cost: float) -> None:
+    f = floor(rows, statistic, cost)
+    print(
+        f"{name:<26} units {f['units']:5.0f} G1 {f['G1']:3.0f}  mass cells "
+        f"{f['mass cells']:3.0f}  mass r>=7 {f['mass r>=7']:.2f}  best r>=7 "
+        f"{f['best r>=7']:.2f} any {f['best any']:.2f}  equal r8 {f['equal r8']:.2f}  useful "
+        f"with res>=7 >= 1/3: {frontier(rows, statistic, cost, 1 / 3):.2f}, >= 1/2: "
+        f"{frontier(rows, statistic, cost, 1 / 2):.2f}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -51,6 +51,9 @@ from app.releases.slot import SpanGrids, span_grids
 from app.time.slots import datetime_to_us
 
 ADAPTIVE_ROUNDS = 3
+#: Choosing among partitions with per-cell ε: a useful record at the finest resolution is
+#: worth this much more than one at the coarsest (twice the partition's own ``φ``).
+CHOICE_FINE_WEIGHT = 2 * FINE_WEIGHT
 #: Planned for intervals, the partitions tried: one per ``k`` = 1 .. this many.
 ADAPTIVE_KS = 6
 
@@ -240,9 +243,9 @@ def _adaptive_for_intervals(
     fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
     (docs/math.md §6.7). With per-cell ε (§6.10) each partition is also scored by its
     weighted plan keeping everyone, partitions are compared by the worth of their useful
-    records (finer cells worth more, as in §6.6), and two more are tried: the best ``k``'s
-    partition again with the cells the finest candidates' plans made useful counted as
-    useful. Public information only."""
+    records (finer ones worth more: ``CHOICE_FINE_WEIGHT``), and two more are tried: the
+    best ``k``'s partition again with the cells the finest candidates' plans made useful
+    counted as useful. Public information only."""
     dataset = req.dataset
     cap = req.cost_cap or budget.limit(0)
     rule = width_rule(req)
@@ -297,7 +300,7 @@ def _worth(
     widths: CellWidths, plan: SlotPlan, grids: Sequence[SlotGrid], finest: int, req: ReleaseRequest
 ) -> tuple[float, frozenset[tuple[int, str]]]:
     """The plan's useful records, each worth ``1 + φ·(res - coarsest)/(finest - coarsest)``
-    (φ of the partition, §6.6), and the (slot µs, cell) of its useful cells."""
+    (``φ = CHOICE_FINE_WEIGHT``), and the (slot µs, cell) of its useful cells."""
     occ, coarsest = widths.occ, req.coarsest_resolution
     span = max(finest - coarsest, 1)
     worth, useful = 0.0, []
@@ -309,6 +312,6 @@ def _worth(
             continue
         res = h3.get_resolution(grid.h3_cell)
         records = float(occ.count[occ.bounds[i] : occ.bounds[i + 1]].sum())
-        worth += records * (1.0 + FINE_WEIGHT * (res - coarsest) / span)
+        worth += records * (1.0 + CHOICE_FINE_WEIGHT * (res - coarsest) / span)
         useful.append((datetime_to_us(grid.slot_start), grid.h3_cell))
     return worth, frozenset(useful)
