@@ -54,6 +54,8 @@ ADAPTIVE_ROUNDS = 3
 #: Choosing among partitions with per-cell ε: a useful record at the finest resolution is
 #: worth this much more than one at the coarsest (twice the partition's own ``φ``).
 CHOICE_FINE_WEIGHT = 2 * FINE_WEIGHT
+#: ... among the partitions with at least this share of the most useful records.
+USEFUL_KEPT = 0.9
 #: Planned for intervals, the partitions tried: one per ``k`` = 1 .. this many.
 ADAPTIVE_KS = 6
 
@@ -243,14 +245,15 @@ def _adaptive_for_intervals(
     fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
     (docs/math.md §6.7). With per-cell ε (§6.10) each partition is also scored by its
     weighted plan keeping everyone, partitions are compared by the worth of their useful
-    records (finer ones worth more: ``CHOICE_FINE_WEIGHT``), and two more are tried: the
+    records (finer ones worth more: ``CHOICE_FINE_WEIGHT``; among those with at least
+    ``USEFUL_KEPT`` of the most useful records), and two more are tried: the
     best ``k``'s partition again with the cells the finest candidates' plans made useful
     counted as useful. Public information only."""
     dataset = req.dataset
     cap = req.cost_cap or budget.limit(0)
     rule = width_rule(req)
     per_cell = "variance" not in req.statistics
-    found: list[tuple[tuple[float, float], int, AdaptiveGrids, list[bool], frozenset]] = []
+    found: list[tuple[tuple[float, float], int, AdaptiveGrids, list[bool], frozenset, int]] = []
 
     def evaluate(k: int, useful: frozenset[tuple[int, str]] = frozenset()) -> bool:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
@@ -280,7 +283,7 @@ def _adaptive_for_intervals(
         if widths is not None:
             worth, made = _worth(widths, got[1], chosen.grids, span.h3_resolution, req)
             score = (worth, got[0][1])
-        found.append((score, k, chosen, covered, made))
+        found.append((score, k, chosen, covered, made, got[0][0]))
         return True
 
     for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
@@ -292,7 +295,9 @@ def _adaptive_for_intervals(
         best_k = max(found, key=lambda f: f[0])[1]
         for made in [f[4] for f in found[:2] if f[4]]:
             evaluate(best_k, made)
-    _, _, chosen, covered, _ = max(found, key=lambda f: f[0])
+        most = max(f[5] for f in found)  # finer, but never much less useful
+        found = [f for f in found if f[5] >= USEFUL_KEPT * most]
+    _, _, chosen, covered, _, _ = max(found, key=lambda f: f[0])
     return make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
 
 
