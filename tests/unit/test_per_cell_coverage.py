@@ -1,6 +1,6 @@
 """The ci95 of per-cell releases (docs/math.md §6.10) holds the truth at least 95% of the
 time in every cell, on an adversarial occupancy: travellers in most cells, cells at
-epsilons 1 to 44 quanta apart, a quarter of the units of the cheap cells suppressed, and
+epsilons of 1 to 42 quanta, a quarter to a third of the units of the cheap cells suppressed, and
 the travellers' records all at ``U`` while the others lie in ``[0, U/4]`` (so each
 suppressed unit's imputed ``U/2`` misses its mean by the most it can, ``U/2``).
 
