@@ -47,13 +47,17 @@ def clopper_pearson(k: int, n: int, conf: float = 0.95) -> tuple[float, float]:
     return lo, hi
 
 
-def truths(rows: list, cells: set[str]) -> dict[str, float]:
+def truths(rows: list, cells: set[str], statistic: str) -> dict[str, float]:
+    """Each released cell's true ``mean`` (of its records) or ``user_mean`` (of its units'
+    means), as ``benchmarks.city_release.score`` counts them."""
     per: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     for bus, fine, v in rows:
         for r in range(5, 9):
             c = h3.cell_to_parent(fine, r)
             if c in cells:
                 per[c][bus].append(v)
+    if statistic == "mean":
+        return {c: statistics.fmean(v for vs in u.values() for v in vs) for c, u in per.items()}
     return {c: statistics.fmean(statistics.fmean(vs) for vs in u.values()) for c, u in per.items()}
 
 
@@ -124,7 +128,7 @@ def main() -> None:
                 grids = out.json()["grids"]
                 cells = {g["h3_cell"] for g in grids}
                 if not truth:
-                    truth = truths(rows, cells)
+                    truth = truths(rows, cells, stat)
                     info = {g["h3_cell"]: (g[stat]["epsilon"], g["n_users"],
                                            g["n_users_suppressed"]) for g in grids}  # fmt: skip
                 if cells != set(truth):
