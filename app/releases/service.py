@@ -116,7 +116,9 @@ def _usefulness(inp: ReleaseInput, req: ReleaseRequest, plan: SlotPlan) -> Usefu
         plan,
         statistics=req.statistics,
         U=req.value_bound,
-        eps=statistic_eps(plan, req.n_statistics).used,
+        eps=statistic_eps(plan, req.n_statistics).used
+        if plan.weights is None
+        else lambda i: statistic_eps(plan, req.n_statistics, i).used,
         mechanism=req.mechanism,
         options=req.options,
         useful_width=req.useful_width,
@@ -242,10 +244,10 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     rb = release_budget(
         session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
     )
-    eps = statistic_eps(plan, req.n_statistics)
     grids = []
     U = dataset.value_bound
     first = req.statistics[0]
+    same_eps = statistic_eps(plan, req.n_statistics)
     useful = _usefulness(inp, req, plan)
     all_widths = iter(useful.widths)
     for i, (grid, arrays) in enumerate(zip(inp.grids, inp.arrays, strict=True)):
@@ -254,6 +256,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         if not n_kept:
             continue
         opts = req.options
+        eps = same_eps if plan.weights is None else statistic_eps(plan, req.n_statistics, i)
         errors = {
             s: expected_error(s, arrays.counts, U, eps.used, req.mechanism, caps=caps, **opts)
             for s in req.statistics
