@@ -149,13 +149,13 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         read_timeout=settings.body_timeout_seconds,
         deadline=settings.body_deadline_seconds,
     )
-    app.add_middleware(
+    install_error_handlers(app)
+    install_observability(app)  # ids, metrics and access lines for every answer
+    app.add_middleware(  # outermost: refusals without a key cost the least they can
         AnonymousLimitMiddleware,
         per_minute=settings.anonymous_rate_limit_per_minute,
         per_second=settings.anonymous_requests_per_second,
     )
-    install_error_handlers(app)
-    install_observability(app)  # outermost middleware: ids and metrics for every answer
     install_openapi_constraints(app)
     for router in (
         health_router,

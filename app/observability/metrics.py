@@ -43,6 +43,12 @@ REQUEST_SECONDS = Histogram(
     ["method", "route"],
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+ANONYMOUS_REFUSALS = Counter(
+    "dpgate_anonymous_refusals",
+    "Requests without a key refused with 429 before routing (also in dpgate_http_requests, "
+    "route unmatched; no access line), by the limit reached: address or everyone.",
+    ["reason"],
+)
 ANSWERS = Counter(
     "dpgate_answers",
     "Statistic answers sent (cached: a stored answer served again, charging nothing).",

@@ -8,7 +8,6 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.answers.schemas import StatisticAnswer
 from app.http.deps import AnalystKey, SessionDep
-from app.http.query_params import CheckedRoute
 from app.keys.service import KeyIdentity
 from app.kit.errors import (
     BudgetExhausted,
@@ -22,10 +21,11 @@ from app.kit.errors import (
 from app.observability.metrics import ANSWERS
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
+from app.queries.route import StatisticRoute
 from app.queries.schemas import QuoteOut, StoredAnswerList
 from app.queries.store import open_store
 
-router = APIRouter(tags=["queries"], route_class=CheckedRoute)
+router = APIRouter(tags=["queries"], route_class=StatisticRoute)
 
 ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
 EPSILON = Annotated[
