@@ -56,6 +56,11 @@ def incoming_id(scope: Scope) -> bytes | None:
     return None
 
 
+#: (method, route template, status) -> its request counter and latency histogram; bounded by
+#: the routes (and ``unmatched``), their methods and the statuses they answer.
+_counted: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
 def count_refusal(method: str, reason: str) -> None:
     """A request without a key refused (429) before routing: counted, never logged."""
     ANONYMOUS_REFUSALS.labels(reason).inc()
@@ -100,8 +105,14 @@ class RequestContextMiddleware:
     @staticmethod
     def _observe(scope: Scope, status: int, seconds: float) -> None:
         method, route = scope["method"], route_template(scope)
-        REQUESTS.labels(method, route, str(status)).inc()
-        REQUEST_SECONDS.labels(method, route).observe(seconds)
+        counted = _counted.get((method, route, status))
+        if counted is None:  # the labelled metrics, looked up once per process
+            counted = _counted[method, route, status] = (
+                REQUESTS.labels(method, route, str(status)),
+                REQUEST_SECONDS.labels(method, route),
+            )
+        counted[0].inc()
+        counted[1].observe(seconds)
         if access_log.isEnabledFor(logging.INFO):
             fields: dict[str, Any] = {
                 "method": method,
