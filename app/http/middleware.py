@@ -14,7 +14,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability.logs import REQUEST_ID
-from app.observability.metrics import ANONYMOUS_REFUSALS, REQUEST_SECONDS, REQUESTS
+from app.observability.metrics import ANONYMOUS_REFUSALS, REQUEST_SECONDS, REQUESTS, child
 
 __all__ = [
     "REQUEST_ID_FIELD",
@@ -63,8 +63,8 @@ _counted: dict[tuple[str, str, int], tuple[Any, Any]] = {}
 
 def count_refusal(method: str, reason: str) -> None:
     """A request without a key refused (429) before routing: counted, never logged."""
-    ANONYMOUS_REFUSALS.labels(reason).inc()
-    REQUESTS.labels(method, UNMATCHED, "429").inc()
+    child(ANONYMOUS_REFUSALS, reason).inc()
+    child(REQUESTS, method, UNMATCHED, "429").inc()
 
 
 def route_template(scope: Scope) -> str:

@@ -77,8 +77,26 @@ RELEASE_SECONDS = Histogram(
 )
 
 
+#: labelled children looked up once per process (``labels`` takes a lock and checks its
+#: values each call); bounded by the statistics, mechanisms, datasets and kinds there are
+_children: dict[tuple[object, ...], Any] = {}
+
+
+def child(metric: Counter, *labels: str) -> Any:
+    """``metric.labels(*labels)``, remembered."""
+    key = (metric, *labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
+def record_answer(statistic: str, mechanism: str, cached: bool) -> None:
+    child(ANSWERS, statistic, mechanism, "true" if cached else "false").inc()
+
+
 def record_charge(dataset_id: int, kind: str, epsilon: Decimal | float) -> None:
-    EPSILON_CHARGED.labels(str(dataset_id), kind).inc(float(epsilon))
+    child(EPSILON_CHARGED, str(dataset_id), kind).inc(float(epsilon))
 
 
 def record_release(dataset_id: int | str, answer: dict[str, Any], seconds: float) -> None:
