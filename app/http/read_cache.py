@@ -9,7 +9,8 @@ stored body and FastAPI's work. :class:`AnonymousReadCache` keeps the complete a
 ``If-None-Match``, ``Accept-Encoding``), for :data:`TTL_SECONDS`. A release made private is
 therefore closed within that time on every process (the promise is one second, like a key's
 revocation, ``app.keys.service``), and at once on the process that served the change: any request
-other than a GET or HEAD forgets every kept answer, before and after it runs.
+with a key other than a GET or HEAD forgets every kept answer, before and after it runs (one
+without a key changes nothing, and must not be able to empty the store).
 """
 
 from __future__ import annotations
@@ -49,6 +50,10 @@ class _Store:
         self.generation += 1
 
 
+def _keyed(scope: Scope) -> bool:
+    return any(name == _AUTHORIZATION for name, _ in scope["headers"])
+
+
 class AnonymousReadCache:
     """See the module's note. ``max_body`` bounds one kept body, ``max_bytes`` and
     ``max_entries`` all of them (past either, everything is forgotten and kept again as asked)."""
@@ -72,7 +77,7 @@ class AnonymousReadCache:
             await self.app(scope, receive, send)
             return
         method = scope["method"]
-        if method not in ("GET", "HEAD"):  # a change may publish or close a release
+        if method not in ("GET", "HEAD") and _keyed(scope):  # may publish or close a release
             self.store.clear()
             try:
                 await self.app(scope, receive, send)
