@@ -8,7 +8,6 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.answers.schemas import StatisticAnswer
 from app.http.deps import AnalystKey, SessionDep
-from app.http.query_params import CheckedRoute
 from app.keys.service import KeyIdentity
 from app.kit.errors import (
     BudgetExhausted,
@@ -19,13 +18,14 @@ from app.kit.errors import (
     Unauthenticated,
     responses,
 )
-from app.observability.metrics import ANSWERS
+from app.observability.metrics import record_answer
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
+from app.queries.route import StatisticRoute
 from app.queries.schemas import QuoteOut, StoredAnswerList
 from app.queries.store import open_store
 
-router = APIRouter(tags=["queries"], route_class=CheckedRoute)
+router = APIRouter(tags=["queries"], route_class=StatisticRoute)
 
 ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
 EPSILON = Annotated[
@@ -97,7 +97,7 @@ async def _answer(
         answer = await service.answer_statistic(
             store, key, grid_id, statistic, mechanism, epsilon, options
         )
-    ANSWERS.labels(statistic, answer["mechanism"], "true" if answer["cached"] else "false").inc()
+    record_answer(statistic, answer["mechanism"], bool(answer["cached"]))
     return Response(orjson.dumps(answer), media_type="application/json")
 
 
