@@ -8,6 +8,7 @@ from fastapi import APIRouter, Path, Query, Request, Response
 
 from app.answers.schemas import StatisticAnswer
 from app.http.deps import AnalystKey, SessionDep
+from app.http.query_params import CheckedRoute
 from app.keys.service import KeyIdentity
 from app.kit.errors import (
     BudgetExhausted,
@@ -21,11 +22,10 @@ from app.kit.errors import (
 from app.observability.metrics import record_answer
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
-from app.queries.route import StatisticRoute
 from app.queries.schemas import QuoteOut, StoredAnswerList
 from app.queries.store import open_store
 
-router = APIRouter(tags=["queries"], route_class=StatisticRoute)
+router = APIRouter(tags=["queries"], route_class=CheckedRoute)
 
 ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
 EPSILON = Annotated[
