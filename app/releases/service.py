@@ -64,13 +64,17 @@ from app.releases.usefulness import Usefulness, usefulness, warnings
 MAX_EXCLUSION_ROUNDS = 20
 
 
-def _plan_within_budget(inp: ReleaseInput, req: ReleaseRequest, rb: ReleaseBudget) -> SlotPlan:
+def _plan_within_budget(
+    inp: ReleaseInput, req: ReleaseRequest, rb: ReleaseBudget, first: SlotPlan | None = None
+) -> SlotPlan:
     """The plan every charged user can pay in each budget window (``app.releases.charges``);
     with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
-    window's grids only, and the plan is made again."""
+    window's grids only, and the plan is made again. ``first``: ``choose_plan(inp, req,
+    None)`` if already made."""
     excluded: np.ndarray | None = None  # the (grid, user) pairs left out
     for _ in range(MAX_EXCLUSION_ROUNDS):
-        plan = choose_plan(inp, req, excluded)
+        reuse = excluded is None and first is not None
+        plan = first if reuse and first is not None else choose_plan(inp, req, excluded)
         over = over_budget(rb.occ, plan, rb.accounts)  # (window, user) subjects
         if over.size == 0:
             return plan
@@ -183,11 +187,15 @@ def release_slot(
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
-    # planned (and refused) on the accounts as they read now, so a refusal creates none
-    read = release_budget(
-        session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+    # planned (and refused) on the accounts as they read now, so a refusal creates none;
+    # the first plan (public counts only) made meanwhile on the second thread
+    read, first = in_parallel(
+        lambda: release_budget(
+            session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+        ),
+        lambda: choose_plan(inp, req, None),
     )
-    plan = _plan_within_budget(inp, req, read)
+    plan = _plan_within_budget(inp, req, read, first)
     if plan.K:
         ledger.check_quota(session, key, plan.max_cost)
     budget = release_budget(
