@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 import orjson
@@ -101,6 +102,28 @@ class PendingBatch:
             **{k: [v[i] for i in order] for k, v in columns.items()},
             U=bounds.pop() if bounds else 0.0,
         )
+
+
+    @classmethod
+    def interleave(cls, parts: Sequence[PendingBatch]) -> PendingBatch:
+        """Row ``i`` of each part in turn, then row ``i + 1``: ``concat(parts, order)`` with
+        ``order = [k·n + i for i in range(n) for k in range(len(parts))]``, each column
+        filled by slice assignment."""
+        if len({len(p) for p in parts}) > 1:
+            raise ValueError("interleaved parts need one length")
+        bounds = {p.U for p in parts if len(p)}
+        if len(bounds) > 1:
+            raise ValueError("a batch has one value bound")
+        S = len(parts)
+        columns: dict[str, list[Any]] = {}
+        for f in fields(cls):
+            if f.name == "U":
+                continue
+            out: list[Any] = [None] * (S * len(parts[0])) if parts else []
+            for k, p in enumerate(parts):
+                out[k::S] = getattr(p, f.name)
+            columns[f.name] = out
+        return cls(**columns, U=bounds.pop() if bounds else 0.0)
 
 
 def _spread(s: BiasSpread | None) -> SpreadTuple | None:

@@ -125,3 +125,25 @@ def test_float_sensitivities_in_arrays_are_the_scalar_ones() -> None:
             float_sum_sensitivities(bad, np.array([1.0]))
         with pytest.raises(ValueError, match="invalid"):
             float_variance_sensitivities(bad, np.array([1.0]), np.array([1]))
+
+
+def test_interleave_is_concat_in_grid_order() -> None:
+    from app.core.engine.batch import PendingBatch
+
+    def part(stat: str, n: int) -> PendingBatch:
+        return PendingBatch(
+            statistic=[stat] * n, mechanism=["m"] * n, epsilon=[0.1] * n,
+            value=[float(i) for i in range(n)], sensitivity=[1.0] * n,
+            scale=[float(i + 1) for i in range(n)], bias=[None] * n,
+            spread=[(0.0, float(i), 0.01) for i in range(n)],
+            kept=[np.array([i]) for i in range(n)], details=[{"i": i} for i in range(n)], U=3.0,
+        )  # fmt: skip
+
+    parts = [part("mean", 5), part("variance", 5)]
+    got = PendingBatch.interleave(parts)
+    want = PendingBatch.concat(parts, [s * 5 + g for g in range(5) for s in range(2)])
+    assert got.statistic == want.statistic and got.value == want.value
+    assert got.spread == want.spread and got.details == want.details and got.U == want.U
+    assert [k.tolist() for k in got.kept] == [k.tolist() for k in want.kept]
+    with pytest.raises(ValueError, match="one length"):
+        PendingBatch.interleave([part("mean", 2), part("variance", 3)])
