@@ -216,7 +216,8 @@ def _finished_spreads(
     """:func:`finished_value` of every row of a batch whose rows all have a bias spread and
     no bias bound, in arrays: the same float operations in the same order (``raw - q -
     below``, ``raw + q + above``, each projected by the same comparisons); a row whose
-    interval is the whole range gets its note from :func:`finished_value` itself."""
+    interval is the whole range gets the note :func:`finished_value` gives the first such row
+    of its mechanism and statistic (the note is a function of those two)."""
     his = {s: float(p.U) if s == "mean" else statistic_range(s, p.U)[1] for s in set(p.statistic)}
     hi = np.array([his[s] for s in p.statistic], dtype=np.float64)
     r = np.array(raw, dtype=np.float64)
@@ -228,10 +229,15 @@ def _finished_spreads(
     b = _project(r + q + spread[:, 1], hi)
     ci: list[tuple[float, float] | None] = list(zip(a.tolist(), b.tolist(), strict=True))
     notes: list[str | None] = [None] * r.size
+    known: dict[tuple[str, str], str | None] = {}  # the note is the mechanism's and range's
+    mech, stat = p.mechanism, p.statistic
     for i in np.flatnonzero((a <= 0.0) & (b >= hi)).tolist():
-        notes[i] = finished_value(
-            p.statistic[i], p.mechanism[i], raw[i], p.scale[i], None, p.spread[i], p.U
-        )[2]
+        key = (mech[i], stat[i])
+        if key not in known:
+            known[key] = finished_value(
+                stat[i], mech[i], raw[i], p.scale[i], None, p.spread[i], p.U
+            )[2]
+        notes[i] = known[key]
     return _project(r, hi).tolist(), ci, notes
 
 
