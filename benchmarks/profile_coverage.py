@@ -25,17 +25,14 @@ from scipy.stats import beta, binom
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.city_release import DATA  # noqa: E402
-from benchmarks.ingest import COLUMNS  # noqa: E402
 from benchmarks.postgres import PG_URL  # noqa: E402
-from benchmarks.profile_release import (  # noqa: E402  # noqa: E402
+from benchmarks.profile_release import (  # noqa: E402
     COST,
     DAYS,
     MIN_USERS,
     PARTITIONS,
     PROFILES,
-    _dataset,
-    _units,
+    load_days,
     served,
 )
 
@@ -99,13 +96,7 @@ def main() -> None:
     args = parser.parse_args()
     stat = args.statistics[0]
     with served(args.url) as client:
-        ds = _dataset(client, "capmetrics days", "America/Chicago")
-        for day in DAYS:
-            client.post(
-                f"/datasets/{ds}/records", content=(DATA / f"{day}.csv").read_bytes(),
-                params=COLUMNS, headers={"Content-Type": "text/csv"},
-            ).raise_for_status()  # fmt: skip
-        units = {day: _units(day) for day in DAYS}
+        ds, units = load_days(client)
         base = {"min_users": MIN_USERS, "max_user_cost": COST, "statistics": args.statistics}
         total_miss = total_n = 0
         for name, profile in PROFILES.items():

@@ -9,10 +9,9 @@ from collections import Counter
 from decimal import Decimal
 
 from fastapi.testclient import TestClient
-from sqlalchemy import select
 
-from app.ledger.models import LedgerEntry
 from tests.integration.grid_fixtures import CELL_A, CELL_B, HOUR, load, make_dataset
+from tests.integration.test_release_plans import _spent
 
 U = 10.0
 SHARED = {f"s{i}": [float(i % 9) + 0.5] for i in range(10)}
@@ -27,16 +26,6 @@ BODY = {
     "statistics": ["user_mean"],
     "objective": "interval",
 }
-
-
-def _spent(app) -> Counter:
-    with app.state.sessionmaker() as s:
-        entries = s.scalars(select(LedgerEntry).where(LedgerEntry.kind == "release")).all()
-    out: Counter = Counter()
-    for e in entries:
-        for u in e.users:
-            out[u] += e.epsilon
-    return out
 
 
 def test_cells_get_their_own_epsilon_and_units_pay_the_sum(client: TestClient, app) -> None:

@@ -22,13 +22,13 @@ import numpy as np
 import pytest
 
 from app import core
-from app.answers.epsilon import EpsilonAmount
 from app.core import GridData
 from app.releases import per_cell
 from app.releases.interval_plan import plan_for_intervals
-from app.releases.per_cell import CellWidths, WidthRule
+from app.releases.per_cell import WidthRule
 from app.releases.planning import Occupancy, SlotPlan
 from tests.security import audit_lib as audit
+from tests.unit.test_per_cell import _overspending
 from tests.unseeded import fails_only_twice
 
 U = 30.0
@@ -108,18 +108,6 @@ def test_audit_bounds_the_shared_units_loss_by_its_charge() -> None:
         return [] if ok else [str(result)]
 
     fails_only_twice(check)
-
-
-def _overspending(
-    widths: CellWidths, kept: np.ndarray, q: EpsilonAmount, Q: int, top: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """A broken copy: each cell its need plus half of every unit's quanta, never deducted."""
-    occ = widths.occ
-    weights = np.zeros(occ.bounds.size - 1, dtype=np.int64)
-    for i in range(weights.size):
-        caps = kept[occ.bounds[i] : occ.bounds[i + 1]]
-        weights[i] = min(per_cell._need(widths, i, caps, q, top) + Q // 2, top)
-    return weights, kept.copy()
 
 
 @pytest.mark.slow
