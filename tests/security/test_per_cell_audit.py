@@ -28,7 +28,7 @@ from app.releases.interval_plan import plan_for_intervals
 from app.releases.per_cell import WidthRule
 from app.releases.planning import Occupancy, SlotPlan
 from tests.security import audit_lib as audit
-from tests.unit.test_per_cell import _overspending
+from tests.unit.test_per_cell import _broken_weights
 from tests.unseeded import fails_only_twice
 
 U = 30.0
@@ -112,7 +112,7 @@ def test_audit_bounds_the_shared_units_loss_by_its_charge() -> None:
 
 @pytest.mark.slow
 def test_audit_catches_a_copy_that_overspends_a_unit(monkeypatch: pytest.MonkeyPatch) -> None:
-    broken: Callable[..., tuple[np.ndarray, np.ndarray]] = _overspending
+    broken: Callable[..., tuple[np.ndarray, np.ndarray]] = _broken_weights
     monkeypatch.setattr(per_cell, "per_cell_weights", broken)
     monkeypatch.setattr(per_cell, "_check_cost", lambda plan, Q: None)
     occ = _occupancy()
