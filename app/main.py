@@ -30,6 +30,7 @@ from app.http.limits import (
     RateLimiter,
 )
 from app.http.openapi_constraints import install_openapi_constraints
+from app.http.read_cache import AnonymousReadCache
 from app.ingest.kernels import load_ingest_kernels
 from app.instance.service import resolve_hashing_secret
 from app.keys.endpoints import router as keys_router
@@ -149,13 +150,14 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         read_timeout=settings.body_timeout_seconds,
         deadline=settings.body_deadline_seconds,
     )
-    app.add_middleware(
+    app.add_middleware(AnonymousReadCache)  # readers without a key: answers kept 0.5 s
+    install_error_handlers(app)
+    install_observability(app)  # ids, metrics and access lines for every answer
+    app.add_middleware(  # outermost: refusals without a key cost the least they can
         AnonymousLimitMiddleware,
         per_minute=settings.anonymous_rate_limit_per_minute,
         per_second=settings.anonymous_requests_per_second,
     )
-    install_error_handlers(app)
-    install_observability(app)  # outermost middleware: ids and metrics for every answer
     install_openapi_constraints(app)
     for router in (
         health_router,

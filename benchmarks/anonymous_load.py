@@ -10,8 +10,9 @@ release, half of them revalidations (``If-None-Match``, a 304), its CSV, the cat
 and the public listing, each from a random client address (``X-Forwarded-For``, which
 uvicorn trusts from 127.0.0.1), so the per-address limit does not hide the load and the
 per-process one (``DPGATE_ANONYMOUS_REQUESTS_PER_SECOND``) is what protects the key holders.
-Prints, per round, the probe's median and p99 latency idle and loaded, their ratio, and
-what wrk got (requests a second, the share answered 429). Target: loaded p50 and p99
+Prints, per round, the probe's median and p99 latency idle and loaded, their ratio, what
+wrk got (requests a second, the share answered 429) and the CPU the server's processes
+spent per anonymous request meanwhile (the probe's few queries included). Target: loaded p50 and p99
 within 2x of idle at 2,000 anonymous requests a second for 30 s.
 
     apt-get install -y wrk
@@ -38,7 +39,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.api import AUTH, DEFAULT_URL, city_csv  # noqa: E402
-from benchmarks.postgres import schema_url  # noqa: E402
+from benchmarks.postgres import cpu_seconds, schema_url  # noqa: E402
 from tests.live_server import start_server  # noqa: E402
 
 WRK_SCRIPT = """
@@ -75,8 +76,24 @@ def probe(url: str, grids: list[str], seconds: float, start: int) -> list[float]
     return times
 
 
-def flood(url: str, release: str, etag: str, args: argparse.Namespace) -> dict[str, float]:
+def _parent(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds so far of the server's process and its workers (a local server)."""
+    pids = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
+    return cpu_seconds(pid) + sum(cpu_seconds(w) for w in pids if _parent(w) == pid)
+
+
+def flood(
+    url: str, release: str, etag: str, args: argparse.Namespace, server_pid: int
+) -> dict[str, float]:
     pause_ms = max(1, int(1000 * args.connections / args.rate))
+    cpu_before = server_cpu(server_pid)
     with tempfile.TemporaryDirectory() as tmp:
         script = Path(tmp) / "anonymous.lua"
         script.write_text(WRK_SCRIPT)
@@ -88,7 +105,9 @@ def flood(url: str, release: str, etag: str, args: argparse.Namespace) -> dict[s
     total = int(re.search(r"(\d+) requests in", out).group(1))
     secs = float(re.search(r"requests in ([\d.]+)s", out).group(1))
     bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    return {"per_s": total / secs, "refused": (int(bad.group(1)) if bad else 0) / max(total, 1)}
+    cpu_ms = 1000 * (server_cpu(server_pid) - cpu_before) / max(total, 1)
+    refused = (int(bad.group(1)) if bad else 0) / max(total, 1)
+    return {"per_s": total / secs, "refused": refused, "cpu_ms": cpu_ms}
 
 
 def pct(times: list[float], q: float) -> float:
@@ -128,7 +147,9 @@ def main() -> None:
             idle = probe(server.url, grids, args.seconds, 10**6 * (2 * r + 1))
             got: dict[str, float] = {}
             wrk = threading.Thread(
-                target=lambda out=got: out.update(flood(server.url, release, etag, args))
+                target=lambda out=got: out.update(
+                    flood(server.url, release, etag, args, server.process.pid)
+                )
             )
             wrk.start()
             time.sleep(1)
@@ -139,7 +160,8 @@ def main() -> None:
                 f"loaded p50 {pct(loaded, 0.5):.1f} ms, p99 {pct(loaded, 0.99):.1f} ms "
                 f"(x{pct(loaded, 0.5) / pct(idle, 0.5):.2f}, "
                 f"x{pct(loaded, 0.99) / pct(idle, 0.99):.2f});"
-                f" anonymous {got.get('per_s', 0):.0f}/s, {100 * got.get('refused', 0):.0f}% 429",
+                f" anonymous {got.get('per_s', 0):.0f}/s, {100 * got.get('refused', 0):.0f}% 429, "
+                f"server CPU {got.get('cpu_ms', float('nan')):.3f} ms each",
                 flush=True,
             )
         print(f"  probe queries per phase: median {statistics.median([len(idle), len(loaded)])}")

@@ -5,7 +5,10 @@ city (40 grids of 30 users), then drives it with 32 concurrent connections:
 
 * uncached: every request is a distinct query (a new epsilon), so each one runs the
   mechanism, locks the grid's 30 budget accounts, charges them and commits;
-* cached: a fixed set of queries already answered, served from the stored answers.
+* cached: a fixed set of queries already answered, served from the stored answers;
+* floor (wrk only): ``benchmarks/api_floor.py``, a minimal FastAPI application on the same
+  uvicorn and workers doing one INSERT per request through a psycopg pool, measured in the
+  same run just before each uncached phase; the ratio uncached/floor is printed per run.
 
 The client is ``wrk`` (2 threads; C, so it leaves the two cores to the server and
 Postgres) with a Lua script that makes every uncached request unique; without
@@ -15,7 +18,8 @@ server about half a core, so its figures are lower; ``apt install wrk``). After
 ``--runs`` runs: answered queries per second, p50 and p99 latency, and the CPU
 milliseconds per answered query spent by the server's processes and by the
 Postgres backends (from ``/proc``; a local server and Postgres only).
-Targets: >= 500 uncached answers/s with p99 <= 100 ms; >= 2,000 cached answers/s.
+Targets: >= 500 uncached answers/s with p99 <= 100 ms and >= 0.35x the floor; >= 2,000 cached
+answers/s.
 
     python benchmarks/api.py [--runs 5] [--seconds 10] [--warmup 5] [--url postgresql+psycopg://...]
 """
@@ -42,10 +46,12 @@ from sqlalchemy import Engine, create_engine
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from app.db.liveness import conninfo_from_url  # noqa: E402
+from benchmarks.api_floor import start_floor  # noqa: E402
 from benchmarks.http_load import drive_httpx  # noqa: E402
 from benchmarks.postgres import schema_url  # noqa: E402
 from tests.conftest import ADMIN_KEY  # noqa: E402
-from tests.live_server import start_server  # noqa: E402
+from tests.live_server import free_port, start_server  # noqa: E402
 
 AUTH = {"Authorization": f"Bearer {ADMIN_KEY}"}
 DEFAULT_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
@@ -229,6 +235,7 @@ def main() -> int:
         workers=args.workers,
         log_level=args.log_level,
     )
+    floor = None
     try:
         with httpx.Client(base_url=server.url, headers=AUTH, timeout=300) as c:
             ds = c.post(
@@ -261,13 +268,23 @@ def main() -> int:
             f"connections; client {client}; {os.cpu_count()} CPUs shared by server, "
             f"Postgres and client; Postgres autovacuum {autovacuum}"
         )
+        if use_wrk:
+            port = free_port()
+            floor = start_floor(conninfo_from_url(url), port, args.workers, workdir / "floor.log")
+            floor_url, floor_paths = f"http://127.0.0.1:{port}", [f"/floor/{g}?k=1" for g in grids]
+            floor_meter = CpuMeter(floor.pid, admin)
         if use_wrk and args.warmup > 0:
             _wrk(server.url, paths, "uncached", 99 * 10**8, args, seconds=args.warmup)
+            _wrk(floor_url, floor_paths, "uncached", 99 * 10**8, args, seconds=args.warmup)
         meter = CpuMeter(server.process.pid, admin)
-        rows = []
+        rows, floors = [], []
         for run in range(args.runs):
             if use_wrk:
-                unc = _measured(meter, _wrk, server.url, paths, "uncached", run * 10**8, args)
+                base = run * 10**8
+                floors.append(
+                    _measured(floor_meter, _wrk, floor_url, floor_paths, "uncached", base, args)
+                )
+                unc = _measured(meter, _wrk, server.url, paths, "uncached", base, args)
                 hit = _measured(meter, _wrk, server.url, cached, "cached", 0, args)
             else:
                 jobs = [
@@ -278,11 +295,17 @@ def main() -> int:
                 unc = _measured(meter, drive_httpx, server.url, AUTH, jobs, args.clients)
                 hit = _measured(meter, drive_httpx, server.url, AUTH, repeats, args.clients)
             rows.append((unc, hit))
+            versus = (
+                f" | floor {floors[-1]['answered_per_s']:.0f}/s, uncached "
+                f"{unc['answered_per_s'] / floors[-1]['answered_per_s']:.2f}x"
+                if floors
+                else ""
+            )
             print(
                 f"run {run + 1}: uncached {unc['answered_per_s']:.0f}/s "
                 f"p50 {unc['p50_ms']:.1f} ms p99 {unc['p99_ms']:.1f} ms | "
                 f"cached {hit['answered_per_s']:.0f}/s p50 {hit['p50_ms']:.1f} ms "
-                f"p99 {hit['p99_ms']:.1f} ms"
+                f"p99 {hit['p99_ms']:.1f} ms{versus}"
             )
 
         def med(i: int, k: str) -> float:
@@ -307,7 +330,23 @@ def main() -> int:
                 f"{med(i, 'p99_ms'):.1f} | {cpu(i, 'server_cpu_ms')} | "
                 f"{cpu(i, 'postgres_cpu_ms')} | {target} |"
             )
+        if floors:
+            fl = [f["answered_per_s"] for f in floors]
+            ratios = [r[0]["answered_per_s"] / f for r, f in zip(rows, fl, strict=True)]
+            rows = [(f, f) for f in floors]
+            print(
+                f"| floor (one INSERT, FastAPI) | {statistics.median(fl):.0f} | "
+                f"{med(0, 'p50_ms'):.1f} | {med(0, 'p99_ms'):.1f} | {cpu(0, 'server_cpu_ms')} "
+                f"| {cpu(0, 'postgres_cpu_ms')} | |"
+            )
+            print(
+                f"\nuncached / floor, per run: {', '.join(f'{r:.2f}' for r in ratios)}; "
+                f"median {statistics.median(ratios):.2f}x (target >= 0.35x)"
+            )
     finally:
+        if floor is not None:
+            os.killpg(floor.pid, 9)
+            floor.wait(timeout=30)
         server.kill_hard()
         with admin.begin() as conn:
             conn.exec_driver_sql(f'DROP SCHEMA "{schema}" CASCADE')

@@ -112,14 +112,19 @@ def _release(client: TestClient, ds: int, body: dict, rows: list, releases: int)
     )
 
 
-def real_days(client: TestClient, releases: int, stats: list[str]) -> None:
+def load_days(client: TestClient) -> tuple[int, dict[str, list]]:
+    """A day-windowed dataset holding the shared CapMetrics days, and each day's units."""
     ds = _dataset(client, "capmetrics days", "America/Chicago")
     for day in DAYS:
         client.post(
             f"/datasets/{ds}/records", content=(DATA / f"{day}.csv").read_bytes(),
             params=COLUMNS, headers={"Content-Type": "text/csv"},
         ).raise_for_status()  # fmt: skip
-    units = {day: _units(day) for day in DAYS}
+    return ds, {day: _units(day) for day in DAYS}
+
+
+def real_days(client: TestClient, releases: int, stats: list[str]) -> None:
+    ds, units = load_days(client)
     base = {"min_users": MIN_USERS, "max_user_cost": COST, "statistics": stats}
     for day in DAYS:
         if date.fromisoformat(day).isoweekday() > 5:

@@ -1,12 +1,11 @@
 """Whole-slot release and preview of a synthetic city slot, at res 8 and coarsened to res 7.
 
 Run ``python benchmarks/release.py`` (options: ``--sizes``, ``--repeats``, ``--url``,
-``--profile``). For each size (records; default 10^5, 3·10^5 and 10^6) it builds one
-hour of a city: ``records/20`` buses (50,000 at 10^6), 20 readings each along a short
-walk over neighbouring cells of a res-8 disk of about ``records/200`` cells (5,000 at
-10^6), uploads it through the HTTP API (in-process, a fresh schema on the Postgres
-server of ``--url``), then
-times, through HTTP:
+``--profile``; ``--only`` to time some cases, e.g. ``--only "release r8"``). For each size
+(records; default 10^5, 3·10^5 and 10^6) it builds one hour of a city: ``records/20``
+buses (50,000 at 10^6), 20 readings each along a short walk over neighbouring cells of a
+res-8 disk of about ``records/200`` cells (5,000 at 10^6), uploads it through the HTTP API
+(in-process, a fresh schema on the Postgres server of ``--url``), then times, through HTTP:
 
 * ``preview r8`` / ``preview r7``: ``POST /datasets/{id}/releases/preview`` with
   ``max_user_cost`` (the ε search, Clip-User, expected errors), nothing charged;
@@ -121,7 +120,9 @@ def post(client: TestClient, path: str, body: dict) -> dict:
     return out
 
 
-def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str, float]:
+def run_size(
+    url: str, n_records: int, repeats: int, profile: bool, only: list[str] | None = None
+) -> dict[str, float]:
     settings = Settings(database_url=url, admin_key=ADMIN, secret_key="bench-secret")
     upgrade(url)
     out: dict[str, float] = {}
@@ -151,9 +152,10 @@ def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str,
         base = {"slot_start": SLOT, "min_users": 1, "clip_user": True}
         r7 = {"h3_resolution": 7}
         adaptive = {"partition": "adaptive", "min_users": 10}
-        out["coarsen r7"] = timed(
-            lambda: client.get(f"/datasets/{ds}/grids", params={**r7, "limit": 1})
-        )
+        if not only or any(n.endswith("r7") for n in only):
+            out["coarsen r7"] = timed(
+                lambda: client.get(f"/datasets/{ds}/grids", params={**r7, "limit": 1})
+            )
         cases: dict[str, Callable[[int], dict]] = {
             "preview r8": lambda i: post(
                 client, f"/datasets/{ds}/releases/preview", {**base, "max_user_cost": 1.0}
@@ -178,6 +180,8 @@ def run_size(url: str, n_records: int, repeats: int, profile: bool) -> dict[str,
             ),
         }
         for name, fn in cases.items():
+            if only and name not in only:
+                continue
             fn(-1)  # warm: grid cache, Clip-User's imports
             if profile:
                 print(f"--- profile of {name} (the server's work, in its thread)")
@@ -239,6 +243,7 @@ def main() -> None:
         "--url", default=PG_URL, help="Postgres server URL (each size gets a fresh schema)"
     )
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--only", nargs="+", help='time these cases only, e.g. "release r8"')
     parser.add_argument(
         "--plan-hours", type=int, default=0,
         help="instead: time the planner alone on this many hours of a city-like day",
@@ -252,7 +257,7 @@ def main() -> None:
         for size in args.sizes:
             url, drop = fresh_database("postgres", Path(tmp), args.url)
             try:
-                rows.append((size, run_size(url, size, args.repeats, args.profile)))
+                rows.append((size, run_size(url, size, args.repeats, args.profile, args.only)))
             finally:
                 drop()
     names = list(rows[0][1])
@@ -263,7 +268,7 @@ def main() -> None:
     for (s0, a), (s1, b) in itertools.pairwise(rows):
         growth = " ".join(f"{b[n] / a[n]:>12.2f}" for n in names)
         print(f"{'x' + format(s1 / s0, '.1f'):>10} {growth}")
-    if rows[-1][0] >= 1_000_000:
+    if rows[-1][0] >= 1_000_000 and not args.only:
         res = rows[-1][1]
         ok = (
             max(res["preview r8"], res["preview r7"]) <= 2

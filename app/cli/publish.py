@@ -213,6 +213,23 @@ def _body(args: argparse.Namespace, dataset: dict[str, Any]) -> dict[str, Any]:
     return profile_body(args, last, minutes)
 
 
+def epsilon_text(release: dict[str, Any]) -> str:
+    """The grids' epsilon as released: ``epsilon X per grid``, or with per-cell epsilon
+    (docs/math.md §6.10; the release's ``epsilon`` is then the quantum) the range of the
+    grids' own epsilons, each the sum of its statistics'."""
+    asked = ("mean", "variance", "user_mean")
+    grids = [
+        sum(g[s]["epsilon"] for s in asked if isinstance(g.get(s), dict))
+        for g in release.get("grids", [])
+    ]
+    if not grids:
+        return f"epsilon {release['epsilon']:.4g} per grid"
+    low, high = min(grids), max(grids)
+    if high <= low * (1 + 1e-9):
+        return f"epsilon {high:.4g} per grid"
+    return f"per-cell epsilon {low:.4g} to {high:.4g} (whole quanta of {release['epsilon']:.4g})"
+
+
 def useful_lines(release: dict[str, Any]) -> list[str]:
     """The useful share and each warning, one line each."""
     useful = release.get("useful")
@@ -251,9 +268,8 @@ def _publish(args: argparse.Namespace) -> int:
     )
     print(
         f"release {release['release_id']}: {what} dataset {args.dataset}, "
-        f"{release.get('slots', 1)} slots, {len(release['grids'])} grids, epsilon "
-        f"{release['epsilon']:.4g} per grid, max user cost {release['max_user_cost']:.4g}"
-        f"{cached}"
+        f"{release.get('slots', 1)} slots, {len(release['grids'])} grids, "
+        f"{epsilon_text(release)}, max user cost {release['max_user_cost']:.4g}{cached}"
     )
     for line in useful_lines(release):
         print(line)

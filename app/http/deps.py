@@ -4,8 +4,9 @@ durable."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
-from typing import Annotated
+from typing import Annotated, Any
 
 from anyio import to_thread
 from fastapi import Depends, Request
@@ -61,6 +62,37 @@ SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 HeavySessionDep = Annotated[Session, Depends(get_heavy_session, scope="function")]
 
 
+#: Look-ups of keys in flight in this process, by digest: requests that find a key's cache
+#: entry expired at the same moment wait for one look-up rather than each making its own.
+_lookups: dict[str, asyncio.Future[KeyIdentity]] = {}
+
+
+async def _lookup(pool: Any, digest: str) -> KeyIdentity:
+    async with pool.connection() as conn:  # on the query pool, from the event loop
+        return await lookup_identity(conn, digest)
+
+
+async def identify(request: Request, digest: str) -> KeyIdentity:
+    """The key of ``digest``: from this process's cache, or one look-up shared by every
+    request asking for it meanwhile (``Unauthenticated`` for an unknown or revoked key)."""
+    key = cached_identity(digest)
+    if key is not None:
+        return key
+    pending = _lookups.get(digest)
+    if pending is None or pending.get_loop() is not asyncio.get_running_loop():
+        pending = asyncio.ensure_future(_lookup(request.app.state.query_pool, digest))
+        _lookups[digest] = pending
+        pending.add_done_callback(lambda done: _forget(digest, done))
+    return await asyncio.shield(pending)
+
+
+def _forget(digest: str, done: asyncio.Future[KeyIdentity]) -> None:
+    if _lookups.get(digest) is done:
+        del _lookups[digest]
+    if not done.cancelled():
+        done.exception()  # retrieved: every waiter may have gone (cancelled)
+
+
 class KeyAuth(HTTPBearer):
     """The request's API key (``Authorization: Bearer``) with one of ``roles``: 401 or 403,
     declared as a security scheme in OpenAPI; one dependency call per request."""
@@ -74,11 +106,7 @@ class KeyAuth(HTTPBearer):
         self.roles = roles
 
     async def __call__(self, request: Request) -> KeyIdentity:  # type: ignore[override]
-        digest = bearer_digest(request.headers.get("Authorization"))
-        key = cached_identity(digest)
-        if key is None:  # a look-up on the query pool, from the event loop
-            async with request.app.state.query_pool.connection() as conn:
-                key = await lookup_identity(conn, digest)
+        key = await identify(request, bearer_digest(request.headers.get("Authorization")))
         limiter = getattr(request.app.state, "rate_limiter", None)
         if limiter is not None:
             limiter.check(key.id)

@@ -10,9 +10,17 @@ import time
 from collections.abc import Callable
 
 import anyio
+import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.http.error_handlers import error_response
+from app.http.middleware import (
+    REQUEST_ID_FIELD,
+    count_refusal,
+    incoming_id,
+    new_request_id,
+    valid_request_id,
+)
 from app.kit.errors import PayloadTooLarge, RateLimited, RequestTimeout
 
 UPLOAD_PATH = re.compile(r"^/datasets/[^/]+/records/?$")
@@ -142,10 +150,24 @@ def client_address(scope: Scope) -> str:
     return host
 
 
+def _refusal_body(why: str) -> bytes:
+    message = f"{why}; retry in a second (a key has its own limit)"
+    return orjson.dumps({"error": {"code": RateLimited.code, "message": message}})
+
+
+_BY_ADDRESS = _refusal_body("too many requests from this address without a key")
+_BY_EVERYONE = _refusal_body("too many readers without a key right now")
+
+
 class AnonymousLimitMiddleware:
     """Readers without a key: ``per_minute`` per client address and ``per_second`` in all, else
     429 ``rate_limited`` before any routing. Requests with ``Authorization`` and the operations'
-    paths are not counted."""
+    paths are not counted.
+
+    Installed outside the request-context middleware, a refusal costs as little as an answer
+    can: a body made once, its own request id, one counter (``dpgate_anonymous_refusals`` and
+    the 429s of ``dpgate_http_requests``) and no access line, so a flood of readers without a
+    key spends its CPU on the server's HTTP parsing, not on dpgate's work per request."""
 
     def __init__(self, app: ASGIApp, *, per_minute: int, per_second: int) -> None:
         self.app = app
@@ -161,12 +183,19 @@ class AnonymousLimitMiddleware:
             await self.app(scope, receive, send)
             return
         if self.per_address is not None and not self.per_address.allows(client_address(scope)):
-            why = "too many requests from this address without a key"
+            body, reason = _BY_ADDRESS, "address"
         elif self.everyone is not None and not self.everyone.allows(None):
-            why = "too many readers without a key right now"
+            body, reason = _BY_EVERYONE, "everyone"
         else:
             await self.app(scope, receive, send)
             return
-        message = f"{why}; retry in a second (a key has its own limit)"
-        refusal = error_response(429, RateLimited.code, message, {"Retry-After": "1"})
-        await refusal(scope, receive, send)
+        count_refusal(scope["method"], reason)
+        request_id = valid_request_id(incoming_id(scope)) or new_request_id()
+        headers = [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"retry-after", b"1"),
+            (REQUEST_ID_FIELD, request_id.encode()),
+        ]
+        await send({"type": "http.response.start", "status": 429, "headers": headers})
+        await send({"type": "http.response.body", "body": body})

@@ -14,12 +14,20 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from app.observability.logs import REQUEST_ID
-from app.observability.metrics import REQUEST_SECONDS, REQUESTS
+from app.observability.metrics import ANONYMOUS_REFUSALS, REQUEST_SECONDS, REQUESTS, child
 
-__all__ = ["REQUEST_ID_HEADER", "RequestContextMiddleware", "new_request_id", "valid_request_id"]
+__all__ = [
+    "REQUEST_ID_FIELD",
+    "REQUEST_ID_HEADER",
+    "RequestContextMiddleware",
+    "count_refusal",
+    "incoming_id",
+    "new_request_id",
+    "valid_request_id",
+]
 
 REQUEST_ID_HEADER = "X-Request-ID"
-_HEADER = REQUEST_ID_HEADER.lower().encode()
+REQUEST_ID_FIELD = _HEADER = REQUEST_ID_HEADER.lower().encode()
 _VALID_ID = re.compile(rb"[A-Za-z0-9._:-]{1,128}")
 UNMATCHED = "unmatched"  # the route label of a request no route matched (bounded cardinality)
 
@@ -40,11 +48,23 @@ def valid_request_id(raw: bytes | None) -> str | None:
     return raw.decode()
 
 
-def _incoming_id(scope: Scope) -> bytes | None:
+def incoming_id(scope: Scope) -> bytes | None:
+    """The client's ``X-Request-ID``, as sent."""
     for name, value in scope["headers"]:
         if name == _HEADER:
             return bytes(value)
     return None
+
+
+#: (method, route template, status) -> its request counter and latency histogram; bounded by
+#: the routes (and ``unmatched``), their methods and the statuses they answer.
+_counted: dict[tuple[str, str, int], tuple[Any, Any]] = {}
+
+
+def count_refusal(method: str, reason: str) -> None:
+    """A request without a key refused (429) before routing: counted, never logged."""
+    child(ANONYMOUS_REFUSALS, reason).inc()
+    child(REQUESTS, method, UNMATCHED, "429").inc()
 
 
 def route_template(scope: Scope) -> str:
@@ -62,7 +82,7 @@ class RequestContextMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        request_id = valid_request_id(_incoming_id(scope)) or new_request_id()
+        request_id = valid_request_id(incoming_id(scope)) or new_request_id()
         # Not reset afterwards: the server runs each request in a task of its own, and
         # the error handler of last resort (outside this middleware) still logs with it.
         REQUEST_ID.set(request_id)
@@ -85,8 +105,14 @@ class RequestContextMiddleware:
     @staticmethod
     def _observe(scope: Scope, status: int, seconds: float) -> None:
         method, route = scope["method"], route_template(scope)
-        REQUESTS.labels(method, route, str(status)).inc()
-        REQUEST_SECONDS.labels(method, route).observe(seconds)
+        counted = _counted.get((method, route, status))
+        if counted is None:  # the labelled metrics, looked up once per process
+            counted = _counted[method, route, status] = (
+                REQUESTS.labels(method, route, str(status)),
+                REQUEST_SECONDS.labels(method, route),
+            )
+        counted[0].inc()
+        counted[1].observe(seconds)
         if access_log.isEnabledFor(logging.INFO):
             fields: dict[str, Any] = {
                 "method": method,

@@ -43,6 +43,12 @@ REQUEST_SECONDS = Histogram(
     ["method", "route"],
     buckets=(0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+ANONYMOUS_REFUSALS = Counter(
+    "dpgate_anonymous_refusals",
+    "Requests without a key refused with 429 before routing (also in dpgate_http_requests, "
+    "route unmatched; no access line), by the limit reached: address or everyone.",
+    ["reason"],
+)
 ANSWERS = Counter(
     "dpgate_answers",
     "Statistic answers sent (cached: a stored answer served again, charging nothing).",
@@ -71,8 +77,26 @@ RELEASE_SECONDS = Histogram(
 )
 
 
+#: labelled children looked up once per process (``labels`` takes a lock and checks its
+#: values each call); bounded by the statistics, mechanisms, datasets and kinds there are
+_children: dict[tuple[object, ...], Any] = {}
+
+
+def child(metric: Counter, *labels: str) -> Any:
+    """``metric.labels(*labels)``, remembered."""
+    key = (metric, *labels)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*labels)
+    return found
+
+
+def record_answer(statistic: str, mechanism: str, cached: bool) -> None:
+    child(ANSWERS, statistic, mechanism, "true" if cached else "false").inc()
+
+
 def record_charge(dataset_id: int, kind: str, epsilon: Decimal | float) -> None:
-    EPSILON_CHARGED.labels(str(dataset_id), kind).inc(float(epsilon))
+    child(EPSILON_CHARGED, str(dataset_id), kind).inc(float(epsilon))
 
 
 def record_release(dataset_id: int | str, answer: dict[str, Any], seconds: float) -> None:

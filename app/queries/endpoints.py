@@ -19,7 +19,7 @@ from app.kit.errors import (
     Unauthenticated,
     responses,
 )
-from app.observability.metrics import ANSWERS
+from app.observability.metrics import record_answer
 from app.queries import listing, service
 from app.queries.openapi import mechanism_description, mechanism_schema, option_parameters
 from app.queries.schemas import QuoteOut, StoredAnswerList
@@ -97,7 +97,7 @@ async def _answer(
         answer = await service.answer_statistic(
             store, key, grid_id, statistic, mechanism, epsilon, options
         )
-    ANSWERS.labels(statistic, answer["mechanism"], "true" if answer["cached"] else "false").inc()
+    record_answer(statistic, answer["mechanism"], bool(answer["cached"]))
     return Response(orjson.dumps(answer), media_type="application/json")
 
 

@@ -31,9 +31,21 @@ from app.time.budget_windows import privacy_unit
 from app.time.slots import datetime_to_us, format_local, get_zone
 
 
-def statistic_eps(plan: SlotPlan, n_statistics: int) -> EpsilonAmount:
-    """Each statistic's equal share of the per-grid epsilon (:func:`equal_share`)."""
-    return equal_share(plan.eps, n_statistics)
+def statistic_eps(plan: SlotPlan, n_statistics: int, grid: int = 0) -> EpsilonAmount:
+    """Each statistic's equal share of grid ``grid``'s epsilon (:func:`equal_share`; the
+    same for every grid unless the plan has per-cell weights)."""
+    return equal_share(plan.grid_eps(grid), n_statistics)
+
+
+def by_epsilon(plan: SlotPlan, grids: list[int]) -> list[list[int]]:
+    """``grids`` (positions) grouped by their epsilon, each group in order: one group
+    unless the plan has per-cell weights."""
+    if plan.weights is None:
+        return [grids]
+    groups: dict[int, list[int]] = {}
+    for i in grids:
+        groups.setdefault(int(plan.weights[i]), []).append(i)
+    return list(groups.values())
 
 
 def local_time(dataset: Dataset, when: datetime) -> str:
@@ -81,49 +93,54 @@ def draw_grids(
     """Each released grid's answer entry, and who was kept where (admins only). A grid
     where the plan keeps nobody (every user exhausted, ``exclude``) is withheld and
     charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``)."""
-    eps = statistic_eps(plan, req.n_statistics)
     mech_opts = req.options
     n_users, n_kept = kept_per_grid(occ, plan)
     chosen = np.flatnonzero(n_kept > 0).tolist()
     if not np.array_equal(columns.pairs, occ.bounds):
         raise ValueError("the columns are not the occupancy's grids")
     joined = JoinedGrids(columns.counts, plan.kept, columns.values, columns.pairs, columns.records)
-    try:
-        started = core.start_many(
-            list(req.statistics),
-            [arrays[i] for i in chosen],
-            [plan.caps(occ, i) for i in chosen],
-            dataset.value_bound,
-            eps.used,
-            req.mechanism,
-            joined=joined if len(chosen) == joined.n_grids else joined.take(chosen),
-            **mech_opts,
-        )
-    except core.GridError as exc:
-        bad = grids[chosen[exc.index]].public_id
-        raise InvalidRequest(f"cannot release grid {bad}: {exc}") from exc
-    except ValueError as exc:
-        raise InvalidRequest(f"cannot release these grids: {exc}") from exc
-    rows = core.finish_batch(started)
     S = req.n_statistics
+    answers: dict[int, list[dict[str, Any]]] = {}
+    for group in by_epsilon(plan, chosen):
+        if not group:
+            continue
+        eps = statistic_eps(plan, S, group[0])
+        try:
+            started = core.start_many(
+                list(req.statistics),
+                [arrays[i] for i in group],
+                [plan.caps(occ, i) for i in group],
+                dataset.value_bound,
+                eps.used,
+                req.mechanism,
+                joined=joined if len(group) == joined.n_grids else joined.take(group),
+                **mech_opts,
+            )
+        except core.GridError as exc:
+            bad = grids[group[exc.index]].public_id
+            raise InvalidRequest(f"cannot release grid {bad}: {exc}") from exc
+        except ValueError as exc:
+            raise InvalidRequest(f"cannot release these grids: {exc}") from exc
+        rows = core.finish_batch(started)
+        bodies = answer_bodies(
+            rows,
+            [grids[i].public_id for i in group for _ in range(S)],
+            req.mechanism,
+            eps,
+            {"release": release_id, **mech_opts},
+            epoch,
+            privacy_unit=privacy_unit(dataset),
+            unit=dataset.value_unit,
+        )
+        answers.update({i: bodies[j * S : (j + 1) * S] for j, i in enumerate(group)})
     grid_ids = [grids[i].public_id for i in chosen]
-    answers = answer_bodies(
-        rows,
-        [g for g in grid_ids for _ in range(S)],
-        req.mechanism,
-        eps,
-        {"release": release_id, **mech_opts},
-        epoch,
-        privacy_unit=privacy_unit(dataset),
-        unit=dataset.value_unit,
-    )
     out = []
-    for j, (i, users, kept) in enumerate(
-        zip(chosen, n_users[chosen].tolist(), n_kept[chosen].tolist(), strict=True)
+    for i, users, kept in zip(
+        chosen, n_users[chosen].tolist(), n_kept[chosen].tolist(), strict=True
     ):
         entry = grid_head(dataset, grids[i], users, users - kept)
         for s, stat in enumerate(req.statistics):
-            entry[stat] = answers[j * S + s]
+            entry[stat] = answers[i][s]
         out.append(entry)
     versions = [arrays[i].version for i in chosen]
     return out, _kept_sets(grid_ids, versions, occ, plan, n_kept)

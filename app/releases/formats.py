@@ -248,7 +248,9 @@ def release_datapackage(release: Mapping[str, Any], ctx: ExportContext) -> dict[
         "model": "user-level differential privacy (pure epsilon-DP, Laplace mechanisms)",
         "privacy_unit": ctx.privacy_unit,
         "epsilon": release.get("epsilon"),
-        "epsilon_meaning": "charged per released cell to each privacy unit kept in it",
+        "epsilon_meaning": "charged per released cell to each privacy unit kept in it, or, "
+        "when cells differ (per-cell epsilon), the quantum: a cell charges a whole number of "
+        "them, its statistics' epsilons summed",
         "max_user_cost": release.get("max_user_cost"),
         "max_user_cost_meaning": "the most any privacy unit paid for the whole release",
         "mechanism": release.get("mechanism"),

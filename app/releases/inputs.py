@@ -17,11 +17,13 @@ from datetime import date
 from functools import cached_property, partial
 from typing import Any
 
+import h3
 import numpy as np
 from sqlalchemy.orm import Session
 
 from app import budget
 from app.answers.epsilon import EpsilonAmount
+from app.core.planning.partition import FINE_WEIGHT
 from app.datasets.grid_batch import GridBatch, GridColumns, load_grid_batch
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
@@ -34,6 +36,7 @@ from app.releases.adaptive import (
     coverage,
 )
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
+from app.releases.per_cell import CellWidths, WidthRule
 from app.releases.planning import (
     Occupancy,
     PlanOptions,
@@ -45,8 +48,14 @@ from app.releases.planning import (
 )
 from app.releases.request import ReleaseRequest
 from app.releases.slot import SpanGrids, span_grids
+from app.time.slots import datetime_to_us
 
 ADAPTIVE_ROUNDS = 3
+#: Choosing among partitions with per-cell ε: a useful record at the finest resolution is
+#: worth this much more than one at the coarsest (twice the partition's own ``φ``).
+CHOICE_FINE_WEIGHT = 2 * FINE_WEIGHT
+#: ... among the partitions with at least this share of the most useful records.
+USEFUL_KEPT = 0.9
 #: Planned for intervals, the partitions tried: one per ``k`` = 1 .. this many.
 ADAPTIVE_KS = 6
 
@@ -98,6 +107,7 @@ def choose_plan(inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | N
             max_epsilon=max_eps,
             n_statistics=req.n_statistics,
             useful_width=req.useful_width,
+            rule=width_rule(req),
         )
     make = plan_maker(inp, req, excluded)
     if req.eps is not None:
@@ -106,6 +116,13 @@ def choose_plan(inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | N
         raise InvalidRequest("give epsilon or max_user_cost")
     live = inp.occ.user[live_pairs(inp.occ, excluded)]
     return plan_for_cost(make, req.cost_cap, max_eps, _grids_per_user(live))
+
+
+def width_rule(req: ReleaseRequest) -> WidthRule:
+    """The rule by which the request's cells are useful (its statistics' stated widths)."""
+    return WidthRule(
+        req.statistics, req.value_bound, req.mechanism, dict(req.options), req.useful_width
+    )
 
 
 def _grids_per_user(users: np.ndarray) -> int:
@@ -226,31 +243,80 @@ def _adaptive_for_intervals(
 ) -> ReleaseInput:
     """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
     fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
-    (docs/math.md §6.7). Public information only."""
+    (docs/math.md §6.7). With per-cell ε (§6.10) each partition is also scored by its
+    weighted plan keeping everyone, partitions are compared by the worth of their useful
+    records (finer ones worth more: ``CHOICE_FINE_WEIGHT``; among those with at least
+    ``USEFUL_KEPT`` of the most useful records), and two more are tried: the
+    best ``k``'s partition again with the cells the finest candidates' plans made useful
+    counted as useful. Public information only."""
     dataset = req.dataset
     cap = req.cost_cap or budget.limit(0)
-    n_stats = req.n_statistics
-    U = dataset.value_bound
-    best: tuple[tuple[int, float], AdaptiveGrids, list[bool]] | None = None
-    for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
+    rule = width_rule(req)
+    per_cell = "variance" not in req.statistics
+    found: list[tuple[tuple[float, float], int, AdaptiveGrids, list[bool], frozenset, int]] = []
+
+    def evaluate(k: int, useful: frozenset[tuple[int, str]] = frozenset()) -> bool:
         eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
         released, covered = trees.choose(
             min_users=req.min_users,
-            U=U,
-            eps=float(eps) / n_stats,
+            U=dataset.value_bound,
+            eps=float(eps) / req.n_statistics,
             useful_width=req.useful_width,
             statistics=req.statistics,
+            useful=useful,
         )
         chosen = chooser(released)
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)
         max_eps = dataset.max_epsilon_per_query
-        got = plan_at_k(occ, live, U, k, cap, max_eps, n_stats, req.useful_width)
+        widths = CellWidths(rule, occ, float(min(cap, max_eps))) if per_cell else None
+        args = (cap, max_eps, req.n_statistics, req.useful_width, widths)
+        got = plan_at_k(occ, live, dataset.value_bound, k, *args)
         if got is None:
+            return False
+        last = _grids_per_user(occ.user)
+        if widths is not None and last != k:  # per cell, keeping everyone
+            alt = plan_at_k(occ, live, dataset.value_bound, last, *args)
+            got = got if alt is None or alt[0] <= got[0] else alt
+        score: tuple[float, float] = (float(got[0][0]), got[0][1])
+        made: frozenset[tuple[int, str]] = frozenset()
+        if widths is not None:
+            worth, made = _worth(widths, got[1], chosen.grids, span.h3_resolution, req)
+            score = (worth, got[0][1])
+        found.append((score, k, chosen, covered, made, got[0][0]))
+        return True
+
+    for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
+        if not evaluate(k):
             break
-        if best is None or got[0] > best[0]:
-            best = (got[0], chosen, covered)
-    if best is None:
+    if not found:
         raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
-    _, chosen, covered = best
+    if per_cell:
+        best_k = max(found, key=lambda f: f[0])[1]
+        for made in [f[4] for f in found[:2] if f[4]]:
+            evaluate(best_k, made)
+        most = max(f[5] for f in found)  # finer, but never much less useful
+        found = [f for f in found if f[5] >= USEFUL_KEPT * most]
+    _, _, chosen, covered, _, _ = max(found, key=lambda f: f[0])
     return make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
+
+
+def _worth(
+    widths: CellWidths, plan: SlotPlan, grids: Sequence[SlotGrid], finest: int, req: ReleaseRequest
+) -> tuple[float, frozenset[tuple[int, str]]]:
+    """The plan's useful records, each worth ``1 + φ·(res - coarsest)/(finest - coarsest)``
+    (``φ = CHOICE_FINE_WEIGHT``), and the (slot µs, cell) of its useful cells."""
+    occ, coarsest = widths.occ, req.coarsest_resolution
+    span = max(finest - coarsest, 1)
+    worth, useful = 0.0, []
+    for i, grid in enumerate(grids):
+        caps = plan.caps(occ, i)
+        if not caps.any():
+            continue
+        if widths.exact(i, caps, plan.grid_eps(i).used)[0] > widths.rule.useful_width:
+            continue
+        res = h3.get_resolution(grid.h3_cell)
+        records = float(occ.count[occ.bounds[i] : occ.bounds[i + 1]].sum())
+        worth += records * (1.0 + CHOICE_FINE_WEIGHT * (res - coarsest) / span)
+        useful.append((datetime_to_us(grid.slot_start), grid.h3_cell))
+    return worth, frozenset(useful)

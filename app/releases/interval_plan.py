@@ -7,8 +7,11 @@ each user is instead kept in the ``k`` grids where it holds the largest share of
 records (so its cost is at most ``k·ε`` with ``ε = C/k``), and ``k`` is the candidate
 whose plan puts the most records in grids whose public ci95 width
 (``capped_weights``, §5.12) is at most ``useful_width``. With ``epsilon`` given nobody
-is suppressed: at a fixed ``ε`` a suppression never narrows an interval. Everything read
-here is public: occupancy, ``U``, ``ε``, ``C``.
+is suppressed: at a fixed ``ε`` a suppression never narrows an interval. Given the
+statistics' :class:`~app.releases.per_cell.WidthRule`, each candidate's kept sets may share
+each user's ``C`` unequally between cells (per-cell ε, ``app.releases.per_cell``, §6.10),
+scored by the widths the release states. Everything read here is public: occupancy,
+``U``, ``ε``, ``C``. (Weighting is tried at the best equal ``k`` and at the largest.)
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount
 from app.core.planning.partition import narrowest_width
 from app.kit.errors import InvalidRequest
+from app.releases.per_cell import CellWidths, WidthRule, best_at_k, cell_widths
 from app.releases.planning import (
     Occupancy,
     SlotPlan,
@@ -83,13 +87,20 @@ def plan_at_k(
     max_epsilon: Decimal,
     n_statistics: int,
     useful_width: float | None = None,
+    widths: CellWidths | None = None,
+    weigh: bool = True,
 ) -> tuple[tuple[int, float], SlotPlan] | None:
-    """The top-``k`` plan at ``ε = C/k`` and its score; None if that ``ε`` is too small."""
+    """The top-``k`` plan at ``ε = C/k`` and its score (with ``widths``: scored by the
+    statistics' widths, and with ``weigh`` the better of it and its per-cell weighting);
+    None if that ``ε`` is too small."""
+    kept = top_k_kept(occ, live, k)
+    if widths is not None:
+        G1, K = grids_per_user(occ.user[live]), grids_per_user(occ.user[kept > 0])
+        return best_at_k(occ, kept, k, cost_cap, max_epsilon, widths, G1, K, weigh)
     value = min(budget.per_part(cost_cap, k), max_epsilon)
     if value < MIN_EPSILON:
         return None
     amount = exact_amount(value)
-    kept = top_k_kept(occ, live, k)
     useful = 0.2 * U if useful_width is None else useful_width
     score = interval_score(occ, kept, U, amount.used / n_statistics, useful)
     G1 = grids_per_user(occ.user[live])
@@ -106,9 +117,10 @@ def plan_for_intervals(
     max_epsilon: Decimal,
     n_statistics: int,
     useful_width: float | None = None,
+    rule: WidthRule | None = None,
 ) -> SlotPlan:
     """The plan of the module docstring: at ``eps`` (nobody suppressed) or within
-    ``cost_cap`` (the best ``k``)."""
+    ``cost_cap`` (the best ``k``; per cell with ``rule``)."""
     live = live_pairs(occ, excluded)
     G1 = grids_per_user(occ.user[live])
     if eps is not None or G1 == 0:
@@ -118,12 +130,24 @@ def plan_for_intervals(
     if cost_cap is None:
         raise InvalidRequest("give epsilon or max_user_cost")
     best: tuple[tuple[int, float], SlotPlan] | None = None
+    widths = cell_widths(rule, occ, cost_cap, max_epsilon)
+    best_k, ks = 0, []
     for k in candidate_ks(G1):
-        got = plan_at_k(occ, live, U, k, cost_cap, max_epsilon, n_statistics, useful_width)
+        got = plan_at_k(
+            occ, live, U, k, cost_cap, max_epsilon, n_statistics, useful_width, widths, False
+        )
         if got is None:
             break
+        ks.append(k)
         if best is None or got[0] > best[0]:
-            best = got
+            best, best_k = got, k
+    if widths is not None:  # per cell: at the best equal k, and keeping everyone (the last)
+        for k in sorted({best_k, ks[-1]} if ks else set()):
+            got = plan_at_k(
+                occ, live, U, k, cost_cap, max_epsilon, n_statistics, useful_width, widths
+            )
+            if got is not None and (best is None or got[0] > best[0]):
+                best = got
     if best is None:
         raise InvalidRequest(
             f"max_user_cost {cost_cap} is too small: every per-grid epsilon would be "

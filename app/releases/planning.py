@@ -76,21 +76,54 @@ class Occupancy:
 
 @dataclass(frozen=True)
 class SlotPlan:
+    """``eps`` per grid, or with ``weights`` (per-cell ε, docs/math.md §6.10) the quantum:
+    grid ``i`` is released at ``weights[i]·eps`` and a user pays ``eps`` times the sum of
+    the weights of the grids keeping it; ``K`` is the largest such sum (no weights: the
+    most grids a user is kept in), so every user pays at most ``K·eps``: a release's
+    ``epsilon`` and ``K`` are these, each grid's statistics state their own epsilon."""
+
     eps: EpsilonAmount
     G1: int
     K: int
     kept: np.ndarray  # Γ per pair of the occupancy (0: not used, not charged)
+    weights: np.ndarray | None = None  # per grid, whole quanta (None: 1 each)
 
     def caps(self, occ: Occupancy, i: int) -> np.ndarray:
         return self.kept[occ.bounds[i] : occ.bounds[i + 1]]
 
+    def grid_eps(self, i: int) -> EpsilonAmount:
+        """Grid ``i``'s epsilon: ``weights[i]`` quanta, exact (:func:`multiple`)."""
+        return self.eps if self.weights is None else multiple(self.eps, int(self.weights[i]))
+
     def user_costs(self, occ: Occupancy) -> tuple[np.ndarray, np.ndarray]:
-        """``(user ids, grids charged)`` of every charged user."""
-        return np.unique(occ.user[self.kept > 0], return_counts=True)
+        """``(user ids, quanta charged)`` of every charged user: the grids keeping it, or
+        with weights the sum of theirs."""
+        if self.weights is None:
+            return np.unique(occ.user[self.kept > 0], return_counts=True)
+        keep = self.kept > 0
+        users, at = np.unique(occ.user[keep], return_inverse=True)
+        paid = np.bincount(at, weights=self.weights[occ.grid[keep]], minlength=users.size)
+        return users, np.rint(paid).astype(np.int64)
 
     @property
     def max_cost(self) -> Decimal:
         return self.eps.charged * self.K
+
+    @property
+    def top_eps(self) -> Decimal:
+        """The largest per-grid epsilon charged (a release's ``epsilon``)."""
+        if self.weights is None or not self.weights.size:
+            return self.eps.charged
+        return self.eps.charged * int(self.weights.max())
+
+
+def multiple(q: EpsilonAmount, w: int) -> EpsilonAmount:
+    """``w`` quanta of ``q``: charged exactly ``w·q.charged`` (a Decimal), used the float
+    at most that; ``w = 1`` is ``q`` itself."""
+    if w == 1:
+        return q
+    charged = q.charged * w
+    return EpsilonAmount(charged, budget.float_at_most(charged))
 
 
 def grids_per_user(users: np.ndarray) -> int:
@@ -223,7 +256,14 @@ def largest_affordable(
 ) -> float:
     """The largest per-grid epsilon at which every charged user could pay now (0 if
     none): each round lowers epsilon to ``min_u remaining_u / grids_u`` of the current
-    plan and plans again, until the plan fits."""
+    plan and plans again, until the plan fits. A per-cell plan's weights are scaled down
+    instead (its largest grid's epsilon at the largest quantum everyone could pay)."""
+    if plan.weights is not None:
+        users, quanta = plan.user_costs(occ)
+        if users.size == 0:
+            return float(plan.top_eps)
+        fit = min(accounts.largest_epsilon(users, quanta), plan.eps.charged)
+        return float(fit * int(plan.weights.max())) if fit >= MIN_EPSILON else 0.0
     for _ in range(rounds):
         users, grids = plan.user_costs(occ)
         if users.size == 0:

@@ -3,9 +3,10 @@
 
 A release made public is read by anyone without a key; publishing spends nothing and
 changes nothing else (the ``public`` column, migration 0015). Whether a release is public
-is read from the database on every request, so making it private again closes it at
-once on every server process. Without a key, a release that is not public and one that
-does not exist answer the same 401.
+is read from the database on every keyless read that misses the process's 0.5 s read
+cache (``app.http.read_cache``), so making it private again closes it at once on the
+process that took the change and within 0.5 s on the others. Without a key, a release
+that is not public and one that does not exist answer the same 401.
 
 Bodies are immutable (a stored release never changes), so each format has an ``ETag``
 computed without building it and ``If-None-Match`` answers 304 after one indexed read. A
@@ -250,8 +251,9 @@ def release_links(base: str, release_id: str) -> dict[str, str]:
     summary="Make a release public or private again (admin; spends nothing)",
     description="A public release is read by anyone without a key, in every format and on "
     "`/map`, and listed on `GET /public/releases` and the catalogue (`GET /`). Made "
-    "private again, it answers 401 without a key at once on every server process (caches "
-    "are told to revalidate every use). Nothing else about the release changes.",
+    "private again, it answers 401 without a key at once on this server process and "
+    "within 0.5 s on the others (caches are told to revalidate every use). Nothing else "
+    "about the release changes.",
 )
 def set_public(
     release_id: str,

@@ -64,13 +64,17 @@ from app.releases.usefulness import Usefulness, usefulness, warnings
 MAX_EXCLUSION_ROUNDS = 20
 
 
-def _plan_within_budget(inp: ReleaseInput, req: ReleaseRequest, rb: ReleaseBudget) -> SlotPlan:
+def _plan_within_budget(
+    inp: ReleaseInput, req: ReleaseRequest, rb: ReleaseBudget, first: SlotPlan | None = None
+) -> SlotPlan:
     """The plan every charged user can pay in each budget window (``app.releases.charges``);
     with ``on_exhausted=exclude`` a user who cannot pay in some window is left out of that
-    window's grids only, and the plan is made again."""
+    window's grids only, and the plan is made again. ``first``: ``choose_plan(inp, req,
+    None)`` if already made."""
     excluded: np.ndarray | None = None  # the (grid, user) pairs left out
     for _ in range(MAX_EXCLUSION_ROUNDS):
-        plan = choose_plan(inp, req, excluded)
+        reuse = excluded is None and first is not None
+        plan = first if reuse and first is not None else choose_plan(inp, req, excluded)
         over = over_budget(rb.occ, plan, rb.accounts)  # (window, user) subjects
         if over.size == 0:
             return plan
@@ -116,7 +120,9 @@ def _usefulness(inp: ReleaseInput, req: ReleaseRequest, plan: SlotPlan) -> Usefu
         plan,
         statistics=req.statistics,
         U=req.value_bound,
-        eps=statistic_eps(plan, req.n_statistics).used,
+        eps=statistic_eps(plan, req.n_statistics).used
+        if plan.weights is None
+        else lambda i: statistic_eps(plan, req.n_statistics, i).used,
         mechanism=req.mechanism,
         options=req.options,
         useful_width=req.useful_width,
@@ -181,11 +187,15 @@ def release_slot(
     repo = ReleaseRepository(session)
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
-    # planned (and refused) on the accounts as they read now, so a refusal creates none
-    read = release_budget(
-        session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+    # planned (and refused) on the accounts as they read now, so a refusal creates none;
+    # the first plan (public counts only) made meanwhile on the second thread
+    read, first = in_parallel(
+        lambda: release_budget(
+            session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+        ),
+        lambda: choose_plan(inp, req, None),
     )
-    plan = _plan_within_budget(inp, req, read)
+    plan = _plan_within_budget(inp, req, read, first)
     if plan.K:
         ledger.check_quota(session, key, plan.max_cost)
     budget = release_budget(
@@ -242,10 +252,10 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     rb = release_budget(
         session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
     )
-    eps = statistic_eps(plan, req.n_statistics)
     grids = []
     U = dataset.value_bound
     first = req.statistics[0]
+    same_eps = statistic_eps(plan, req.n_statistics)
     useful = _usefulness(inp, req, plan)
     all_widths = iter(useful.widths)
     for i, (grid, arrays) in enumerate(zip(inp.grids, inp.arrays, strict=True)):
@@ -254,6 +264,7 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         if not n_kept:
             continue
         opts = req.options
+        eps = same_eps if plan.weights is None else statistic_eps(plan, req.n_statistics, i)
         errors = {
             s: expected_error(s, arrays.counts, U, eps.used, req.mechanism, caps=caps, **opts)
             for s in req.statistics

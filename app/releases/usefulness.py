@@ -11,7 +11,7 @@ nothing here reads a value or draws noise (post-processing of public information
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -44,26 +44,32 @@ def usefulness(
     *,
     statistics: Sequence[str],
     U: float,
-    eps: float,
+    eps: float | Callable[[int], float],
     mechanism: str,
     options: dict[str, str],
     useful_width: float,
     total_records: int,
 ) -> Usefulness:
     """The usefulness of the plan's released grids (those keeping a user), in order: each
-    statistic's expected widths of all of them at once (:func:`app.core.expected_ci95_widths`)."""
-    counts, caps, records = [], [], []
-    for i, a in enumerate(arrays):
-        kept = plan.caps(occ, i)
-        if kept.any():
-            counts.append(a.counts)
-            caps.append(kept)
-            records.append(int(a.counts.sum()))
-    per_statistic = {
-        s: core.expected_ci95_widths(s, counts, caps, U, eps, mechanism, options).tolist()
-        for s in statistics
-    }
-    widths = [{s: per_statistic[s][g] for s in statistics} for g in range(len(counts))]
+    statistic's expected widths of all of them at once (:func:`app.core.expected_ci95_widths`),
+    grid ``i`` at each statistic's ``eps(i)`` (a float: the same for all)."""
+    released = [i for i in range(len(arrays)) if plan.caps(occ, i).any()]
+    groups: dict[float, list[int]] = {}
+    if isinstance(eps, float):
+        groups[eps] = list(range(len(released)))
+    else:
+        for g, i in enumerate(released):
+            groups.setdefault(eps(i), []).append(g)
+    per_statistic = {s: [0.0] * len(released) for s in statistics}
+    for at, members in groups.items():
+        counts = [arrays[released[g]].counts for g in members]
+        caps = [plan.caps(occ, released[g]) for g in members]
+        for s in statistics:
+            got = core.expected_ci95_widths(s, counts, caps, U, at, mechanism, options).tolist()
+            for g, w in zip(members, got, strict=True):
+                per_statistic[s][g] = w
+    records = [int(arrays[i].counts.sum()) for i in released]
+    widths = [{s: per_statistic[s][g] for s in statistics} for g in range(len(released))]
     useful = [max(w.values()) <= useful_width for w in widths]
     useful_records = sum(r for r, ok in zip(records, useful, strict=True) if ok)
     share = useful_records / total_records if total_records else 0.0

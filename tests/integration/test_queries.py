@@ -338,11 +338,21 @@ def test_auto_objective_interval_is_a_query_option(client: TestClient, grids) ->
 def test_a_whole_range_note_suggests_nothing_the_request_asked(
     client: TestClient, grids, statistic: str
 ) -> None:
-    """At a tiny epsilon the interval is the whole range; its note says what to change
-    (epsilon, a coarser grid) and never suggests the objective already asked."""
+    """At a tiny epsilon the interval is mostly the whole range (auto's private window
+    choice sometimes lands on a narrower one); a whole-range answer's note says what to
+    change (epsilon, a coarser grid) and never suggests the objective already asked."""
     _, a, _ = grids
-    params = {"epsilon": 0.01, "mechanism": "auto", "objective": "interval"}
-    body = client.get(f"/grids/{a}/{statistic}", params=params).json()
-    assert body["ci95"][0] == 0.0 and body["ci95_note"], body
-    note = body["ci95_note"]
-    assert "epsilon" in note and "objective" not in note, note
+    top = U if statistic == "mean" else U * U / 4
+    whole = 0
+    for i in range(40):  # each epsilon a new query; a whole-range answer in 40 is all but sure
+        params = {"epsilon": 0.01 + i * 1e-4, "mechanism": "auto", "objective": "interval"}
+        body = client.get(f"/grids/{a}/{statistic}", params=params).json()
+        if body["ci95"] is not None and tuple(body["ci95"]) != (0.0, top):
+            assert body.get("ci95_note") is None, body
+            continue
+        whole += 1
+        note = body["ci95_note"]
+        assert note and "epsilon" in note and "objective" not in note, body
+        if whole == 3:
+            break
+    assert whole == 3, "no whole-range answer at tiny epsilons"

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import Engine, make_url
 
 from app.cli.main import main
-from app.cli.publish import day_slots
+from app.cli.publish import day_slots, epsilon_text
 from app.cli.support import (
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -96,6 +96,7 @@ def test_a_day_is_one_release_and_a_second_run_charges_nothing(
     assert _publish(server.url, ds, "--max-user-cost", "1.5") == EXIT_OK
     first = capsys.readouterr()
     assert "24 slots, 3 grids" in first.out, first
+    assert re.search(r"3 grids, epsilon \S+ per grid, max user cost 1.5", first.out), first
     spent = {u["user"]: u["spent"] for u in _ledger(server, ds)}
     assert len(spent) == 12 and max(spent.values()) <= 1.5
     for slot in ("06:00", "07:00", "23:00"):
@@ -143,6 +144,20 @@ def test_exit_codes_for_a_scheduler(
 )
 def test_the_days_slots_follow_its_timezone(day: date, zone: str, minutes: int, slots: int) -> None:
     assert day_slots(day, zone, minutes) == slots
+
+
+def test_the_printed_epsilon_is_each_grids_own() -> None:
+    """With per-cell epsilon (docs/math.md §6.10) the release's ``epsilon`` is the quantum
+    and each grid's epsilon the sum of its statistics': the line gives their range."""
+
+    def grid(*eps: float) -> dict[str, dict[str, float]]:
+        return {s: {"epsilon": e} for s, e in zip(("mean", "user_mean"), eps, strict=False)}
+
+    per_cell = {"epsilon": 0.03125, "grids": [grid(0.0625, 0.0625), grid(0.25, 0.25)]}
+    assert epsilon_text(per_cell) == "per-cell epsilon 0.125 to 0.5 (whole quanta of 0.03125)"
+    equal = {"epsilon": 0.03125, "grids": [grid(0.125), grid(0.125)]}  # five quanta each
+    assert epsilon_text(equal) == "epsilon 0.125 per grid"
+    assert epsilon_text({"epsilon": 0.5, "grids": []}) == "epsilon 0.5 per grid"
 
 
 def test_a_profile_of_the_last_weeks_weekdays_for_cron(

@@ -149,6 +149,8 @@ def _start_others(
         if known is None:
             joined = joined.take(batched)
         window = start_window_releases(statistics, joined, U, eps, source, known)
+    if batched and len(batched) == len(grids):  # all on the window path: rows in grid order
+        return window
     chosen = set(batched)
     alone: list[PendingRelease] = []
     first_row: list[int] = []  # per grid, its first row in (window rows, then the others)

@@ -97,5 +97,4 @@ def start_window_releases(
         _pending(wg, s, eps, p, p.finish(j), U)
         for s, p, j in zip(statistics, parts, chosen, strict=True)
     ]
-    G, S = wg.L.size, len(done)
-    return PendingBatch.concat(done, [s * G + g for g in range(G) for s in range(S)])
+    return PendingBatch.interleave(done)  # grid after grid, its statistics in turn

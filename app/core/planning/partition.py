@@ -32,6 +32,8 @@ __all__ = [
 ]
 
 ParentOf = Callable[[int, int], int]
+#: ``φ``: how much more a record is worth per level of resolution (over the span)
+FINE_WEIGHT = 0.5
 
 
 @dataclass(frozen=True)
@@ -146,10 +148,13 @@ class PartitionTree:
         U: float,
         eps: float,
         useful_width: float | None = None,
-        fine_weight: float = 0.5,
+        fine_weight: float = FINE_WEIGHT,
         statistics: tuple[str, ...] = ("mean",),
+        useful_cells: frozenset[int] = frozenset(),
     ) -> AdaptivePartition:
-        """The partition of the module docstring at ``eps`` (per statistic)."""
+        """The partition of the module docstring at ``eps`` (per statistic); the
+        ``useful_cells`` count as useful whatever their width at ``eps`` (cells a per-cell
+        plan made useful, docs/math.md §6.10)."""
         if min_users < 1:
             raise ValueError(f"min_users must be >= 1, got {min_users}")
         useful = 0.2 * U if useful_width is None else float(useful_width)
@@ -164,6 +169,8 @@ class PartitionTree:
         records_asked = any(s != "user_mean" for s in statistics)
 
         def width_of(cell: int) -> float:
+            if cell in useful_cells:
+                return 0.0
             node = nodes[cell]
             width = narrowest_width(node.counts, U, eps) if records_asked else 0.0
             return max(width, unit_widths.get(cell, 0.0))
@@ -225,7 +232,7 @@ def adaptive_partition(
     eps: float,
     parent_of: ParentOf,
     useful_width: float | None = None,
-    fine_weight: float = 0.5,
+    fine_weight: float = FINE_WEIGHT,
     statistics: tuple[str, ...] = ("mean",),
 ) -> AdaptivePartition:
     """The partition of the module docstring for occupancy rows ``(fine cell, user, count)``.
