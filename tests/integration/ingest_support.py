@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import csv
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
+import h3
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -14,7 +18,8 @@ from app.datasets.models import DatasetUser, Grid, GridSnapshot, Record, Upload
 from app.uploads.repository import IngestRepository
 from tests.helpers import make_csv
 
-CAPMETRICS = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics/2016-11-25.csv"
+CAPMETRICS_DAYS = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics"
+CAPMETRICS = CAPMETRICS_DAYS / "2016-11-25.csv"
 CAPMETRICS_COLUMNS = {
     "user_col": "vehicle_id",
     "time_col": "timestamp",
@@ -22,6 +27,28 @@ CAPMETRICS_COLUMNS = {
     "lon_col": "longitude",
     "value_col": "speed",
 }
+
+
+def capmetrics_hour(
+    day: str, hour: int, zone: ZoneInfo, bound: float
+) -> list[tuple[str, datetime, str, float]]:
+    """(bus, local time, res-8 cell, speed) of a CapMetrics day's records in local ``hour``:
+    the first record per (bus, timestamp), speeds clamped to [0, ``bound``]."""
+    seen: set[tuple[str, datetime]] = set()
+    out = []
+    with (CAPMETRICS_DAYS / f"{day}.csv").open(newline="", encoding="utf-8") as f:
+        for row in csv.DictReader(f):
+            ts = datetime.fromisoformat(row["timestamp"])
+            if (row["vehicle_id"], ts) in seen:
+                continue
+            seen.add((row["vehicle_id"], ts))
+            local = ts.astimezone(zone)
+            if local.hour != hour:
+                continue
+            cell = h3.latlng_to_cell(float(row["latitude"]), float(row["longitude"]), 8)
+            speed = min(max(float(row["speed"]), 0.0), bound)
+            out.append((row["vehicle_id"], local, cell, speed))
+    return out
 
 
 def _error(resp, status: int, code: str) -> None:

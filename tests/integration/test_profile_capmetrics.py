@@ -10,11 +10,9 @@ equals the release's; run with ``-s`` for the figures.
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections import defaultdict
-from datetime import date, datetime
-from pathlib import Path
+from datetime import date
 from zoneinfo import ZoneInfo
 
 import h3
@@ -22,9 +20,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.helpers import create_dataset, upload_csv
-from tests.integration.ingest_support import CAPMETRICS_COLUMNS
+from tests.integration.ingest_support import CAPMETRICS_COLUMNS, CAPMETRICS_DAYS, capmetrics_hour
 
-DATA = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics"
+DATA = CAPMETRICS_DAYS
 DAYS = ("2015-03-18", "2015-03-19", "2016-11-24", "2016-11-25", "2016-11-26", "2016-11-27")
 ZONE = ZoneInfo("America/Chicago")
 U = 30.0
@@ -33,23 +31,10 @@ pytestmark = pytest.mark.slow
 
 
 def _records(day: str) -> list[tuple[str, date, str, float]]:
-    """(bus, local date, res-8 cell, speed) of the day's 08:00 local records (first per
-    (bus, timestamp), speeds clamped to [0, U])."""
-    seen: set[tuple[str, datetime]] = set()
-    out = []
-    with (DATA / f"{day}.csv").open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            ts = datetime.fromisoformat(row["timestamp"])
-            if (row["vehicle_id"], ts) in seen:
-                continue
-            seen.add((row["vehicle_id"], ts))
-            local = ts.astimezone(ZONE)
-            if local.hour != 8:
-                continue
-            cell = h3.latlng_to_cell(float(row["latitude"]), float(row["longitude"]), 8)
-            speed = min(max(float(row["speed"]), 0.0), U)
-            out.append((row["vehicle_id"], local.date(), cell, speed))
-    return out
+    """(bus, local date, res-8 cell, speed) of the day's 08:00 local records."""
+    return [
+        (bus, local.date(), cell, v) for bus, local, cell, v in capmetrics_hour(day, 8, ZONE, U)
+    ]
 
 
 @pytest.fixture(scope="module")

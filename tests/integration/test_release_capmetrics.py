@@ -12,11 +12,9 @@ each day, the median |mean error| and how often ``ci95`` holds the true mean. Ru
 
 from __future__ import annotations
 
-import csv
 import statistics
 from collections import Counter, defaultdict
-from datetime import date, datetime
-from pathlib import Path
+from datetime import date
 from zoneinfo import ZoneInfo
 
 import h3
@@ -24,9 +22,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from tests.helpers import create_dataset, upload_csv
-from tests.integration.ingest_support import CAPMETRICS_COLUMNS
+from tests.integration.ingest_support import CAPMETRICS_COLUMNS, CAPMETRICS_DAYS, capmetrics_hour
 
-DATA = Path(__file__).resolve().parents[2] / "../shared/data/capmetrics"
+DATA = CAPMETRICS_DAYS
 DAYS = ("2016-11-25", "2016-11-26", "2017-03-16")
 ZONE = ZoneInfo("America/Chicago")
 U = 30.0
@@ -39,22 +37,13 @@ pytestmark = pytest.mark.slow
 def _truth(day: str) -> dict[str, dict]:
     """Per res-7 cell of the 08:00 local slot: buses and the mean of their records
     (first record per (bus, timestamp), values clamped to [0, U])."""
-    seen: set[tuple[str, datetime]] = set()
     cells: dict[str, dict] = defaultdict(lambda: {"buses": set(), "values": []})
-    with (DATA / f"{day}.csv").open(newline="", encoding="utf-8") as f:
-        for row in csv.DictReader(f):
-            ts = datetime.fromisoformat(row["timestamp"])
-            if (row["vehicle_id"], ts) in seen:
-                continue
-            seen.add((row["vehicle_id"], ts))
-            local = ts.astimezone(ZONE)
-            if local.date() != date.fromisoformat(day) or local.hour != 8:
-                continue
-            cell = h3.cell_to_parent(
-                h3.latlng_to_cell(float(row["latitude"]), float(row["longitude"]), 8), 7
-            )
-            cells[cell]["buses"].add(row["vehicle_id"])
-            cells[cell]["values"].append(min(max(float(row["speed"]), 0.0), U))
+    for bus, local, cell8, speed in capmetrics_hour(day, 8, ZONE, U):
+        if local.date() != date.fromisoformat(day):
+            continue
+        cell = h3.cell_to_parent(cell8, 7)
+        cells[cell]["buses"].add(bus)
+        cells[cell]["values"].append(speed)
     return {
         c: {"n_users": len(v["buses"]), "mean": statistics.fmean(v["values"])}
         for c, v in cells.items()
