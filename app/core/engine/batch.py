@@ -20,14 +20,7 @@ from typing import Any
 import numpy as np
 import orjson
 
-from app.core.data.results import (
-    BiasSpread,
-    Release,
-    SpreadTuple,
-    _spread_log,
-    finished_value,
-    statistic_range,
-)
+from app.core.data.results import BiasSpread, Release, SpreadTuple, finished_value
 from app.core.mechanisms.draft import PendingRelease
 from app.core.noise.laplace import NoiseSource, default_noise, laplace_many
 
@@ -110,6 +103,7 @@ class PendingBatch:
             U=bounds.pop() if bounds else 0.0,
         )
 
+
     @classmethod
     def interleave(cls, parts: Sequence[PendingBatch]) -> PendingBatch:
         """Row ``i`` of each part in turn, then row ``i + 1``: ``concat(parts, order)`` with
@@ -189,9 +183,6 @@ def finish_batch(batch: PendingBatch, noise: NoiseSource | None = None) -> Relea
     source = default_noise() if noise is None else noise
     raw = laplace_many(source, batch.value, batch.scale)
     p = batch
-    if len(raw) >= _MIN_ARRAYS and all(b is None for b in p.bias) and None not in p.spread:
-        estimate, ci, notes = _finished_spreads(p, raw)
-        return ReleaseBatch(pending=batch, raw=raw, estimate=estimate, ci95=ci, ci95_note=notes)
     done = [
         finished_value(stat, mech, value, scale, bias, spread, p.U)
         for stat, mech, value, scale, bias, spread in zip(
@@ -205,42 +196,3 @@ def finish_batch(batch: PendingBatch, noise: NoiseSource | None = None) -> Relea
         ci95=[d[1] for d in done],
         ci95_note=[d[2] for d in done],
     )
-
-
-_MIN_ARRAYS = 64  # fewer rows: finished_value row by row
-
-
-def _finished_spreads(
-    p: PendingBatch, raw: list[float]
-) -> tuple[list[float], list[tuple[float, float] | None], list[str | None]]:
-    """:func:`finished_value` of every row of a batch whose rows all have a bias spread and
-    no bias bound, in arrays: the same float operations in the same order (``raw - q -
-    below``, ``raw + q + above``, each projected by the same comparisons); a row whose
-    interval is the whole range gets the note :func:`finished_value` gives the first such row
-    of its mechanism and statistic (the note is a function of those two)."""
-    his = {s: float(p.U) if s == "mean" else statistic_range(s, p.U)[1] for s in set(p.statistic)}
-    hi = np.array([his[s] for s in p.statistic], dtype=np.float64)
-    r = np.array(raw, dtype=np.float64)
-    spread = np.array(p.spread, dtype=np.float64).reshape(-1, 3)
-    betas, which = np.unique(spread[:, 2], return_inverse=True)
-    logs = np.array([_spread_log(float(b)) for b in betas.tolist()], dtype=np.float64)
-    q = np.array(p.scale, dtype=np.float64) * logs[which.reshape(-1)]
-    a = _project(r - q - spread[:, 0], hi)
-    b = _project(r + q + spread[:, 1], hi)
-    ci: list[tuple[float, float] | None] = list(zip(a.tolist(), b.tolist(), strict=True))
-    notes: list[str | None] = [None] * r.size
-    known: dict[tuple[str, str], str | None] = {}  # the note is the mechanism's and range's
-    mech, stat = p.mechanism, p.statistic
-    for i in np.flatnonzero((a <= 0.0) & (b >= hi)).tolist():
-        key = (mech[i], stat[i])
-        if key not in known:
-            known[key] = finished_value(
-                stat[i], mech[i], raw[i], p.scale[i], None, p.spread[i], p.U
-            )[2]
-        notes[i] = known[key]
-    return _project(r, hi).tolist(), ci, notes
-
-
-def _project(x: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """``0.0 if x < 0.0 else (hi if x > hi else x)`` elementwise."""
-    return np.where(x < 0.0, 0.0, np.where(x > hi, hi, x))

@@ -147,33 +147,3 @@ def test_interleave_is_concat_in_grid_order() -> None:
     assert [k.tolist() for k in got.kept] == [k.tolist() for k in want.kept]
     with pytest.raises(ValueError, match="one length"):
         PendingBatch.interleave([part("mean", 2), part("variance", 3)])
-
-
-def test_finishing_in_arrays_is_finished_value_row_by_row() -> None:
-    from app.core.data.results import finished_value
-    from app.core.engine.batch import PendingBatch
-
-    rng = np.random.default_rng(29)
-    n, U = 3000, 30.0
-    stats = rng.choice(["mean", "variance"], n).tolist()
-    spread = [
-        (float(lo), float(hi), float(beta))
-        for lo, hi, beta in zip(
-            rng.random(n) * 5, rng.random(n) * 5, rng.choice([0.01, 0.025], n), strict=True
-        )
-    ]
-    batch = PendingBatch(
-        statistic=stats, mechanism=["window"] * n, epsilon=[0.1] * n,
-        value=(rng.random(n) * 300 - 60).tolist(),  # some out of range, some whole-range
-        sensitivity=[1.0] * n, scale=(rng.random(n) * 40).tolist(), bias=[None] * n,
-        spread=spread, kept=[np.array([1])] * n, details=[{}] * n, U=U,
-    )  # fmt: skip
-    done = finish_batch(batch, SeededNoise(np.random.default_rng(5)))
-    want = [
-        finished_value(s, "window", r, b, None, sp, U)
-        for s, r, b, sp in zip(stats, done.raw, batch.scale, spread, strict=True)
-    ]
-    assert done.estimate == [w[0] for w in want]
-    assert done.ci95 == [w[1] for w in want]
-    assert done.ci95_note == [w[2] for w in want]
-    assert any(w[2] is not None for w in want) and any(w[2] is None for w in want)
