@@ -226,6 +226,38 @@ def client(app: FastAPI) -> Iterator[TestClient]:
         yield c
 
 
+@contextmanager
+def shared_client_on(
+    template: PostgresTemplate, tmp_dir: Path, **overrides: object
+) -> Iterator[TestClient]:
+    """An admin's client of an app on a schema of its own, for several tests that only
+    send requests the service must refuse without writing or charging anything (each
+    test checks that itself, so one that writes still fails)."""
+    url, schema = template.copy()
+    try:
+        settings = Settings(
+            database_url=url,
+            admin_key=ADMIN_KEY,
+            secret_key="test-secret",
+            secret_file=tmp_dir / "secret.key",
+            **overrides,  # type: ignore[arg-type]
+        )
+        with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+            c.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
+            yield c
+    finally:
+        _drop_schema(template.admin, schema)
+
+
+@pytest.fixture(scope="module")
+def shared_client(
+    postgres_template: PostgresTemplate, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestClient]:
+    """``client``'s app, shared by a module's refusal tests (:func:`shared_client_on`)."""
+    with shared_client_on(postgres_template, tmp_path_factory.mktemp("shared")) as c:
+        yield c
+
+
 @pytest.fixture
 def admin_headers() -> dict[str, str]:
     return {"Authorization": f"Bearer {ADMIN_KEY}"}
