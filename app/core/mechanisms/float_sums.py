@@ -13,6 +13,7 @@ import math
 from fractions import Fraction
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -47,27 +48,8 @@ def _up(x: float) -> float:
 
 
 def float_sum_sensitivity(sensitivity: float, value_bound: float, term_roundings: int = 2) -> float:
-    """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate.
-
-    ``sensitivity`` bounds, in real numbers, how far one user moves the exact sum of
-    the terms. A user's float term is computed from its own values with at most
-    ``term_roundings`` roundings of non-negative quantities (a user's own sum of ``k``
-    records: ``k``; a product ``w_l·x``: one more), each a factor at most ``1 + u``, so
-    its range grows by at most ``(1 + u)^r``; ``value_bound`` bounds ``|estimate|``.
-    Each of the two neighbouring results is the exact sum of the terms rounded once (at
-    most half an ulp of ``2·value_bound``), so the floats differ by at most
-    ``Δ(1 + u)^r + ulp(2·value_bound)``; this returns a float at least
-    ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards.
-    """
-    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
-        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
-    if term_roundings < 0:
-        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
-    # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
-    r = term_roundings + 2
-    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
-    grown = _up(sensitivity * factor)
-    return _up(grown + 2.0 * math.ulp(2.0 * max(value_bound, sensitivity)))
+    """:func:`float_sum_sensitivities` of one grid (the rule's one home is the array form)."""
+    return float(float_sum_sensitivities(sensitivity, value_bound, term_roundings))
 
 
 def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
@@ -98,42 +80,43 @@ def _split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def float_variance_sensitivity(sensitivity: float, value_bound: float, per_user: int) -> float:
-    """A sensitivity that holds for the floats of a population variance computed from
-    per-user sums of ``d = x - U/2`` and ``d²`` (each a user's own sum of at most
-    ``per_user`` records, then :func:`exact_sum` over users) on values in ``[0, U]``
-    (docs/math.md §9.5).
+    """:func:`float_variance_sensitivities` of one grid (the rule's one home is the array form)."""
+    return float(float_variance_sensitivities(sensitivity, value_bound, per_user))
 
-    A user's sequential sum of ``k`` terms of size at most ``U²/4`` is off by at most
-    ``(k - 1)u·kU²/4``; over all users and divided by ``s``, at most ``k* u U²/4`` for the
-    second moment and ``k* u U/2`` for the first, whose square then moves by at most
-    ``k* u U²/2``; squares, the two exact sums and the divisions add ``4uU²``. So each
-    result is within ``(k*·3/4 + 4)uU²`` of the real variance, two neighbours' floats differ
-    by at most ``Δ + (1.5k* + 8)uU²``; this returns at least ``Δ(1 + 4u) + (2k* + 32)uU²``.
-    """
-    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
-        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
-    if per_user < 0:
-        raise ValueError(f"per_user must be >= 0, got {per_user}")
-    grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
-    slack = _up(_up((2.0 * per_user + 32.0) * UNIT_ROUNDOFF) * _up(value_bound * value_bound))
-    return _up(grown + slack)
+
+def _checked(sensitivities: npt.ArrayLike, value_bounds: npt.ArrayLike) -> tuple[np.ndarray, ...]:
+    """The two as float64 arrays; ``ValueError`` unless every sensitivity is finite and >= 0
+    and every bound >= 0 (NaN fails: a comparison with NaN is false)."""
+    sens = np.asarray(sensitivities, dtype=np.float64)
+    bound = np.asarray(value_bounds, dtype=np.float64)
+    if not (
+        sens.min(initial=0.0) >= 0.0 and sens.max(initial=0.0) < math.inf
+        and bound.min(initial=0.0) >= 0.0
+    ):  # fmt: skip
+        raise ValueError(f"invalid sensitivities {sensitivities!r} or bounds {value_bounds!r}")
+    return sens, bound
 
 
 def float_sum_sensitivities(
-    sensitivities: np.ndarray, value_bounds: np.ndarray, term_roundings: int = 2
+    sensitivities: npt.ArrayLike, value_bounds: npt.ArrayLike, term_roundings: int = 2
 ) -> np.ndarray:
-    """:func:`float_sum_sensitivity` of each pair, in arrays: the same float operations
-    (``np.nextafter`` for rounding up, ``np.spacing`` for ``math.ulp`` of a value >= 0),
-    so every entry is the scalar function's (tested)."""
-    sens = np.asarray(sensitivities, dtype=np.float64)
-    bound = np.asarray(value_bounds, dtype=np.float64)
-    if sens.size == 1 == bound.size:  # one grid: the scalar rule, ~10x faster (equal, tested)
-        one = float_sum_sensitivity(float(sens.flat[0]), float(bound.flat[0]), term_roundings)
-        return np.full(sens.shape, one)
-    if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
-        raise ValueError("invalid sensitivities or bounds")
+    """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate, per grid.
+
+    ``sensitivities`` bounds, in real numbers, how far one user moves the exact sum of
+    the terms. A user's float term is computed from its own values with at most
+    ``term_roundings`` roundings of non-negative quantities (a user's own sum of ``k``
+    records: ``k``; a product ``w_l·x``: one more), each a factor at most ``1 + u``, so
+    its range grows by at most ``(1 + u)^r``; ``value_bounds`` bounds ``|estimate|``.
+    Each of the two neighbouring results is the exact sum of the terms rounded once (at
+    most half an ulp of ``2·value_bound``), so the floats differ by at most
+    ``Δ(1 + u)^r + ulp(2·value_bound)``; this returns floats at least
+    ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards
+    (``np.nextafter``; ``np.spacing`` is the ulp of a value >= 0).
+    """
+    sens, bound = _checked(sensitivities, value_bounds)
     if term_roundings < 0:
         raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
+    # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
     r = term_roundings + 2
     factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
     grown = np.nextafter(sens * factor, math.inf)
@@ -144,20 +127,24 @@ def float_sum_sensitivities(
 
 
 def float_variance_sensitivities(
-    sensitivities: np.ndarray, value_bounds: np.ndarray, per_user: np.ndarray
+    sensitivities: npt.ArrayLike, value_bounds: npt.ArrayLike, per_user: npt.ArrayLike
 ) -> np.ndarray:
-    """:func:`float_variance_sensitivity` of each triple, in arrays (the same float
-    operations: every entry is the scalar function's, tested)."""
-    sens = np.asarray(sensitivities, dtype=np.float64)
-    bound = np.asarray(value_bounds, dtype=np.float64)
+    """A sensitivity that holds for the floats of a population variance computed from
+    per-user sums of ``d = x - U/2`` and ``d²`` (each a user's own sum of at most
+    ``per_user`` records, then :func:`exact_sum` over users) on values in ``[0, U]``
+    (docs/math.md §9.5), per grid.
+
+    A user's sequential sum of ``k`` terms of size at most ``U²/4`` is off by at most
+    ``(k - 1)u·kU²/4``; over all users and divided by ``s``, at most ``k* u U²/4`` for the
+    second moment and ``k* u U/2`` for the first, whose square then moves by at most
+    ``k* u U²/2``; squares, the two exact sums and the divisions add ``4uU²``. So each
+    result is within ``(k*·3/4 + 4)uU²`` of the real variance, two neighbours' floats differ
+    by at most ``Δ + (1.5k* + 8)uU²``; this returns at least ``Δ(1 + 4u) + (2k* + 32)uU²``.
+    """
+    sens, bound = _checked(sensitivities, value_bounds)
     k = np.asarray(per_user)
-    if sens.size == 1 == bound.size == k.size and k.dtype.kind in "iu":  # one grid: as above
-        one = float_variance_sensitivity(float(sens.flat[0]), float(bound.flat[0]), int(k.flat[0]))
-        return np.full(sens.shape, one)
-    if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
-        raise ValueError("invalid sensitivities or bounds")
-    if k.dtype.kind not in "iu" or np.any(k < 0):
-        raise ValueError("per_user must be integers >= 0")
+    if k.dtype.kind not in "iu" or k.min(initial=0) < 0:
+        raise ValueError(f"per_user must be integers >= 0, got {per_user!r}")
     up = math.inf
     grown = np.nextafter(sens * _up(1.0 + 4.0 * UNIT_ROUNDOFF), up)
     rate = np.nextafter((2.0 * k.astype(np.float64) + 32.0) * UNIT_ROUNDOFF, up)
