@@ -11,6 +11,7 @@ import functools
 import itertools
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -48,8 +49,11 @@ def _up(x: float) -> float:
 
 
 def float_sum_sensitivity(sensitivity: float, value_bound: float, term_roundings: int = 2) -> float:
-    """:func:`float_sum_sensitivities` of one grid (the rule's one home is the array form)."""
-    return float(float_sum_sensitivities(sensitivity, value_bound, term_roundings))
+    """:func:`float_sum_sensitivities` of one grid: the same rule on Python floats (an array
+    of one costs ~10x more, and a slot release plans thousands of grids one by one)."""
+    if not (0.0 <= sensitivity < math.inf and value_bound >= 0.0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    return float(_sum_rule(sensitivity, value_bound, term_roundings, _up, math.ulp, max))
 
 
 def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
@@ -80,21 +84,22 @@ def _split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def float_variance_sensitivity(sensitivity: float, value_bound: float, per_user: int) -> float:
-    """:func:`float_variance_sensitivities` of one grid (the rule's one home is the array form)."""
-    return float(float_variance_sensitivities(sensitivity, value_bound, per_user))
+    """:func:`float_variance_sensitivities` of one grid, on Python floats (as above)."""
+    if not (0.0 <= sensitivity < math.inf and value_bound >= 0.0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    if per_user < 0:
+        raise ValueError(f"per_user must be >= 0, got {per_user}")
+    return float(_variance_rule(sensitivity, value_bound, per_user, _up))
 
 
-def _checked(sensitivities: npt.ArrayLike, value_bounds: npt.ArrayLike) -> tuple[np.ndarray, ...]:
-    """The two as float64 arrays; ``ValueError`` unless every sensitivity is finite and >= 0
-    and every bound >= 0 (NaN fails: a comparison with NaN is false)."""
-    sens = np.asarray(sensitivities, dtype=np.float64)
-    bound = np.asarray(value_bounds, dtype=np.float64)
+def _check(sens: np.ndarray, bound: np.ndarray) -> None:
+    """``ValueError`` unless every sensitivity is finite and >= 0 and every bound >= 0
+    (NaN fails: a comparison with NaN is false)."""
     if not (
         sens.min(initial=0.0) >= 0.0 and sens.max(initial=0.0) < math.inf
         and bound.min(initial=0.0) >= 0.0
     ):  # fmt: skip
-        raise ValueError(f"invalid sensitivities {sensitivities!r} or bounds {value_bounds!r}")
-    return sens, bound
+        raise ValueError(f"invalid sensitivities {sens!r} or bounds {bound!r}")
 
 
 def float_sum_sensitivities(
@@ -113,17 +118,25 @@ def float_sum_sensitivities(
     ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards
     (``np.nextafter``; ``np.spacing`` is the ulp of a value >= 0).
     """
-    sens, bound = _checked(sensitivities, value_bounds)
+    sens = np.asarray(sensitivities, dtype=np.float64)
+    bound = np.asarray(value_bounds, dtype=np.float64)
+    if sens.size == 1 == bound.size:  # one grid: the same rule on floats, ~10x faster
+        one = float_sum_sensitivity(float(sens.flat[0]), float(bound.flat[0]), term_roundings)
+        return np.full(sens.shape, one)
+    _check(sens, bound)
+    out: np.ndarray = _sum_rule(sens, bound, term_roundings, _up_all, np.spacing, np.maximum)
+    return out
+
+
+def _sum_rule(sens: Any, bound: Any, term_roundings: int, up: Any, ulp: Any, larger: Any) -> Any:
+    """The rule of :func:`float_sum_sensitivities`, written once for floats and for arrays:
+    ``up`` rounds up, ``ulp`` is the ulp of a value >= 0, ``larger`` the larger of two."""
     if term_roundings < 0:
         raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
     # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
     r = term_roundings + 2
     factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
-    grown = np.nextafter(sens * factor, math.inf)
-    out: np.ndarray = np.nextafter(
-        grown + 2.0 * np.spacing(2.0 * np.maximum(bound, sens)), math.inf
-    )
-    return out
+    return up(up(sens * factor) + 2.0 * ulp(2.0 * larger(bound, sens)))
 
 
 def float_variance_sensitivities(
@@ -141,13 +154,26 @@ def float_variance_sensitivities(
     result is within ``(k*·3/4 + 4)uU²`` of the real variance, two neighbours' floats differ
     by at most ``Δ + (1.5k* + 8)uU²``; this returns at least ``Δ(1 + 4u) + (2k* + 32)uU²``.
     """
-    sens, bound = _checked(sensitivities, value_bounds)
+    sens = np.asarray(sensitivities, dtype=np.float64)
+    bound = np.asarray(value_bounds, dtype=np.float64)
     k = np.asarray(per_user)
+    if sens.size == 1 == bound.size == k.size and k.dtype.kind in "iu":  # one grid: floats
+        one = float_variance_sensitivity(float(sens.flat[0]), float(bound.flat[0]), int(k.flat[0]))
+        return np.full(sens.shape, one)
+    _check(sens, bound)
     if k.dtype.kind not in "iu" or k.min(initial=0) < 0:
         raise ValueError(f"per_user must be integers >= 0, got {per_user!r}")
-    up = math.inf
-    grown = np.nextafter(sens * _up(1.0 + 4.0 * UNIT_ROUNDOFF), up)
-    rate = np.nextafter((2.0 * k.astype(np.float64) + 32.0) * UNIT_ROUNDOFF, up)
-    slack = np.nextafter(rate * np.nextafter(bound * bound, up), up)
-    out: np.ndarray = np.nextafter(grown + slack, up)
+    out: np.ndarray = _variance_rule(sens, bound, k.astype(np.float64), _up_all)
+    return out
+
+
+def _variance_rule(sens: Any, bound: Any, per_user: Any, up: Any) -> Any:
+    """The rule of :func:`float_variance_sensitivities`, for floats and for arrays."""
+    grown = up(sens * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
+    slack = up(up((2.0 * per_user + 32.0) * UNIT_ROUNDOFF) * up(bound * bound))
+    return up(grown + slack)
+
+
+def _up_all(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.nextafter(x, math.inf)
     return out

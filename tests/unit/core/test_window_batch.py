@@ -109,8 +109,8 @@ def test_calibrate_scales_is_calibrate_scale() -> None:
 
 
 def test_float_sensitivities_bound_the_exact_rule() -> None:
-    """Each entry is at least the rule's exact bound (docs/math.md §9.5), worked out in
-    rationals, and no looser than a few roundings above it; one grid is a batch of one."""
+    """Each entry, in arrays and on floats, is at least the rule's exact bound (docs/math.md
+    §9.5) worked out in rationals, and no looser than a few roundings above it."""
     rng = np.random.default_rng(8)
     sens = np.concatenate(
         [rng.random(3000) * 10.0 ** rng.integers(-12, 6, size=3000), [0.0, 1.0, 5e-324, 1e300]]
@@ -126,12 +126,12 @@ def test_float_sensitivities_bound_the_exact_rule() -> None:
             exact = Fraction(s) * (1 + u) ** (r + 2) + ulp
             loose = (Fraction(s) * (1 + 2 * (r + 2) * u) + ulp) * (1 + 16 * u) + tiny
             assert exact <= Fraction(g) <= loose
-        assert float_sum_sensitivity(float(sens[7]), float(bounds[7]), r) == got[7]
+            assert float_sum_sensitivity(s, b, r) == g  # the same rule on floats
     got = float_variance_sensitivities(sens, bounds, per_user)
     for g, s, b, k in zip(got.tolist(), sens.tolist(), bounds.tolist(), per_user, strict=True):
         exact = Fraction(s) * (1 + 4 * u) + (2 * int(k) + 32) * u * Fraction(b) ** 2
         assert exact <= Fraction(g) <= exact * (1 + 16 * u) + tiny
-    assert float_variance_sensitivity(float(sens[7]), float(bounds[7]), int(per_user[7])) == got[7]
+        assert float_variance_sensitivity(s, b, int(k)) == g
     for bad in (np.array([-1.0]), np.array([np.nan]), np.array([np.inf])):
         with pytest.raises(ValueError, match="invalid"):
             float_sum_sensitivities(bad, np.array([1.0]))
