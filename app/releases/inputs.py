@@ -74,6 +74,7 @@ class ReleaseInput:
     joined: GridColumns | None = None  # ``columns`` as read (every grid of a large span)
     sources: tuple[tuple[int, int], ...] | None = None  # a profile's pooled (grid, version)
     windows: tuple[date, ...] | None = None  # a profile's budget windows (users are units)
+    subjects: np.ndarray | None = None  # a profile's units' ledger subjects (units: ranks)
 
     @cached_property
     def columns(self) -> GridColumns:
