@@ -50,7 +50,7 @@ def _public_id(req: ReleaseRequest, slot: int, cell: str) -> str:
     """The same id for the same dataset, profile, slot length, time of day and cell."""
     assert req.profile is not None
     text = f"{req.dataset.id}|{req.profile.as_json()}|{req.slot_minutes}|{slot}|{cell}"
-    return "p" + hashlib.sha256(text.encode()).hexdigest()[:31]
+    return "p" + hashlib.sha256(text.encode()).hexdigest()[:31]  # PROFILE_CELL_ID
 
 
 def _daily(session: Session, req: ReleaseRequest, profile: Profile) -> tuple[list, list, list]:
