@@ -165,13 +165,13 @@ def release_input(session: Session, req: ReleaseRequest) -> ReleaseInput:
         covered = [g.n_users >= req.min_users for g in span.grids]
         kept = [i for i, c in enumerate(covered) if c]
         grids, arrays = [span.grids[i] for i in kept], [fine.arrays[i] for i in kept]
-        occ = _fixed_occupancy(fine.columns, covered)
+        occ = fixed_occupancy(fine.columns, covered)
         joined = fine.joined if len(kept) == len(covered) else None
         return make_input(dataset, span, grids, arrays, covered, fine.columns, occ, joined)
     return _adaptive_input(session, req, span, fine)
 
 
-def _fixed_occupancy(cols: GridColumns, covered: Sequence[bool]) -> Occupancy:
+def fixed_occupancy(cols: GridColumns, covered: Sequence[bool]) -> Occupancy:
     """The occupancy of the ``covered`` grids, from the span's columns."""
     inside = np.asarray(covered, dtype=bool)
     if inside.all():

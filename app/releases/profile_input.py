@@ -22,7 +22,7 @@ from app.datasets.grid_batch import GridColumns, load_grid_batch
 from app.datasets.grid_store import SlotGrid
 from app.kit.errors import NotFound
 from app.releases.adaptive import AdaptiveGrids
-from app.releases.inputs import ReleaseInput, adaptive_over, make_input
+from app.releases.inputs import ReleaseInput, adaptive_over, fixed_occupancy, make_input
 from app.releases.pooling import arrays_of, pool, units_of
 from app.releases.profiles import Profile
 from app.releases.request import ReleaseRequest
@@ -122,9 +122,11 @@ def profile_input(session: Session, req: ReleaseRequest) -> ReleaseInput:
         covered = [g.n_users >= req.min_users for g in grids]
         kept = [i for i, c in enumerate(covered) if c]
         arrays = arrays_of(cols)
+        occ = fixed_occupancy(cols, covered)
+        joined = cols if len(kept) == len(covered) else None  # no second copy of 2·10⁷ values
         return make_input(
             dataset, span, [grids[i] for i in kept], [arrays[i] for i in kept], covered, cols,
-            **extra,
+            occ, joined, **extra,
         )  # fmt: skip
 
     def chooser(released: dict[tuple[int, str], int]) -> AdaptiveGrids:

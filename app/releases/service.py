@@ -191,9 +191,15 @@ def release_slot(
     # the first plan (public counts only) made meanwhile on the second thread
     read, first = in_parallel(
         lambda: release_budget(
-            session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows,
+            session,
+            dataset,
+            epoch,
+            inp.grids,
+            inp.occ,
+            lock=False,
+            windows=inp.windows,
             units=inp.subjects,
-        ),  # fmt: skip
+        ),
         lambda: choose_plan(inp, req, None),
     )
     plan = _plan_within_budget(inp, req, read, first)

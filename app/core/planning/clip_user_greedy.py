@@ -62,7 +62,6 @@ class Suppression:
         )
 
 
-
 def suppress_users(
     occ: Occupancy,
     U: float,
