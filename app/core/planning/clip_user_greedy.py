@@ -236,5 +236,4 @@ def suppress_users(
         below = buckets.get(level)
         buckets[level] = stage if not below else sorted(below + stage)
 
-    as_array = lambda x: np.asarray(x, dtype=np.int64)  # noqa: E731
-    return Suppression(G1, K, E, as_array(removed_pos), as_array(S), as_array(top1))
+    return Suppression(G1, K, E, *(np.asarray(x, dtype=np.int64) for x in (removed_pos, S, top1)))
