@@ -103,7 +103,6 @@ class PendingBatch:
             U=bounds.pop() if bounds else 0.0,
         )
 
-
     @classmethod
     def interleave(cls, parts: Sequence[PendingBatch]) -> PendingBatch:
         """Row ``i`` of each part in turn, then row ``i + 1``: ``concat(parts, order)`` with

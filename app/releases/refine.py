@@ -1,0 +1,169 @@
+"""An adaptive partition chosen with its per-cell allocation (docs/math.md §6.10).
+
+Every node of a span's partition trees (``app.core.planning.partition``) with at least
+``min_users`` units is a candidate cell. A partition (disjoint candidates) is scored by the
+allocation its plan would make: the per-cell weights of ``app.releases.per_cell`` with
+every unit kept (each cell's need, read once per candidate, then :func:`allocate`), giving
+its useful records and the fineness of its released records. Starting from the most useful
+of the given partitions, cells are split into their candidate children, the best gain of
+fineness per useful record lost first, while the useful records stay at least
+``USEFUL_KEPT`` of the start's. Public information only: occupancy, ``U``, ``C``,
+``max_epsilon``, ``min_users`` and the widths' rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+import numpy as np
+
+from app.core.planning.partition import PartitionTree
+from app.releases.per_cell import CellWidths, WidthRule, allocate, cut, need_of, quanta
+from app.releases.planning import Occupancy, grids_per_user
+
+#: Refined, a partition keeps at least this share of the most useful start's useful records.
+USEFUL_KEPT = 0.85
+#: Passes over the released cells (each may split every cell once).
+PASSES = 8
+#: A released record's fineness ``((res - coarsest)/(finest - coarsest))`` to this power.
+FINE_POWER = 2
+
+Key = tuple[int, int]  # (slot µs, cell)
+
+
+@dataclass(frozen=True)
+class Score:
+    useful: float  # records in cells the allocation makes useful
+    fine: float  # released records times (res - coarsest) / (finest - coarsest)
+
+
+@dataclass
+class Candidates:
+    """The candidate cells of the trees, as the grids of one occupancy."""
+
+    keys: list[Key]
+    res: np.ndarray
+    records: np.ndarray
+    children: list[list[int]]
+    occ: Occupancy
+    widths: CellWidths
+    cap: Decimal
+    max_epsilon: Decimal
+    fineness: np.ndarray
+    _needs: dict[tuple[int, int], int] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        slots: list[tuple[int, PartitionTree]],
+        *,
+        min_users: int,
+        rule: WidthRule,
+        cap: Decimal,
+        max_epsilon: Decimal,
+    ) -> Candidates:
+        keys: list[Key] = []
+        res, users, counts = [], [], []
+        coarsest = finest = 0
+        for slot, tree in slots:
+            coarsest, finest = tree.coarsest, tree.finest
+            for cell, node in tree.nodes.items():
+                if node.counts.size >= min_users:
+                    keys.append((slot, cell))
+                    res.append(node.res)
+                    users.append(node.users)
+                    counts.append(node.counts)
+        index = {k: i for i, k in enumerate(keys)}
+        trees = dict(slots)
+        children = [
+            [index[(s, c)] for c in trees[s].nodes[cell].children if (s, c) in index]
+            for s, cell in keys
+        ]
+        occ = Occupancy.of(users, counts)
+        records = np.add.reduceat(occ.count, occ.bounds[:-1]) if keys else np.zeros(0)
+        r = np.array(res, dtype=np.int64)
+        fineness = ((r - coarsest) / max(finest - coarsest, 1)) ** FINE_POWER
+        widths = CellWidths(rule, occ, float(min(cap, max_epsilon)))
+        return cls(keys, r, records, children, occ, widths, cap, max_epsilon, fineness)
+
+    def need(self, j: int, Q: int) -> int:
+        """Candidate ``j``'s need in quanta of ``per_part(C, Q)``, every unit kept (0: none)."""
+        got = self._needs.get((j, Q))
+        if got is None:
+            q_top = cut(Q, self.cap, self.max_epsilon)
+            lo, hi = int(self.occ.bounds[j]), int(self.occ.bounds[j + 1])
+            caps = self.occ.count[lo:hi]
+            got = self._needs[(j, Q)] = (
+                0 if q_top is None else need_of(self.widths, j, caps, *q_top)
+            )
+        return got
+
+    def score(self, part: list[int]) -> Score | None:
+        """The useful and fine records of the partition ``part`` under its allocation
+        keeping every unit (None: no quantum large enough)."""
+        bounds = self.occ.bounds
+        users = [self.occ.user[bounds[j] : bounds[j + 1]] for j in part]
+        counts = [self.occ.count[bounds[j] : bounds[j + 1]] for j in part]
+        occ = Occupancy.of(users, counts)
+        cut = quanta(max(grids_per_user(occ.user), 1), self.cap, self.max_epsilon)
+        if cut is None:
+            return None
+        Q, _, top = cut
+        need = np.array([self.need(j, Q) for j in part], dtype=np.int64)
+        weights, _ = allocate(occ, occ.count, need, Q, top)
+        idx = np.array(part, dtype=np.int64)
+        useful = (need > 0) & (weights >= need)
+        records = self.records[idx]
+        released = weights > 0
+        return Score(
+            float(records[useful].sum()), float((records * self.fineness[idx])[released].sum())
+        )
+
+
+def refine(cands: Candidates, starts: list[list[int]]) -> list[int]:
+    """The partition of the module docstring from ``starts`` (candidate indices each)."""
+    scored = [(got, sorted(p)) for p in starts if (got := cands.score(p)) is not None]
+    if not scored:
+        return starts[0] if starts else []
+    floor = USEFUL_KEPT * max(got.useful for got, _ in scored)
+    out: list[tuple[float, float, list[int]]] = []
+    for got, p in scored:
+        if got.useful >= floor:
+            best, cur = _greedy(cands, p, got, floor)
+            out.append((best.fine, best.useful, cur))
+    return max(out, key=lambda t: (t[0], t[1]))[2]
+
+
+def _greedy(
+    cands: Candidates, cur: list[int], best: Score, floor: float
+) -> tuple[Score, list[int]]:
+    """Splits of ``cur``'s cells while the fine records grow and the useful stay >= ``floor``:
+    each pass tries every split, then takes them (each scored again) in order of fine
+    records gained per useful record lost (none lost first; ties: the finer cell first)."""
+    for _ in range(PASSES):
+        moves = []
+        for j in cur:
+            if not cands.children[j]:
+                continue
+            got = cands.score(_split(cur, j, cands))
+            if got is None or got.fine <= best.fine or got.useful < floor:
+                continue
+            lost = best.useful - got.useful
+            gain = got.fine - best.fine
+            moves.append((lost > 0, -gain / max(lost, 1.0), -cands.res[j], j))
+        accepted = False
+        for *_, j in sorted(moves):
+            if j not in cur:
+                continue
+            trial = _split(cur, j, cands)
+            got = cands.score(trial)
+            if got is not None and got.fine > best.fine and got.useful >= floor:
+                cur, best, accepted = trial, got, True
+        if not accepted:
+            break
+    return best, cur
+
+
+def _split(part: list[int], j: int, cands: Candidates) -> list[int]:
+    return sorted([i for i in part if i != j] + cands.children[j])
