@@ -52,6 +52,7 @@ class Candidates:
     max_epsilon: Decimal
     fineness: np.ndarray
     _needs: dict[tuple[int, int], int] = field(default_factory=dict)
+    _scores: dict[tuple[int, ...], Score | None] = field(default_factory=dict)
 
     @classmethod
     def of(
@@ -100,8 +101,14 @@ class Candidates:
         return got
 
     def score(self, part: list[int]) -> Score | None:
-        """The useful and fine records of the partition ``part`` under its allocation
-        keeping every unit (None: no quantum large enough)."""
+        """The useful and fine records of the partition ``part`` (sorted) under its
+        allocation keeping every unit (None: no quantum large enough); cached."""
+        key = tuple(part)
+        if key not in self._scores:
+            self._scores[key] = self._score(part)
+        return self._scores[key]
+
+    def _score(self, part: list[int]) -> Score | None:
         bounds = self.occ.bounds
         users = [self.occ.user[bounds[j] : bounds[j + 1]] for j in part]
         counts = [self.occ.count[bounds[j] : bounds[j + 1]] for j in part]
@@ -123,7 +130,8 @@ class Candidates:
 
 def refine(cands: Candidates, starts: list[list[int]]) -> list[int]:
     """The partition of the module docstring from ``starts`` (candidate indices each)."""
-    scored = [(got, sorted(p)) for p in starts if (got := cands.score(p)) is not None]
+    unique = sorted({tuple(sorted(p)) for p in starts})
+    scored = [(got, list(p)) for p in unique if (got := cands.score(list(p))) is not None]
     if not scored:
         return starts[0] if starts else []
     floor = USEFUL_KEPT * max(got.useful for got, _ in scored)
