@@ -60,8 +60,9 @@ SLOT = "2024-03-05T08:00:00+00:00"
 READINGS = 20
 
 
-def city_csv(n_records: int, seed: int = 7) -> bytes:
-    """One hour of ``n_records`` readings: ``n/20`` buses on walks over a res-8 disk."""
+def city_hour(n_records: int, seed: int = 7) -> tuple[list[str], np.ndarray]:
+    """One hour of ``n_records`` readings: ``n/20`` buses on walks over a res-8 disk. The
+    res-8 cells, and one row per reading: bus, second of the hour, cell index, speed."""
     rng = np.random.default_rng(seed)
     n_buses = n_records // READINGS
     n_cells = max(n_records // 200, 7)
@@ -71,8 +72,7 @@ def city_csv(n_records: int, seed: int = 7) -> bytes:
     cells = sorted(h3.grid_disk(h3.latlng_to_cell(*CENTER, 8), k))[:n_cells]
     index = {c: i for i, c in enumerate(cells)}
     neighbours = [[index[n] for n in h3.grid_disk(c, 1) if n in index] for c in cells]
-    centres = np.array([h3.cell_to_latlng(c) for c in cells])
-    lines = ["user_id,timestamp,lat,lon,value"]
+    rows = np.empty((n_buses * READINGS, 4))
     for bus in range(n_buses):
         cell = int(rng.integers(n_cells))
         seconds = np.sort(rng.choice(3600, size=READINGS, replace=False))
@@ -80,9 +80,28 @@ def city_csv(n_records: int, seed: int = 7) -> bytes:
         for j in range(READINGS):
             if j and rng.random() < 0.2:  # move on to a neighbouring cell
                 cell = int(rng.choice(neighbours[cell]))
-            lat, lon = centres[cell]
-            ts = f"2024-03-05T08:{seconds[j] // 60:02d}:{seconds[j] % 60:02d}+00:00"
-            lines.append(f"b{bus},{ts},{lat:.6f},{lon:.6f},{speeds[j]:.3f}")
+            rows[bus * READINGS + j] = (bus, seconds[j], cell, speeds[j])
+    return cells, rows
+
+
+def city_arrays(n_records: int, seed: int = 7) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`city_hour` as arrays: user, grid (cell index) and value, in time order per
+    user, the values as the CSV carries them (3 decimals)."""
+    _, rows = city_hour(n_records, seed)
+    order = np.lexsort((rows[:, 1], rows[:, 0]))
+    rows = rows[order]
+    return rows[:, 0].astype(np.int64), rows[:, 2].astype(np.int64), np.round(rows[:, 3], 3)
+
+
+def city_csv(n_records: int, seed: int = 7) -> bytes:
+    """:func:`city_hour` as an upload."""
+    cells, rows = city_hour(n_records, seed)
+    centres = np.array([h3.cell_to_latlng(c) for c in cells])
+    lines = ["user_id,timestamp,lat,lon,value"]
+    for bus, second, cell, speed in rows:
+        lat, lon = centres[int(cell)]
+        ts = f"2024-03-05T08:{int(second) // 60:02d}:{int(second) % 60:02d}+00:00"
+        lines.append(f"b{int(bus)},{ts},{lat:.6f},{lon:.6f},{speed:.3f}")
     return ("\n".join(lines) + "\n").encode()
 
 
