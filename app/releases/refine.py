@@ -19,15 +19,27 @@ from decimal import Decimal
 import numpy as np
 
 from app.core.planning.partition import PartitionTree
-from app.releases.per_cell import CellWidths, WidthRule, allocate, cut, need_of, quanta
+from app.releases.interval_plan import plan_for_intervals
+from app.releases.per_cell import (
+    CellWidths,
+    WidthRule,
+    allocate,
+    cell_widths,
+    cut,
+    need_of,
+    quanta,
+    score,
+)
 from app.releases.planning import Occupancy, grids_per_user
 
 #: Refined, a partition keeps at least this share of the most useful start's useful records.
-USEFUL_KEPT = 0.85
+USEFUL_KEPT = 0.84
 #: Passes over the released cells (each may split every cell once).
 PASSES = 8
-#: A released record's fineness ``((res - coarsest)/(finest - coarsest))`` to this power.
-FINE_POWER = 2
+#: The floor is also read from the released plan of this many of the most useful starts.
+PLANNED = 2
+#: Within the finer half of the resolutions, a record's worth grows by this per level's share.
+FINE_SLOPE = 0.1
 
 Key = tuple[int, int]  # (slot µs, cell)
 
@@ -83,10 +95,19 @@ class Candidates:
         ]
         occ = Occupancy.of(users, counts)
         records = np.add.reduceat(occ.count, occ.bounds[:-1]) if keys else np.zeros(0)
-        r = np.array(res, dtype=np.int64)
-        fineness = ((r - coarsest) / max(finest - coarsest, 1)) ** FINE_POWER
+        fineness = fine_worth(np.array(res, dtype=np.int64), coarsest, finest)
         widths = CellWidths(rule, occ, float(min(cap, max_epsilon)))
-        return cls(keys, r, records, children, occ, widths, cap, max_epsilon, fineness)
+        return cls(
+            keys,
+            np.array(res, dtype=np.int64),
+            records,
+            children,
+            occ,
+            widths,
+            cap,
+            max_epsilon,
+            fineness,
+        )
 
     def need(self, j: int, Q: int) -> int:
         """Candidate ``j``'s need in quanta of ``per_part(C, Q)``, every unit kept (0: none)."""
@@ -100,6 +121,28 @@ class Candidates:
             )
         return got
 
+    def occupancy(self, part: list[int]) -> Occupancy:
+        """The occupancy of the partition ``part`` (its cells in that order)."""
+        bounds = self.occ.bounds
+        return Occupancy.of(
+            [self.occ.user[bounds[j] : bounds[j + 1]] for j in part],
+            [self.occ.count[bounds[j] : bounds[j + 1]] for j in part],
+        )
+
+    def planned(self, part: list[int]) -> float:
+        """The useful records of the plan §6.7 releases on ``part`` (the best-scoring one)."""
+        occ = self.occupancy(part)
+        rule = self.widths.rule
+        widths = cell_widths(rule, occ, self.cap, self.max_epsilon)
+        if widths is None:
+            got = self.score(part)
+            return 0.0 if got is None else got.useful
+        plan = plan_for_intervals(occ, None, rule.U, eps=None, cost_cap=self.cap,
+                                  max_epsilon=self.max_epsilon, n_statistics=len(rule.statistics),
+                                  useful_width=rule.useful_width, rule=rule)  # fmt: skip
+        eps = [plan.grid_eps(i) if plan.caps(occ, i).any() else None for i in range(len(part))]
+        return float(score(widths, plan.kept, eps)[0])
+
     def score(self, part: list[int]) -> Score | None:
         """The useful and fine records of the partition ``part`` (sorted) under its
         allocation keeping every unit (None: no quantum large enough); cached."""
@@ -109,10 +152,7 @@ class Candidates:
         return self._scores[key]
 
     def _score(self, part: list[int]) -> Score | None:
-        bounds = self.occ.bounds
-        users = [self.occ.user[bounds[j] : bounds[j + 1]] for j in part]
-        counts = [self.occ.count[bounds[j] : bounds[j + 1]] for j in part]
-        occ = Occupancy.of(users, counts)
+        occ = self.occupancy(part)
         cut = quanta(max(grids_per_user(occ.user), 1), self.cap, self.max_epsilon)
         if cut is None:
             return None
@@ -128,19 +168,31 @@ class Candidates:
         )
 
 
+def fine_worth(res: np.ndarray, coarsest: int, finest: int) -> np.ndarray:
+    """What a released record is worth to the search: 1 in the finer half of the
+    resolutions asked (``(res - coarsest)/(finest - coarsest) >= 1/2``), else 0, plus
+    ``FINE_SLOPE`` times that share (finer is better at every level)."""
+    share = (res - coarsest) / max(finest - coarsest, 1)
+    out: np.ndarray = (share >= 0.5) + FINE_SLOPE * share
+    return out
+
+
 def refine(cands: Candidates, starts: list[list[int]]) -> list[int]:
     """The partition of the module docstring from ``starts`` (candidate indices each)."""
-    unique = sorted({tuple(sorted(p)) for p in starts})
-    scored = [(got, list(p)) for p in unique if (got := cands.score(list(p))) is not None]
-    if not scored:
-        return starts[0] if starts else []
-    floor = USEFUL_KEPT * max(got.useful for got, _ in scored)
+    unique = [list(p) for p in sorted({tuple(sorted(p)) for p in starts})]
+    if not unique:
+        return []
+    scored = [(got, p) for p in unique if (got := cands.score(p)) is not None]
+    most = sorted(scored, key=lambda t: -t[0].useful)[:PLANNED]  # the released plan's too
+    planned = [(cands.planned(p), p) for _, p in most] or [(cands.planned(unique[0]), unique[0])]
+    top = max(planned, key=lambda t: t[0])
+    floor = USEFUL_KEPT * max([top[0], *(got.useful for got, _ in scored)])
     out: list[tuple[float, float, list[int]]] = []
     for got, p in scored:
         if got.useful >= floor:
             best, cur = _greedy(cands, p, got, floor)
             out.append((best.fine, best.useful, cur))
-    return max(out, key=lambda t: (t[0], t[1]))[2]
+    return max(out, key=lambda t: (t[0], t[1]))[2] if out else top[1]
 
 
 def _greedy(
