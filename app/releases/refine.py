@@ -4,10 +4,11 @@ Every node of a span's partition trees (``app.core.planning.partition``) with at
 ``min_users`` units is a candidate cell. A partition (disjoint candidates) is scored by the
 allocation its plan would make: the per-cell weights of ``app.releases.per_cell`` with
 every unit kept (each cell's need, read once per candidate, then :func:`allocate`), giving
-its useful records and the fineness of its released records. Starting from the most useful
-of the given partitions, cells are split into their candidate children, the best gain of
-fineness per useful record lost first, while the useful records stay at least
-``USEFUL_KEPT`` of the start's. Public information only: occupancy, ``U``, ``C``,
+its useful records and its fine records (:func:`fine_worth`). From each given partition
+with at least ``USEFUL_KEPT`` of the most useful one's useful records, cells are split into
+their candidate children while the fine records grow, useful + fine does not fall and the
+useful records stay above that floor; the result with the most useful + fine is chosen.
+Public information only: occupancy, ``U``, ``C``,
 ``max_epsilon``, ``min_users`` and the widths' rule.
 """
 
@@ -192,7 +193,7 @@ def refine(cands: Candidates, starts: list[list[int]]) -> list[int]:
         if got.useful >= floor:
             best, cur = _greedy(cands, p, got, floor)
             out.append((best.fine, best.useful, cur))
-    return max(out, key=lambda t: (t[0], t[1]))[2] if out else top[1]
+    return max(out, key=lambda t: (t[1] + t[0], t[0]))[2] if out else top[1]
 
 
 def _greedy(
@@ -207,7 +208,7 @@ def _greedy(
             if not cands.children[j]:
                 continue
             got = cands.score(_split(cur, j, cands))
-            if got is None or got.fine <= best.fine or got.useful < floor:
+            if got is None or not _worth(got, best, floor):
                 continue
             lost = best.useful - got.useful
             gain = got.fine - best.fine
@@ -218,11 +219,20 @@ def _greedy(
                 continue
             trial = _split(cur, j, cands)
             got = cands.score(trial)
-            if got is not None and got.fine > best.fine and got.useful >= floor:
+            if got is not None and _worth(got, best, floor):
                 cur, best, accepted = trial, got, True
         if not accepted:
             break
     return best, cur
+
+
+def _worth(got: Score, best: Score, floor: float) -> bool:
+    """Whether ``got`` may replace ``best``: finer, no less useful + fine, above the floor."""
+    return (
+        got.fine > best.fine
+        and got.useful + got.fine >= best.useful + best.fine
+        and got.useful >= floor
+    )
 
 
 def _split(part: list[int], j: int, cands: Candidates) -> list[int]:
