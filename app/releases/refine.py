@@ -39,7 +39,7 @@ USEFUL_KEPT = 0.84
 PASSES = 8
 #: The floor is also read from the released plan of this many of the most useful starts.
 PLANNED = 2
-#: Within the finer half of the resolutions, a record's worth grows by this per level's share.
+#: On top of the finer half's 1, a record is worth this times its share of the levels.
 FINE_SLOPE = 0.1
 
 Key = tuple[int, int]  # (slot µs, cell)
@@ -48,7 +48,7 @@ Key = tuple[int, int]  # (slot µs, cell)
 @dataclass(frozen=True)
 class Score:
     useful: float  # records in cells the allocation makes useful
-    fine: float  # released records times (res - coarsest) / (finest - coarsest)
+    fine: float  # released records, each worth :func:`fine_worth`
 
 
 @dataclass
