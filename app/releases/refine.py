@@ -7,7 +7,8 @@ every unit kept (each cell's need, read once per candidate, then :func:`allocate
 its useful records and its fine records (:func:`fine_worth`). From each given partition
 with at least ``USEFUL_KEPT`` of the most useful one's useful records, cells are split into
 their candidate children while the fine records grow, useful + fine does not fall and the
-useful records stay above that floor; the result with the most useful + fine is chosen.
+useful records stay above that floor, and groups of cells are merged back into a parent when
+that raises useful + fine; the result with the most useful + fine is chosen.
 Public information only: occupancy, ``U``, ``C``,
 ``max_epsilon``, ``min_users`` and the widths' rule.
 """
@@ -64,7 +65,9 @@ class Candidates:
     cap: Decimal
     max_epsilon: Decimal
     fineness: np.ndarray
+    parent: list[int] = field(default_factory=list)  # -1: none among the candidates
     _needs: dict[tuple[int, int], int] = field(default_factory=dict)
+    _below: dict[int, frozenset[int]] = field(default_factory=dict)
     _scores: dict[tuple[int, ...], Score | None] = field(default_factory=dict)
 
     @classmethod
@@ -109,6 +112,20 @@ class Candidates:
             max_epsilon,
             fineness,
         )
+
+    def __post_init__(self) -> None:
+        self.parent = [-1] * len(self.keys)
+        for p, kids in enumerate(self.children):
+            for k in kids:
+                self.parent[k] = p
+
+    def below(self, p: int) -> frozenset[int]:
+        """The candidates strictly below candidate ``p`` (cached)."""
+        got = self._below.get(p)
+        if got is None:
+            got = frozenset(c for k in self.children[p] for c in (k, *self.below(k)))
+            self._below[p] = got
+        return got
 
     def need(self, j: int, Q: int) -> int:
         """Candidate ``j``'s need in quanta of ``per_part(C, Q)``, every unit kept (0: none)."""
@@ -199,9 +216,10 @@ def refine(cands: Candidates, starts: list[list[int]]) -> list[int]:
 def _greedy(
     cands: Candidates, cur: list[int], best: Score, floor: float
 ) -> tuple[Score, list[int]]:
-    """Splits of ``cur``'s cells while the fine records grow and the useful stay >= ``floor``:
-    each pass tries every split, then takes them (each scored again) in order of fine
-    records gained per useful record lost (none lost first; ties: the finer cell first)."""
+    """Each pass tries every split of ``cur``'s cells, then takes them (each scored again)
+    in order of fine records gained per useful record lost (none lost first; ties: the
+    finer cell first) while :func:`_worth`; then merges back under a parent every group of
+    cells whose merge raises useful + fine; until a pass changes nothing."""
     for _ in range(PASSES):
         moves = []
         for j in cur:
@@ -213,15 +231,27 @@ def _greedy(
             lost = best.useful - got.useful
             gain = got.fine - best.fine
             moves.append((lost > 0, -gain / max(lost, 1.0), -cands.res[j], j))
-        accepted = False
+        changed = False
         for *_, j in sorted(moves):
             if j not in cur:
                 continue
             trial = _split(cur, j, cands)
             got = cands.score(trial)
             if got is not None and _worth(got, best, floor):
-                cur, best, accepted = trial, got, True
-        if not accepted:
+                cur, best, changed = trial, got, True
+        for p in sorted({cands.parent[j] for j in cur if cands.parent[j] >= 0}):
+            below = [i for i in cur if i in cands.below(p)]
+            if not below:  # p lies under a cell merged in this pass
+                continue
+            trial = sorted([i for i in cur if i not in below] + [p])
+            got = cands.score(trial)
+            if (
+                got is not None
+                and got.useful >= floor
+                and got.useful + got.fine > best.useful + best.fine
+            ):
+                cur, best, changed = trial, got, True
+        if not changed:
             break
     return best, cur
 
