@@ -40,28 +40,6 @@ GRID_ID = Annotated[
     str,
     Path(description="A grid's `grid_id`, from `GET /datasets/{dataset_id}/grids`."),
 ]
-MEAN_MECHANISM = Annotated[
-    str,
-    Query(
-        description="The mechanism; `auto` chooses one and the answer says which ran.",
-        json_schema_extra=mechanism_schema("mean"),
-    ),
-]
-VARIANCE_MECHANISM = Annotated[
-    str,
-    Query(
-        description="The mechanism; `auto` chooses one and the answer says which ran.",
-        json_schema_extra=mechanism_schema("variance"),
-    ),
-]
-USER_MEAN_MECHANISM = Annotated[
-    str,
-    Query(
-        description="The mechanism; `auto` (the Laplace mean of unit means) and the answer "
-        "says which ran.",
-        json_schema_extra=mechanism_schema("user_mean"),
-    ),
-]
 _OPTIONS_NOTE = (
     "\n\nMechanism options are further query parameters (each says which mechanisms read "
     "it); an option the chosen mechanism does not read, or any undeclared parameter, is "
@@ -101,65 +79,51 @@ async def _answer(
     return Response(orjson.dumps(answer), media_type="application/json")
 
 
-@router.get(
-    "/grids/{grid_id}/mean",
-    response_model=StatisticAnswer,
-    responses=ERRORS,
-    summary="DP mean of one grid",
-    description="The user-level ε-DP mean of the grid's values. Mechanisms:\n\n"
-    + mechanism_description("mean")
-    + _OPTIONS_NOTE,
-    openapi_extra={"parameters": option_parameters("mean")},
+def _statistic_route(statistic: str, summary: str, lead: str, mechanism_note: str) -> None:
+    """``GET /grids/{grid_id}/<statistic>``: one handler shape for every statistic, its
+    OpenAPI text from ``lead`` and the statistic's mechanisms."""
+
+    async def handler(
+        grid_id: GRID_ID,
+        request: Request,
+        key: AnalystKey,
+        epsilon: EPSILON,
+        mechanism: str = Query(
+            "auto", description=mechanism_note, json_schema_extra=mechanism_schema(statistic)
+        ),
+    ) -> Response:
+        return await _answer(key, grid_id, statistic, mechanism, epsilon, request)
+
+    router.get(
+        f"/grids/{{grid_id}}/{statistic}",
+        name=statistic,
+        response_model=StatisticAnswer,
+        responses=ERRORS,
+        summary=summary,
+        description=lead + "Mechanisms:\n\n" + mechanism_description(statistic) + _OPTIONS_NOTE,
+        openapi_extra={"parameters": option_parameters(statistic)},
+    )(handler)
+
+
+_CHOSEN = "The mechanism; `auto` chooses one and the answer says which ran."
+_statistic_route(
+    "mean", "DP mean of one grid", "The user-level ε-DP mean of the grid's values. ", _CHOSEN
 )
-async def mean(
-    grid_id: GRID_ID,
-    request: Request,
-    key: AnalystKey,
-    epsilon: EPSILON,
-    mechanism: MEAN_MECHANISM = "auto",
-) -> Response:
-    return await _answer(key, grid_id, "mean", mechanism, epsilon, request)
-
-
-@router.get(
-    "/grids/{grid_id}/variance",
-    response_model=StatisticAnswer,
-    responses=ERRORS,
-    summary="DP population variance of one grid",
-    description="The user-level ε-DP population variance of the grid's values. "
-    "Mechanisms:\n\n" + mechanism_description("variance") + _OPTIONS_NOTE,
-    openapi_extra={"parameters": option_parameters("variance")},
+_statistic_route(
+    "variance",
+    "DP population variance of one grid",
+    "The user-level ε-DP population variance of the grid's values. ",
+    _CHOSEN,
 )
-async def variance(
-    grid_id: GRID_ID,
-    request: Request,
-    key: AnalystKey,
-    epsilon: EPSILON,
-    mechanism: VARIANCE_MECHANISM = "auto",
-) -> Response:
-    return await _answer(key, grid_id, "variance", mechanism, epsilon, request)
-
-
-@router.get(
-    "/grids/{grid_id}/user_mean",
-    response_model=StatisticAnswer,
-    responses=ERRORS,
-    summary="DP mean over the grid's privacy units of each unit's own mean",
-    description="The user-level ε-DP mean over the grid's privacy units (users, or "
-    "user-windows on a dataset with a budget window) of each unit's own mean value: every "
-    "unit counts once, however many records it has. Range [0, U]; the Laplace noise's "
-    "scale is U/(L·epsilon) for L units (docs/math.md §13), and every answer carries an "
-    "honest ci95. Mechanisms:\n\n" + mechanism_description("user_mean") + _OPTIONS_NOTE,
-    openapi_extra={"parameters": option_parameters("user_mean")},
+_statistic_route(
+    "user_mean",
+    "DP mean over the grid's privacy units of each unit's own mean",
+    "The user-level ε-DP mean over the grid's privacy units (users, or user-windows on a "
+    "dataset with a budget window) of each unit's own mean value: every unit counts once, "
+    "however many records it has. Range [0, U]; the Laplace noise's scale is U/(L·epsilon) "
+    "for L units (docs/math.md §13), and every answer carries an honest ci95. ",
+    "The mechanism; `auto` (the Laplace mean of unit means) and the answer says which ran.",
 )
-async def user_mean(
-    grid_id: GRID_ID,
-    request: Request,
-    key: AnalystKey,
-    epsilon: EPSILON,
-    mechanism: USER_MEAN_MECHANISM = "auto",
-) -> Response:
-    return await _answer(key, grid_id, "user_mean", mechanism, epsilon, request)
 
 
 @router.get(

@@ -11,8 +11,10 @@ import functools
 import itertools
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
 __all__ = [
     "UNIT_ROUNDOFF",
@@ -47,27 +49,11 @@ def _up(x: float) -> float:
 
 
 def float_sum_sensitivity(sensitivity: float, value_bound: float, term_roundings: int = 2) -> float:
-    """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate.
-
-    ``sensitivity`` bounds, in real numbers, how far one user moves the exact sum of
-    the terms. A user's float term is computed from its own values with at most
-    ``term_roundings`` roundings of non-negative quantities (a user's own sum of ``k``
-    records: ``k``; a product ``w_l·x``: one more), each a factor at most ``1 + u``, so
-    its range grows by at most ``(1 + u)^r``; ``value_bound`` bounds ``|estimate|``.
-    Each of the two neighbouring results is the exact sum of the terms rounded once (at
-    most half an ulp of ``2·value_bound``), so the floats differ by at most
-    ``Δ(1 + u)^r + ulp(2·value_bound)``; this returns a float at least
-    ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards.
-    """
-    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
+    """:func:`float_sum_sensitivities` of one grid: the same rule on Python floats (an array
+    of one costs ~10x more, and a slot release plans thousands of grids one by one)."""
+    if not (0.0 <= sensitivity < math.inf and value_bound >= 0.0):
         raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
-    if term_roundings < 0:
-        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
-    # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
-    r = term_roundings + 2
-    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
-    grown = _up(sensitivity * factor)
-    return _up(grown + 2.0 * math.ulp(2.0 * max(value_bound, sensitivity)))
+    return float(_sum_rule(sensitivity, value_bound, term_roundings, _up, math.ulp, max))
 
 
 def split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
@@ -98,10 +84,68 @@ def _split_shares(eps: float, shares: tuple[float, ...]) -> tuple[float, ...]:
 
 
 def float_variance_sensitivity(sensitivity: float, value_bound: float, per_user: int) -> float:
+    """:func:`float_variance_sensitivities` of one grid, on Python floats (as above)."""
+    if not (0.0 <= sensitivity < math.inf and value_bound >= 0.0):
+        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
+    if per_user < 0:
+        raise ValueError(f"per_user must be >= 0, got {per_user}")
+    return float(_variance_rule(sensitivity, value_bound, per_user, _up))
+
+
+def _check(sens: np.ndarray, bound: np.ndarray) -> None:
+    """``ValueError`` unless every sensitivity is finite and >= 0 and every bound >= 0
+    (NaN fails: a comparison with NaN is false)."""
+    if not (
+        sens.min(initial=0.0) >= 0.0 and sens.max(initial=0.0) < math.inf
+        and bound.min(initial=0.0) >= 0.0
+    ):  # fmt: skip
+        raise ValueError(f"invalid sensitivities {sens!r} or bounds {bound!r}")
+
+
+def float_sum_sensitivities(
+    sensitivities: npt.ArrayLike, value_bounds: npt.ArrayLike, term_roundings: int = 2
+) -> np.ndarray:
+    """A sensitivity that holds for the *floats* of an :func:`exact_sum` estimate, per grid.
+
+    ``sensitivities`` bounds, in real numbers, how far one user moves the exact sum of
+    the terms. A user's float term is computed from its own values with at most
+    ``term_roundings`` roundings of non-negative quantities (a user's own sum of ``k``
+    records: ``k``; a product ``w_l·x``: one more), each a factor at most ``1 + u``, so
+    its range grows by at most ``(1 + u)^r``; ``value_bounds`` bounds ``|estimate|``.
+    Each of the two neighbouring results is the exact sum of the terms rounded once (at
+    most half an ulp of ``2·value_bound``), so the floats differ by at most
+    ``Δ(1 + u)^r + ulp(2·value_bound)``; this returns floats at least
+    ``Δ(1 + u)^(r+2) + 2·ulp(2·value_bound)``, every operation rounded upwards
+    (``np.nextafter``; ``np.spacing`` is the ulp of a value >= 0).
+    """
+    sens = np.asarray(sensitivities, dtype=np.float64)
+    bound = np.asarray(value_bounds, dtype=np.float64)
+    if sens.size == 1 == bound.size:  # one grid: the same rule on floats, ~10x faster
+        one = float_sum_sensitivity(float(sens.flat[0]), float(bound.flat[0]), term_roundings)
+        return np.full(sens.shape, one)
+    _check(sens, bound)
+    out: np.ndarray = _sum_rule(sens, bound, term_roundings, _up_all, np.spacing, np.maximum)
+    return out
+
+
+def _sum_rule(sens: Any, bound: Any, term_roundings: int, up: Any, ulp: Any, larger: Any) -> Any:
+    """The rule of :func:`float_sum_sensitivities`, written once for floats and for arrays:
+    ``up`` rounds up, ``ulp`` is the ulp of a value >= 0, ``larger`` the larger of two."""
+    if term_roundings < 0:
+        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
+    # (1 + u)^r <= 1 + 2ru while ru <= 1/2: one rounding-up product instead of r
+    r = term_roundings + 2
+    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
+    return up(up(sens * factor) + 2.0 * ulp(2.0 * larger(bound, sens)))
+
+
+def float_variance_sensitivities(
+    sensitivities: npt.ArrayLike, value_bounds: npt.ArrayLike, per_user: npt.ArrayLike
+) -> np.ndarray:
     """A sensitivity that holds for the floats of a population variance computed from
     per-user sums of ``d = x - U/2`` and ``d²`` (each a user's own sum of at most
     ``per_user`` records, then :func:`exact_sum` over users) on values in ``[0, U]``
-    (docs/math.md §9.5).
+    (docs/math.md §9.5), per grid.
 
     A user's sequential sum of ``k`` terms of size at most ``U²/4`` is off by at most
     ``(k - 1)u·kU²/4``; over all users and divided by ``s``, at most ``k* u U²/4`` for the
@@ -110,57 +154,26 @@ def float_variance_sensitivity(sensitivity: float, value_bound: float, per_user:
     result is within ``(k*·3/4 + 4)uU²`` of the real variance, two neighbours' floats differ
     by at most ``Δ + (1.5k* + 8)uU²``; this returns at least ``Δ(1 + 4u) + (2k* + 32)uU²``.
     """
-    if not (math.isfinite(sensitivity) and sensitivity >= 0 and value_bound >= 0):
-        raise ValueError(f"invalid sensitivity {sensitivity!r} or bound {value_bound!r}")
-    if per_user < 0:
-        raise ValueError(f"per_user must be >= 0, got {per_user}")
-    grown = _up(sensitivity * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
-    slack = _up(_up((2.0 * per_user + 32.0) * UNIT_ROUNDOFF) * _up(value_bound * value_bound))
-    return _up(grown + slack)
-
-
-def float_sum_sensitivities(
-    sensitivities: np.ndarray, value_bounds: np.ndarray, term_roundings: int = 2
-) -> np.ndarray:
-    """:func:`float_sum_sensitivity` of each pair, in arrays: the same float operations
-    (``np.nextafter`` for rounding up, ``np.spacing`` for ``math.ulp`` of a value >= 0),
-    so every entry is the scalar function's (tested)."""
-    sens = np.asarray(sensitivities, dtype=np.float64)
-    bound = np.asarray(value_bounds, dtype=np.float64)
-    if sens.size == 1 == bound.size:  # one grid: the scalar rule, ~10x faster (equal, tested)
-        one = float_sum_sensitivity(float(sens.flat[0]), float(bound.flat[0]), term_roundings)
-        return np.full(sens.shape, one)
-    if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
-        raise ValueError("invalid sensitivities or bounds")
-    if term_roundings < 0:
-        raise ValueError(f"term_roundings must be >= 0, got {term_roundings}")
-    r = term_roundings + 2
-    factor = _up(1.0 + 2.0 * r * UNIT_ROUNDOFF) if r * UNIT_ROUNDOFF <= 0.5 else math.inf
-    grown = np.nextafter(sens * factor, math.inf)
-    out: np.ndarray = np.nextafter(
-        grown + 2.0 * np.spacing(2.0 * np.maximum(bound, sens)), math.inf
-    )
-    return out
-
-
-def float_variance_sensitivities(
-    sensitivities: np.ndarray, value_bounds: np.ndarray, per_user: np.ndarray
-) -> np.ndarray:
-    """:func:`float_variance_sensitivity` of each triple, in arrays (the same float
-    operations: every entry is the scalar function's, tested)."""
     sens = np.asarray(sensitivities, dtype=np.float64)
     bound = np.asarray(value_bounds, dtype=np.float64)
     k = np.asarray(per_user)
-    if sens.size == 1 == bound.size == k.size and k.dtype.kind in "iu":  # one grid: as above
+    if sens.size == 1 == bound.size == k.size and k.dtype.kind in "iu":  # one grid: floats
         one = float_variance_sensitivity(float(sens.flat[0]), float(bound.flat[0]), int(k.flat[0]))
         return np.full(sens.shape, one)
-    if not (np.all(np.isfinite(sens)) and np.all(sens >= 0) and np.all(bound >= 0)):
-        raise ValueError("invalid sensitivities or bounds")
-    if k.dtype.kind not in "iu" or np.any(k < 0):
-        raise ValueError("per_user must be integers >= 0")
-    up = math.inf
-    grown = np.nextafter(sens * _up(1.0 + 4.0 * UNIT_ROUNDOFF), up)
-    rate = np.nextafter((2.0 * k.astype(np.float64) + 32.0) * UNIT_ROUNDOFF, up)
-    slack = np.nextafter(rate * np.nextafter(bound * bound, up), up)
-    out: np.ndarray = np.nextafter(grown + slack, up)
+    _check(sens, bound)
+    if k.dtype.kind not in "iu" or k.min(initial=0) < 0:
+        raise ValueError(f"per_user must be integers >= 0, got {per_user!r}")
+    out: np.ndarray = _variance_rule(sens, bound, k.astype(np.float64), _up_all)
+    return out
+
+
+def _variance_rule(sens: Any, bound: Any, per_user: Any, up: Any) -> Any:
+    """The rule of :func:`float_variance_sensitivities`, for floats and for arrays."""
+    grown = up(sens * _up(1.0 + 4.0 * UNIT_ROUNDOFF))
+    slack = up(up((2.0 * per_user + 32.0) * UNIT_ROUNDOFF) * up(bound * bound))
+    return up(grown + slack)
+
+
+def _up_all(x: np.ndarray) -> np.ndarray:
+    out: np.ndarray = np.nextafter(x, math.inf)
     return out

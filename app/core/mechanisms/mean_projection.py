@@ -9,6 +9,8 @@ projects each user's records onto an interval fixed by the public counts
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from app.core.data.counts import CountsInfo
@@ -48,12 +50,35 @@ def array_means(grid: GridData, info: CountsInfo, bf: BestFit, fill: bool) -> np
     return out
 
 
-def _arrays_kept(info: CountsInfo, bf: BestFit, fill: bool) -> np.ndarray:
-    return np.where(bf.slots > 0, info.eff, 0) if fill else bf.slots.copy()
+def _arrays(info: CountsInfo, m_ub: int | None) -> tuple[int, BestFit]:
+    """``m_UB`` (eq. 9 unless given, then checked) and its BESTFIT arrays (002 §III-C)."""
+    m_ub = levy_m_ub(info) if m_ub is None else check_m_ub(info, m_ub)
+    return m_ub, bestfit(info, m_ub)
 
 
-def _projected_mean(means: np.ndarray, lo: float, hi: float) -> float:
-    return float(np.clip(means, lo, hi).mean())
+def _projected(
+    name: str,
+    info: CountsInfo,
+    eps: float,
+    m_ub: int,
+    bf: BestFit,
+    fill: bool,
+    details: dict[str, object],
+    interval: Callable[[np.ndarray, NoiseSource], tuple[float, float, dict[str, object]]],
+) -> Draft:
+    """The mean of the array means projected on ``[lo, hi]``, an interval ``interval`` draws
+    privately with ``ε/2``; sensitivity ``(hi - lo)/K̄`` for the Laplace step's ``ε/2``."""
+
+    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
+        means = array_means(grid, info, bf, fill)
+        lo, hi, more = interval(means, noise)
+        extra: dict[str, object] = {"interval_lo": lo, "interval_hi": hi, **more}
+        projected = float(np.clip(means, lo, hi).mean())
+        return Estimate(projected, (hi - lo) / bf.k_bar, extra)
+
+    details = {"m_ub": m_ub, "K_bar": bf.k_bar, **details, "user_mean_fill": fill}
+    kept = np.where(bf.slots > 0, info.eff, 0) if fill else bf.slots.copy()
+    return Draft("mean", name, eps, eps / 2.0, None, None, kept, details, estimator)
 
 
 def plan_levy(
@@ -65,29 +90,14 @@ def plan_levy(
     (report-noisy-max at ``ε/2`` = Alg. 3's ``exp(-ε c/4)``), the projected
     mean of array means gets ``Lap(2(b - a)/(K̄ ε))``, sensitivity ``(b - a)/K̄`` (eq. 6).
     """
-    m_ub = levy_m_ub(info) if m_ub is None else check_m_ub(info, m_ub)
-    bf = bestfit(info, m_ub)
+    m_ub, bf = _arrays(info, m_ub)
     tau = levy_tau(U, bf.k_bar, m_ub, gamma)
-    details: dict[str, object] = {
-        "m_ub": m_ub,
-        "K_bar": bf.k_bar,
-        "tau": tau,
-        "gamma": gamma,
-        "user_mean_fill": fill,
-    }
 
-    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        means = array_means(grid, info, bf, fill)
+    def interval(means: np.ndarray, noise: NoiseSource) -> tuple[float, float, dict[str, object]]:
         lo, hi, center = private_interval(means, U, tau, eps / 2.0, noise)
-        extra: dict[str, object] = {
-            "interval_lo": lo,
-            "interval_hi": hi,
-            "interval_center": center,
-        }
-        return Estimate(_projected_mean(means, lo, hi), (hi - lo) / bf.k_bar, extra)
+        return lo, hi, {"interval_center": center}
 
-    kept = _arrays_kept(info, bf, fill)
-    return Draft("mean", "levy", eps, eps / 2.0, None, None, kept, details, estimator)
+    return _projected("levy", info, eps, m_ub, bf, fill, {"tau": tau, "gamma": gamma}, interval)
 
 
 def quantile_levels(variant: str, eps: float, k_bar: int) -> tuple[float, float]:
@@ -113,28 +123,16 @@ def plan_quantile(
     BESTFIT arrays with ``m_UB`` of eq. 9; estimate = mean of array means projected on
     ``[a', b']`` + ``Lap(2(b' - a')/(K̄ ε))``.
     """
-    m_ub = levy_m_ub(info) if m_ub is None else check_m_ub(info, m_ub)
-    bf = bestfit(info, m_ub)
+    m_ub, bf = _arrays(info, m_ub)
     q_lo, q_hi = quantile_levels(variant, eps, bf.k_bar)
-    details: dict[str, object] = {
-        "m_ub": m_ub,
-        "K_bar": bf.k_bar,
-        "q_lo": q_lo,
-        "q_hi": q_hi,
-        "user_mean_fill": fill,
-    }
 
-    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        means = array_means(grid, info, bf, fill)
+    def interval(means: np.ndarray, noise: NoiseSource) -> tuple[float, float, dict[str, object]]:
         a = private_quantile(means, q_lo, U, eps / 4.0, noise)
         b = private_quantile(means, q_hi, U, eps / 4.0, noise)
-        lo, hi = min(a, b), max(a, b)
-        extra: dict[str, object] = {"interval_lo": lo, "interval_hi": hi}
-        return Estimate(_projected_mean(means, lo, hi), (hi - lo) / bf.k_bar, extra)
+        return min(a, b), max(a, b), {}
 
-    kept = _arrays_kept(info, bf, fill)
-    name = f"quantile_{variant}"
-    return Draft("mean", name, eps, eps / 2.0, None, None, kept, details, estimator)
+    details: dict[str, object] = {"q_lo": q_lo, "q_hi": q_hi}
+    return _projected(f"quantile_{variant}", info, eps, m_ub, bf, fill, details, interval)
 
 
 def wco_threshold(counts: np.ndarray, U: float, eps: float, d: int = 1) -> float:

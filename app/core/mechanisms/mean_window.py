@@ -44,6 +44,7 @@ __all__ = [
     "user_window_rows",
     "user_window_widths",
     "window_counts",
+    "window_draft",
     "window_penalties",
     "window_spread",
     "window_spreads",
@@ -145,6 +146,11 @@ class WindowRows:
     finish: Callable[[np.ndarray], WindowDone]
 
 
+#: a window mechanism's rows of some grids (their kept values ``x`` and where each
+#: unit starts; units grouped by size): its scores and finishing step (:class:`WindowRows`)
+Rows = Callable[[WindowGrids, np.ndarray, np.ndarray, dict[int, np.ndarray]], WindowRows]
+
+
 @dataclass(frozen=True)
 class WindowDone:
     """Per grid: the window, the noiseless estimate, its sensitivity and its spread."""
@@ -187,16 +193,7 @@ def user_means(x: np.ndarray, first: np.ndarray, wg: WindowGrids, U: float) -> n
     return out
 
 
-def window_details(
-    info: CountsInfo, window_share: float, e_w: float, e_n: float
-) -> dict[str, object]:
-    """What a window mechanism (mean or variance) reports of its public plan."""
-    return {"k": info.median(), "window_share": window_share, "eps_window": e_w, "eps_noise": e_n}
-
-
-def one_grid(
-    grid: GridData, info: CountsInfo, noise: NoiseSource, rows: Callable[..., WindowRows]
-) -> Estimate:
+def one_grid(grid: GridData, info: CountsInfo, noise: NoiseSource, rows: Rows) -> Estimate:
     """A window mechanism's estimate of one grid: its array rules on a batch of one."""
     wg = WindowGrids.one(info)
     x = grid.values[grid.record_rank < info.eff[grid.record_user]]  # kept, user after user
@@ -210,20 +207,30 @@ def one_grid(
     return Estimate(float(done.value[0]), float(done.sensitivity[0]), {"window_hi": b}, spread)
 
 
+def window_draft(
+    statistic: str, name: str, info: CountsInfo, eps: float, window_share: float, rows: Rows
+) -> Draft:
+    """A window mechanism's public plan (mean or variance): the window is drawn at release,
+    by its array ``rows`` on a batch of one (:func:`one_grid`)."""
+    e_w, e_n = split_share(eps, window_share)
+    details: dict[str, object] = {"k": info.median(), "window_share": window_share}
+    details.update(eps_window=e_w, eps_noise=e_n)
+
+    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
+        return one_grid(grid, info, noise, rows)
+
+    return Draft(statistic, name, eps, e_n, None, None, info.eff.copy(), details, estimator)
+
+
 def plan_user_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
     """Public plan (module docstring); the window is drawn at release."""
-    e_w, e_n = split_share(eps, window_share)
-    details = window_details(info, window_share, e_w, e_n)
 
     def rows(
         wg: WindowGrids, x: np.ndarray, first: np.ndarray, groups: dict[int, np.ndarray]
     ) -> WindowRows:
         return user_window_rows(wg, user_means(x, first, wg, U), U, eps, window_share, groups)
 
-    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return one_grid(grid, info, noise, rows)
-
-    return Draft("mean", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
+    return window_draft("mean", NAME, info, eps, window_share, rows)
 
 
 def window_widths(

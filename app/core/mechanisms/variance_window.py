@@ -14,27 +14,24 @@ from __future__ import annotations
 import numpy as np
 
 from app.core.data.counts import CountsInfo
-from app.core.data.grid import GridData
 from app.core.data.results import BiasSpread
 from app.core.data.window_grids import (
     WindowGrids,
     row_sums,
     top_sums,
 )
-from app.core.mechanisms.draft import Draft, Estimate
+from app.core.mechanisms.draft import Draft
 from app.core.mechanisms.float_sums import float_variance_sensitivities, grid_fsums
 from app.core.mechanisms.mean_window import (
     SPREAD_BETA,
     WindowDone,
     WindowRows,
     clipped_bound,
-    one_grid,
     split_share,
     window_counts,
-    window_details,
+    window_draft,
     window_widths,
 )
-from app.core.noise.laplace import NoiseSource
 
 __all__ = [
     "VARIANCE_WINDOW_FRACTIONS",
@@ -121,18 +118,13 @@ def variance_window_rows(
 
 def plan_variance_window(info: CountsInfo, U: float, eps: float, window_share: float) -> Draft:
     """Public plan (module docstring); the window is drawn at release."""
-    e_w, e_n = split_share(eps, window_share)
-    details = window_details(info, window_share, e_w, e_n)
 
     def rows(
         wg: WindowGrids, x: np.ndarray, first: np.ndarray, groups: dict[int, np.ndarray]
     ) -> WindowRows:
         return variance_window_rows(wg, x, first, U, eps, window_share, groups)
 
-    def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        return one_grid(grid, info, noise, rows)
-
-    return Draft("variance", NAME, eps, e_n, None, None, info.eff.copy(), details, estimator)
+    return window_draft("variance", NAME, info, eps, window_share, rows)
 
 
 def window_variance_widths(

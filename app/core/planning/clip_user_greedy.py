@@ -11,10 +11,10 @@ O(1). A user is visited at most ``G_l - 1`` times (once per stage it takes part
 in), each visit scanning its ``G_l`` original pairs, so the whole of Alg. 1 costs
 O(Σ_l G_l²) elementary steps plus O(P log P) numpy preparation for ``P`` pairs:
 linear in the number of (user, grid) pairs when each user occupies a bounded
-number of grids, never the product users × grids. The trial error is 004 eq. 13
-inlined with exactly the float operations of ``bounds.joint_clip_error`` (a unit
-test checks bit equality), so the fast loop and a from-scratch reference take the
-same decisions, ties included.
+number of grids, never the product users × grids. The trial error is 004 eq. 13 with
+exactly the float operations of ``bounds.joint_clip_error``
+(:mod:`app.core.planning.grid_errors`), so the fast loop and a from-scratch reference
+take the same decisions, ties included.
 """
 
 from __future__ import annotations
@@ -139,12 +139,7 @@ def suppress_users(
     if protected >= 0:
         blocked[protected] = True
 
-    # Constants of the inlined 004 eq. 13 (same operation order as bounds.py).
-    half = split == "half"
-    err = scalar_error_fn(U, eps, split)
-    UU = U * U
-    quarter = UU / 4.0
-    half_eps = eps / 2.0
+    err = scalar_error_fn(U, eps, split)  # 004 eq. 13, bit for bit bounds.py's
 
     removed_pos: list[int] = []
     level = G1
@@ -167,24 +162,7 @@ def suppress_users(
                 mx = top2_l[g] if (mval == t1 and cnt1[g] == 1) else t1
                 s = S[g] - mval
                 n = N[g]
-                if half:
-                    # joint_clip_error(U, eps, mx, s, n) inlined, s < n here: calling
-                    # scalar_error_fn (same arithmetic) costs ~15% at 10^6 pairs.
-                    if s > 2 * mx:
-                        d_var = UU * mx * (s - mx) / (s * s)
-                    elif s % 2 == 0:
-                        d_var = quarter
-                    else:
-                        d_var = quarter * (1.0 - 1.0 / (s * s))
-                    if n <= 2 * s:
-                        var_bias = UU * s * (n - s) / (n * n)
-                    elif n % 2 == 0:
-                        var_bias = quarter
-                    else:
-                        var_bias = quarter * (1.0 - 1.0 / (n * n))
-                    e = U * (1.0 - s / n) + var_bias + (U * mx / s / half_eps + d_var / half_eps)
-                else:
-                    e = err(mx, s, n)
+                e = err(mx, s, n)
                 if e < best:  # line 11: argmin, ties to the smallest grid id
                     best = e
                     bp = p

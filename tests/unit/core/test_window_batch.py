@@ -5,6 +5,9 @@ scale calibration is ``calibrate_scale``; grids off the window path keep the per
 
 from __future__ import annotations
 
+import math
+from fractions import Fraction
+
 import numpy as np
 import pytest
 
@@ -105,26 +108,37 @@ def test_calibrate_scales_is_calibrate_scale() -> None:
         calibrate_scales([1.0, 1e300], 1e-10)
 
 
-def test_float_sensitivities_in_arrays_are_the_scalar_ones() -> None:
+def test_float_sensitivities_bound_the_exact_rule() -> None:
+    """Each entry, in arrays and on floats, is at least the rule's exact bound (docs/math.md
+    §9.5) worked out in rationals, and no looser than a few roundings above it."""
     rng = np.random.default_rng(8)
     sens = np.concatenate(
         [rng.random(3000) * 10.0 ** rng.integers(-12, 6, size=3000), [0.0, 1.0, 5e-324, 1e300]]
     )
     bounds = np.concatenate([rng.random(3000) * 10.0 ** rng.integers(-3, 4, 3000), [0, 30, 1, 0]])
     per_user = rng.integers(0, 500, size=sens.size)
+    u = Fraction(2) ** -53
+    tiny = Fraction(2) ** -1070
     for r in (0, 2, 7):
         got = float_sum_sensitivities(sens, bounds, r)
-        want = [float_sum_sensitivity(s, b, r) for s, b in zip(sens, bounds, strict=True)]
-        assert got.tolist() == want
+        for g, s, b in zip(got.tolist(), sens.tolist(), bounds.tolist(), strict=True):
+            ulp = 2 * Fraction(math.ulp(2.0 * max(b, s)))
+            exact = Fraction(s) * (1 + u) ** (r + 2) + ulp
+            loose = (Fraction(s) * (1 + 2 * (r + 2) * u) + ulp) * (1 + 16 * u) + tiny
+            assert exact <= Fraction(g) <= loose
+            assert float_sum_sensitivity(s, b, r) == g  # the same rule on floats
     got = float_variance_sensitivities(sens, bounds, per_user)
-    triples = zip(sens, bounds, per_user, strict=True)
-    want = [float_variance_sensitivity(s, b, int(k)) for s, b, k in triples]
-    assert got.tolist() == want
+    for g, s, b, k in zip(got.tolist(), sens.tolist(), bounds.tolist(), per_user, strict=True):
+        exact = Fraction(s) * (1 + 4 * u) + (2 * int(k) + 32) * u * Fraction(b) ** 2
+        assert exact <= Fraction(g) <= exact * (1 + 16 * u) + tiny
+        assert float_variance_sensitivity(s, b, int(k)) == g
     for bad in (np.array([-1.0]), np.array([np.nan]), np.array([np.inf])):
         with pytest.raises(ValueError, match="invalid"):
             float_sum_sensitivities(bad, np.array([1.0]))
         with pytest.raises(ValueError, match="invalid"):
             float_variance_sensitivities(bad, np.array([1.0]), np.array([1]))
+        with pytest.raises(ValueError, match="invalid"):
+            float_sum_sensitivity(float(bad[0]), 1.0)
 
 
 def test_interleave_is_concat_in_grid_order() -> None:
