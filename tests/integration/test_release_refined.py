@@ -13,21 +13,14 @@ from fastapi.testclient import TestClient
 
 from tests.helpers import upload_csv
 from tests.integration.grid_fixtures import CELL_A, HOUR, make_dataset
+from tests.integration.test_release_per_cell import BODY as PER_CELL_BODY
 from tests.integration.test_release_plans import _spent
 
 U = 10.0
 PARENT = h3.cell_to_parent(h3.latlng_to_cell(*CELL_A, 8), 7)
 CHILDREN = sorted(h3.cell_to_children(PARENT, 8))
 DENSE, SPARSE = CHILDREN[:3], CHILDREN[3:5]
-BODY = {
-    "slot_start": HOUR.isoformat(),
-    "max_user_cost": 2.0,
-    "min_users": 5,
-    "statistics": ["user_mean"],
-    "objective": "interval",
-    "partition": "adaptive",
-    "coarsest_resolution": 7,
-}
+BODY = {**PER_CELL_BODY, "partition": "adaptive", "coarsest_resolution": 7}
 
 
 def _csv() -> str:
