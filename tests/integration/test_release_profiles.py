@@ -91,6 +91,10 @@ def test_a_weekday_profile_pools_units_and_charges_each_in_its_own_window(
     assert grid["mean"]["privacy_unit"] == "user-day"
     assert release["useful"] == preview.json()["useful"]
     assert release["warnings"] == preview.json()["warnings"]
+    # a profile cell is no stored grid: its id has no /grids endpoints, and says so
+    queried = client.get(f"/grids/{grid['grid_id']}/mean", params={"epsilon": 0.1})
+    assert queried.status_code == 404
+    assert "profile release" in queried.json()["error"]["message"]
     accounts = _accounts(app, ds)
     assert {w for w, _ in accounts} == set(WEEKDAYS_WITH_DATA)
     assert len(accounts) == N_BUSES * len(WEEKDAYS_WITH_DATA)
