@@ -26,9 +26,8 @@ class BudgetAccount(Base):
     window_start: Mapped[date] = mapped_column(
         Date, primary_key=True, default=ALL_TIME, server_default=ALL_TIME_SQL
     )
-    user_id: Mapped[int] = mapped_column(
-        ForeignKey("dataset_users.id", ondelete="CASCADE"), primary_key=True
-    )
+    # dataset_users.id; no foreign key (a trigger per inserted row): docs/math.md §10.6
+    user_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     spent: Mapped[Decimal] = mapped_column(Epsilon, default=Decimal(0))
 
 

@@ -1,0 +1,79 @@
+"""Migration 0019 on data: ``budget_accounts`` loses its ``user_id`` foreign key and keeps
+its accounts and its dataset's key (deleting the dataset still deletes them); down puts the
+key back, validated, and refuses while an account names no user."""
+
+from __future__ import annotations
+
+import pytest
+from alembic import command
+from sqlalchemy import text
+
+from app.db.engine import make_engine
+from app.db.migrate import alembic_config, upgrade
+from tests.unit.migration_support import seed_key_and_dataset
+
+USER_FK = "fk_budget_accounts_user_id_dataset_users"
+
+
+def _keys(conn) -> dict[str, bool]:
+    """The foreign keys of ``budget_accounts``: name → validated."""
+    rows = conn.execute(
+        text(
+            "SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' "
+            "AND conrelid = 'budget_accounts'::regclass"
+        )
+    ).all()
+    return {name: valid for name, valid in rows}
+
+
+def _accounts(conn) -> list[tuple]:
+    rows = conn.execute(
+        text(
+            "SELECT dataset_id, epoch, window_start::text, user_id, spent::text "
+            "FROM budget_accounts ORDER BY 1, 2, 3, 4"
+        )
+    ).all()
+    return [tuple(r) for r in rows]
+
+
+def test_account_user_key_dropped_and_restored(postgres_url: str) -> None:
+    command.upgrade(alembic_config(postgres_url), "0018")
+    engine = make_engine(postgres_url)
+    try:
+        with engine.begin() as conn:
+            seed_key_and_dataset(conn)
+            conn.execute(
+                text(
+                    "insert into dataset_users (id, dataset_id, user_hash) "
+                    "values (7, 1, 'a'), (9, 1, 'b');"
+                    "insert into budget_accounts (dataset_id, epoch, window_start, user_id, spent)"
+                    " values (1, 1, '0001-01-01', 7, 0.5), (1, 1, '2024-03-01', 9, 0.25)"
+                )
+            )
+            before = _accounts(conn)
+            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True, USER_FK: True}
+        upgrade(postgres_url)
+        with engine.begin() as conn:
+            assert _accounts(conn) == before
+            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True}
+        command.downgrade(alembic_config(postgres_url), "0018")
+        with engine.begin() as conn:
+            assert _accounts(conn) == before
+            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True, USER_FK: True}
+        upgrade(postgres_url)
+        with engine.begin() as conn:  # an account naming no user: the key cannot come back
+            conn.execute(
+                text(
+                    "insert into budget_accounts (dataset_id, epoch, window_start, user_id, spent)"
+                    " values (1, 2, '0001-01-01', 8, 0)"
+                )
+            )
+        with pytest.raises(Exception, match=USER_FK):
+            command.downgrade(alembic_config(postgres_url), "0018")
+        with engine.begin() as conn:
+            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True}
+            conn.execute(text("DELETE FROM datasets WHERE id = 1"))
+            assert _accounts(conn) == []
+            assert conn.execute(text("SELECT count(*) FROM dataset_users")).scalar() == 0
+    finally:
+        engine.dispose()
