@@ -19,8 +19,14 @@ most 6 m/s wide and holds the truth), ``fine`` (covered records at res 7 or fine
 expected widths, equal to its preview's).
 
 The speed part uploads ``--days`` days of ``--records`` readings in the 08:00 hour each
-(``benchmarks/release.py``'s city, one day after another; a day window) and times the
-preview and the release of the 08:00 profile over them (fixed and adaptive), medians.
+(``benchmarks/release.py``'s city, one day after another, through a live server's
+ingestion; a day window; kept in ``--schema`` for reuse when given), then on a fresh
+server (its own process, one worker) times the preview and the release of the 08:00
+profile over them (``--parts``: fixed res 8, adaptive res 8 to 5) over HTTP, medians of
+``--repeats``, and the server's peak RSS (its ``VmHWM``, reset before each request). A
+budget reset before each request: every release creates its bus-days' accounts.
+Targets at ``--days 20 --records 1000000`` (2·10⁷ records, 10⁶ bus-days): preview <= 5 s,
+release <= 20 s, peak RSS <= 2 GiB.
 """
 
 from __future__ import annotations
@@ -39,15 +45,20 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import httpx  # noqa: E402
 from fastapi.testclient import TestClient  # noqa: E402
+from sqlalchemy import create_engine  # noqa: E402
+from sqlalchemy.pool import NullPool  # noqa: E402
 
 from app.config import Settings  # noqa: E402
 from app.db.migrate import upgrade  # noqa: E402
 from app.main import create_app  # noqa: E402
 from benchmarks.city_release import DATA, hour_rows, score  # noqa: E402
 from benchmarks.ingest import COLUMNS  # noqa: E402
-from benchmarks.postgres import PG_URL, fresh_database  # noqa: E402
+from benchmarks.postgres import PG_URL, fresh_database, schema_url  # noqa: E402
 from benchmarks.release import city_csv  # noqa: E402
+from tests.conftest import ADMIN_KEY  # noqa: E402
+from tests.live_server import live_server  # noqa: E402
 
 ADMIN = "dpg_profile_release_benchmark_admin"
 DAYS = ("2015-03-18", "2015-03-19", "2016-11-24", "2016-11-25", "2016-11-26", "2016-11-27")
@@ -57,6 +68,8 @@ PROFILES = {
     "weekdays 2016-11-21..27": {"from": "2016-11-21", "to": "2016-11-27", "days": "weekdays"},
     "all 2016-11-24..27": {"from": "2016-11-24", "to": "2016-11-27", "days": "all"},
 }
+FIRST = date(2024, 3, 1)
+SPEED_PARTITIONS = {"fixed": {}, "adaptive": {"partition": "adaptive", "coarsest_resolution": 5}}
 PARTITIONS = {
     "fixed r8": {},
     "fixed r7": {"h3_resolution": 7},
@@ -145,36 +158,95 @@ def real_days(client: TestClient, releases: int, stats: list[str]) -> None:
             print(f"{name:<24} {part:<9} {_release(client, ds, body, rows, releases)}", flush=True)
 
 
-def speed(client: TestClient, n_days: int, records: int, repeats: int) -> None:
-    ds = _dataset(client, "synthetic month", "UTC")
-    first = date(2024, 3, 1)
+def _peak_rss_reset(pid: int) -> None:
+    """Reset the kernel's peak RSS (VmHWM) of ``pid`` (Linux: ``clear_refs`` 5)."""
+    Path(f"/proc/{pid}/clear_refs").write_text("5")
+
+
+def _peak_rss_mib(pid: int) -> float:
+    """The peak RSS (VmHWM) of ``pid`` since its start or the last reset, MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _month(c: httpx.Client, n_days: int, records: int) -> int:
+    """The synthetic month's dataset: found by name in the schema, else made and uploaded
+    (through the real ingestion, one day after another)."""
+    name = f"synthetic month {n_days} x {records}"
+    for ds in c.get("/datasets").raise_for_status().json()["datasets"]:
+        if ds["name"] != name:
+            continue
+        if c.get(f"/datasets/{ds['id']}").json().get("n_records") == n_days * records:
+            print(f"{name}: reused (dataset {ds['id']})", flush=True)
+            return int(ds["id"])
+    resp = c.post(
+        "/datasets",
+        json={"name": name, "value_bound": U, "timezone": "UTC", "budget_per_user": 1e6,
+              "budget_window": "day", "max_epsilon_per_query": 10.0},
+    )  # fmt: skip
+    resp.raise_for_status()
+    ds = int(resp.json()["id"])
     started = time.perf_counter()
     hour = city_csv(records).decode()
     for d in range(n_days):
-        day = (first + timedelta(days=d)).isoformat()
-        client.post(
+        day = (FIRST + timedelta(days=d)).isoformat()
+        c.post(
             f"/datasets/{ds}/records", content=hour.replace("2024-03-05", day).encode(),
             headers={"Content-Type": "text/csv"},
         ).raise_for_status()  # fmt: skip
     print(f"{n_days} days x {records:,} records at 08:00 uploaded in "
-          f"{time.perf_counter() - started:.0f} s")  # fmt: skip
-    last = (first + timedelta(days=n_days - 1)).isoformat()
-    profile = {"from": first.isoformat(), "to": last, "days": "all"}
-    for part, extra in (("fixed r8", {}), ("adaptive", PARTITIONS["adaptive"])):
+          f"{time.perf_counter() - started:.0f} s", flush=True)  # fmt: skip
+    return ds
+
+
+def speed(url: str, n_days: int, records: int, repeats: int, parts: list[str]) -> None:
+    """Upload (or reuse) the month with one server, then time the profile on a fresh one
+    (its own process, one worker) and read its peak RSS per case."""
+    headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    with tempfile.TemporaryDirectory() as tmp:
+        for phase in ("upload", "time"):
+            with (
+                live_server(url, Path(tmp), workers=1, timeout=180) as server,
+                httpx.Client(base_url=server.url, headers=headers, timeout=3600) as c,
+            ):
+                if phase == "upload":
+                    ds = _month(c, n_days, records)
+                else:
+                    _time_profile(c, server.process.pid, ds, n_days, repeats, parts)
+
+
+def _time_profile(
+    c: httpx.Client, pid: int, ds: int, n_days: int, repeats: int, parts: list[str]
+) -> None:
+    last = (FIRST + timedelta(days=n_days - 1)).isoformat()
+    profile = {"from": FIRST.isoformat(), "to": last, "days": "all"}
+    print(f"server RSS at start {_peak_rss_mib(pid):.0f} MiB", flush=True)
+    for part in parts:
+        extra = SPEED_PARTITIONS[part]
         times: dict[str, list[float]] = {"preview": [], "release": []}
+        peak = 0.0
         for i in range(repeats):
             body: dict[str, Any] = {
                 "slot_start": "08:00", "profile": profile, "min_users": MIN_USERS,
                 "max_user_cost": COST + 0.001 * i, **extra,
             }  # fmt: skip
             for what, path in (("preview", "releases/preview"), ("release", "releases")):
+                # a new epoch: the release creates its 10⁶ bus-days' accounts, as a first would
+                c.post(f"/datasets/{ds}/budget/reset", json={"reason": "bench"}).raise_for_status()
+                _peak_rss_reset(pid)
                 start = time.perf_counter()
-                client.post(f"/datasets/{ds}/{path}", json=body).raise_for_status()
+                resp = c.post(f"/datasets/{ds}/{path}", json=body)
                 times[what].append(time.perf_counter() - start)
+                if resp.status_code != 200:
+                    raise RuntimeError(f"{path}: {resp.status_code} {resp.text[:300]}")
+                peak = max(peak, _peak_rss_mib(pid))
         print(
             f"profile of {n_days} days, {part:<9} preview "
             f"{statistics.median(times['preview']):.2f} s  release "
-            f"{statistics.median(times['release']):.2f} s  (median of {repeats}; "
+            f"{statistics.median(times['release']):.2f} s  peak RSS {peak:.0f} MiB "
+            f"(median of {repeats}: {', '.join(f'{t:.1f}' for t in times['release'])}; "
             f"{datetime.now():%H:%M})",
             flush=True,
         )
@@ -187,18 +259,37 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=20)
     parser.add_argument("--records", type=int, default=50_000)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--parts", nargs="+", default=list(SPEED_PARTITIONS),
+                        choices=list(SPEED_PARTITIONS))  # fmt: skip
     parser.add_argument("--speed-only", action="store_true")
     parser.add_argument("--real-only", action="store_true")
     parser.add_argument("--url", default=PG_URL)
+    parser.add_argument(
+        "--schema", help="speed part: keep the month in this Postgres schema (made if missing, "
+        "reused if it holds it already, never dropped)",
+    )  # fmt: skip
     args = parser.parse_args()
-    with served(args.url) as client:
-        if not args.speed_only:
-            missing = [d for d in DAYS if not (DATA / f"{d}.csv").exists()]
-            if missing:
-                sys.exit(f"CapMetrics days {missing} not found in {DATA.resolve()}")
+    if not args.speed_only:
+        missing = [d for d in DAYS if not (DATA / f"{d}.csv").exists()]
+        if missing:
+            sys.exit(f"CapMetrics days {missing} not found in {DATA.resolve()}")
+        with served(args.url) as client:
             real_days(client, args.releases, args.statistics)
-        if not args.real_only:
-            speed(client, args.days, args.records, args.repeats)
+    if args.real_only:
+        return
+    if args.schema:
+        engine = create_engine(args.url, poolclass=NullPool)
+        with engine.begin() as conn:
+            conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{args.schema}"')
+        engine.dispose()
+        speed(schema_url(args.url, args.schema), args.days, args.records, args.repeats, args.parts)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        url, drop = fresh_database("postgres", Path(tmp), args.url)
+        try:
+            speed(url, args.days, args.records, args.repeats, args.parts)
+        finally:
+            drop()
 
 
 if __name__ == "__main__":

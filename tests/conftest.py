@@ -14,6 +14,7 @@ that migrate on start); ``db_url`` and everything built on it (``settings``, ``a
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -113,6 +114,11 @@ def _pg_dumps() -> list[str]:
     return [str(bundled), "pg_dump"] if bundled.is_file() else ["pg_dump"]
 
 
+#: A column option some servers set on every column they create (``pg_attver``): a copy's
+#: server sets it again, so restating it (a statement per column) only slows each copy.
+_SERVER_SET_OPTION = re.compile(r"ALTER TABLE ONLY \S+ ALTER COLUMN \S+ SET \(pg_attver=\d+\);$")
+
+
 class PostgresTemplate:
     """A schema migrated once, and the SQL that rebuilds it under another name."""
 
@@ -156,7 +162,9 @@ class PostgresTemplate:
             lines = [
                 line
                 for line in out.stdout.splitlines()
-                if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
+                if not line.startswith("\\")
+                and not line.startswith("CREATE SCHEMA")
+                and not _SERVER_SET_OPTION.match(line)
             ]
             return "\n".join(lines)
         return None
@@ -223,6 +231,38 @@ def app(settings: Settings) -> FastAPI:
 def client(app: FastAPI) -> Iterator[TestClient]:
     with TestClient(app, raise_server_exceptions=False) as c:
         c.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
+        yield c
+
+
+@contextmanager
+def shared_client_on(
+    template: PostgresTemplate, tmp_dir: Path, **overrides: object
+) -> Iterator[TestClient]:
+    """An admin's client of an app on a schema of its own, for several tests that only
+    send requests the service must refuse without writing or charging anything (each
+    test checks that itself, so one that writes still fails)."""
+    url, schema = template.copy()
+    try:
+        settings = Settings(
+            database_url=url,
+            admin_key=ADMIN_KEY,
+            secret_key="test-secret",
+            secret_file=tmp_dir / "secret.key",
+            **overrides,  # type: ignore[arg-type]
+        )
+        with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+            c.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
+            yield c
+    finally:
+        _drop_schema(template.admin, schema)
+
+
+@pytest.fixture(scope="module")
+def shared_client(
+    postgres_template: PostgresTemplate, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestClient]:
+    """``client``'s app, shared by a module's refusal tests (:func:`shared_client_on`)."""
+    with shared_client_on(postgres_template, tmp_path_factory.mktemp("shared")) as c:
         yield c
 
 

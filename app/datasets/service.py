@@ -95,8 +95,20 @@ def get_grid_by_public_id(session: Session, public_id: str) -> Grid:
     return grid
 
 
+#: A profile release's cell id (``app.releases.profile_input``): a time of day pooled over
+#: many dates, released once, never a stored grid (stored grids' ids are 16 characters).
+PROFILE_CELL_ID = re.compile(r"p[0-9a-f]{31}")
+
+
 def no_grid(public_id: str) -> NotFound:
     """The refusal of a grid id that names no grid, saying where grid ids come from."""
+    if PROFILE_CELL_ID.fullmatch(public_id):
+        return NotFound(
+            f"no grid {public_id!r}: this id names a cell of a profile release (a time of "
+            "day pooled over many dates), which is published once in its release and has "
+            "no /grids endpoints; the dates' own grids are listed by "
+            "GET /datasets/{dataset_id}/grids"
+        )
     return NotFound(
         f"no grid {public_id[:40]!r}: grid ids are listed by GET /datasets/{{dataset_id}}/grids"
     )

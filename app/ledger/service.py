@@ -62,23 +62,49 @@ def lock_for_reset(session: Session, dataset_id: int) -> Dataset:
 
 
 def lock_accounts(
-    session: Session, dataset: Dataset, epoch: int, windows: tuple[date, ...], subjects: Int64s
+    session: Session,
+    dataset: Dataset,
+    epoch: int,
+    windows: tuple[date, ...],
+    subjects: Int64s,
+    *,
+    known: Accounts | None = None,
 ) -> Accounts:
     """Lock the accounts of ``subjects`` (windows, then users, ascending: the lock order) for this
     transaction; missing ones are first created in a transaction of their own, so no insert lock is
-    held out of order."""
+    held out of order. ``known``: the same subjects' accounts as read earlier in this epoch; those
+    it holds exist still (an epoch's accounts are never deleted), so only the others are looked
+    for (and created where missing)."""
     repo = LedgerRepository(session)
     users = [window_users(subjects, i) for i in range(len(windows))]
-    missing = [
-        i
-        for i, w in enumerate(windows)
-        if repo.count_present(dataset.id, epoch, users[i], window=w) < users[i].size
-    ]
-    if missing:
+    if known is not None and known.epoch == epoch and known.windows == windows:
+        new = _not_in(subjects, known.subjects)
+        create = [window_users(new, i) for i in range(len(windows))]
+    else:
+        create = [
+            users[i] if repo.count_present(dataset.id, epoch, users[i], window=w) < users[i].size
+            else users[i][:0]
+            for i, w in enumerate(windows)
+        ]  # fmt: skip
+    if any(c.size for c in create):
         with separate_transaction(session) as own:
-            for i in missing:
-                create_accounts(own, dataset.id, epoch, users[i], window=windows[i])
+            own_repo = LedgerRepository(own)
+            added = sum(
+                own_repo.insert_accounts(dataset.id, epoch, c, window=windows[i])
+                for i, c in enumerate(create)
+                if c.size
+            )
+            if added:  # statistics once for all the windows
+                own_repo.analyze_after_growth(added)
     return _accounts(repo, dataset, epoch, windows, users, lock=True)
+
+
+def _not_in(wanted: Int64s, present: Int64s) -> Int64s:
+    """Those of ``wanted`` (ascending) not in ``present`` (ascending)."""
+    if not present.size:
+        return wanted
+    at = np.minimum(np.searchsorted(present, wanted), present.size - 1)
+    return wanted[present[at] != wanted]
 
 
 def read_accounts(

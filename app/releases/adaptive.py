@@ -126,11 +126,9 @@ class SpanTrees:
         eps: float,
         useful_width: float,
         statistics: tuple[str, ...],
-        useful: frozenset[tuple[int, str]] = frozenset(),
     ) -> tuple[dict[tuple[int, str], int], list[bool]]:
         """``{(slot µs, released cell): resolution}`` and, per fine grid, whether it is
-        covered; a cell is worth more when the statistics asked are useful there (at
-        ``eps``, or because it is one of the ``useful`` (slot µs, cell) pairs)."""
+        covered; a cell is worth more when the statistics asked are useful there at ``eps``."""
         released: dict[tuple[int, str], int] = {}
         covered = [False] * self.n_grids
         for slot, members, cells, tree in self.slots:
@@ -140,12 +138,22 @@ class SpanTrees:
                 eps=eps,
                 useful_width=useful_width,
                 statistics=statistics,
-                useful_cells=frozenset(h3.str_to_int(c) for s, c in useful if s == slot),
             )
             released.update({(slot, h3.int_to_str(c)): r for c, r in part.released.items()})
             for i, cell in zip(members, cells, strict=True):
                 covered[i] = cell in part.cell_of
         return released, covered
+
+    def covered(self, released: dict[tuple[int, str], int]) -> list[bool]:
+        """Per fine grid, whether it lies in one of the ``released`` (slot µs, cell)."""
+        covered = [False] * self.n_grids
+        for slot, members, cells, tree in self.slots:
+            inside = {
+                f for s, c in released if s == slot for f in tree.nodes[h3.str_to_int(c)].fine
+            }
+            for i, cell in zip(members, cells, strict=True):
+                covered[i] = cell in inside
+        return covered
 
 
 def adaptive_grids(

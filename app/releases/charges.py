@@ -34,12 +34,21 @@ from app.time.budget_windows import privacy_unit, window_of
 class ReleaseBudget:
     """The release's users' accounts in every window its grids lie in."""
 
-    occ: Occupancy  # the release's occupancy, users as budget subjects
+    occ: Occupancy  # the release's occupancy, users as budget subjects (or their ranks)
     accounts: Accounts  # locked, or read for a preview
 
     def users(self, subjects: np.ndarray) -> np.ndarray:
         """The user ids of ``subjects`` (distinct, ascending)."""
         return np.unique(np.asarray(subjects, dtype=np.int64) & USER_MASK)
+
+    def pairs_of(self, subjects: np.ndarray) -> np.ndarray:
+        """Which pairs of :attr:`occ` belong to ``subjects`` (sorted), as a mask."""
+        units = self.occ.units
+        if units is None:
+            return np.isin(self.occ.user, subjects)
+        chosen = np.zeros(units.size, dtype=bool)
+        chosen[np.searchsorted(units, subjects)] = True  # every subject is some unit's
+        return chosen[self.occ.user]
 
 
 def _subjects(
@@ -65,26 +74,37 @@ def release_budget(
     *,
     lock: bool,
     windows: tuple[date, ...] | None = None,
+    units: np.ndarray | None = None,
+    known: Accounts | None = None,
 ) -> ReleaseBudget:
     """Every account the release may charge: with ``lock``, locked for this transaction
     (windows ascending, users ascending within each: the ledger's lock order);
     without, as read now (a preview). ``windows``: a profile's, whose occupancy's users
-    are budget subjects already (``app.releases.pooling``)."""
+    are privacy units numbered 0, 1, ... with ``units`` their budget subjects
+    (``app.releases.pooling``). ``known``: these accounts as read before (those it
+    holds exist, so only the others may need creating)."""
     if windows is None:
         windows, subjects = _subjects(dataset, grids, occ)
+        occ, wanted = replace(occ, user=subjects), np.unique(subjects)
+    elif units is None:
+        wanted = np.unique(occ.user)
+    else:  # the users stay ranks (ascending as their subjects), ``units`` their subjects
+        occ = replace(occ, units=units)
+        wanted = units[np.flatnonzero(np.bincount(occ.user, minlength=units.size))]
+    if lock:
+        accounts = ledger.lock_accounts(session, dataset, epoch, windows, wanted, known=known)
     else:
-        subjects = occ.user
-    read = ledger.lock_accounts if lock else ledger.read_accounts
-    accounts = read(session, dataset, epoch, windows, np.unique(subjects))
-    return ReleaseBudget(replace(occ, user=subjects), accounts)
+        accounts = ledger.read_accounts(session, dataset, epoch, windows, wanted)
+    return ReleaseBudget(occ, accounts)
 
 
 def same_spends(read: ReleaseBudget, locked: ReleaseBudget) -> bool:
     """Whether every subject of the release has spent as much under the locks as when
     the release read its accounts (else its plan is made again)."""
-    subjects = np.unique(locked.occ.user)
+    # the locked accounts are every subject's (locking creates the missing ones)
+    locked_accounts = locked.accounts
     return bool(
-        np.array_equal(read.accounts.spent_of(subjects), locked.accounts.spent_of(subjects))
+        np.array_equal(read.accounts.spent_of(locked_accounts.subjects), locked_accounts.spent)
     )
 
 

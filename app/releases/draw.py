@@ -89,10 +89,12 @@ def draw_grids(
     release_id: str,
     epoch: int,
     columns: GridColumns,
+    units: np.ndarray | None = None,
 ) -> tuple[list[dict[str, Any]], KeptSets]:
     """Each released grid's answer entry, and who was kept where (admins only). A grid
     where the plan keeps nobody (every user exhausted, ``exclude``) is withheld and
-    charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``)."""
+    charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``);
+    ``units``: a profile's units' budget subjects (its occupancy's users are their ranks)."""
     mech_opts = req.options
     n_users, n_kept = kept_per_grid(occ, plan)
     chosen = np.flatnonzero(n_kept > 0).tolist()
@@ -143,15 +145,22 @@ def draw_grids(
             entry[stat] = answers[i][s]
         out.append(entry)
     versions = [arrays[i].version for i in chosen]
-    return out, _kept_sets(grid_ids, versions, occ, plan, n_kept)
+    return out, _kept_sets(grid_ids, versions, occ, plan, n_kept, units)
 
 
 def _kept_sets(
-    grid_ids: list[str], versions: list[int], occ: Occupancy, plan: SlotPlan, n_kept: np.ndarray
+    grid_ids: list[str],
+    versions: list[int],
+    occ: Occupancy,
+    plan: SlotPlan,
+    n_kept: np.ndarray,
+    units: np.ndarray | None,
 ) -> KeptSets:
-    """The released grids' kept users and Γ: the pairs with Γ > 0, grid by grid (the
-    released grids are those with such a pair, in the occupancy's order)."""
+    """The released grids' kept users (a profile's: budget subjects) and Γ: the pairs with
+    Γ > 0, grid by grid (the released grids are those with such a pair, in the
+    occupancy's order)."""
     keep = plan.kept > 0
     bounds = np.zeros(len(grid_ids) + 1, dtype=np.int64)
     np.cumsum(n_kept[n_kept > 0], out=bounds[1:])
-    return KeptSets(grid_ids, versions, bounds, occ.user[keep], plan.kept[keep])
+    users = occ.user[keep] if units is None else units[occ.user[keep]]
+    return KeptSets(grid_ids, versions, bounds, users, plan.kept[keep])

@@ -23,7 +23,6 @@ from sqlalchemy.orm import Session
 
 from app import budget
 from app.answers.epsilon import EpsilonAmount
-from app.core.planning.partition import FINE_WEIGHT
 from app.datasets.grid_batch import GridBatch, GridColumns, load_grid_batch
 from app.datasets.grid_store import GridArrays, SlotGrid
 from app.datasets.models import Dataset
@@ -36,7 +35,7 @@ from app.releases.adaptive import (
     coverage,
 )
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
-from app.releases.per_cell import CellWidths, WidthRule
+from app.releases.per_cell import WidthRule
 from app.releases.planning import (
     Occupancy,
     PlanOptions,
@@ -46,16 +45,11 @@ from app.releases.planning import (
     plan_at,
     plan_for_cost,
 )
+from app.releases.refine import Candidates, refine
 from app.releases.request import ReleaseRequest
 from app.releases.slot import SpanGrids, span_grids
-from app.time.slots import datetime_to_us
 
 ADAPTIVE_ROUNDS = 3
-#: Choosing among partitions with per-cell ε: a useful record at the finest resolution is
-#: worth this much more than one at the coarsest (twice the partition's own ``φ``).
-CHOICE_FINE_WEIGHT = 2 * FINE_WEIGHT
-#: ... among the partitions with at least this share of the most useful records.
-USEFUL_KEPT = 0.9
 #: Planned for intervals, the partitions tried: one per ``k`` = 1 .. this many.
 ADAPTIVE_KS = 6
 
@@ -74,6 +68,7 @@ class ReleaseInput:
     joined: GridColumns | None = None  # ``columns`` as read (every grid of a large span)
     sources: tuple[tuple[int, int], ...] | None = None  # a profile's pooled (grid, version)
     windows: tuple[date, ...] | None = None  # a profile's budget windows (users are units)
+    subjects: np.ndarray | None = None  # a profile's units' ledger subjects (units: ranks)
 
     @cached_property
     def columns(self) -> GridColumns:
@@ -164,13 +159,13 @@ def release_input(session: Session, req: ReleaseRequest) -> ReleaseInput:
         covered = [g.n_users >= req.min_users for g in span.grids]
         kept = [i for i, c in enumerate(covered) if c]
         grids, arrays = [span.grids[i] for i in kept], [fine.arrays[i] for i in kept]
-        occ = _fixed_occupancy(fine.columns, covered)
+        occ = fixed_occupancy(fine.columns, covered)
         joined = fine.joined if len(kept) == len(covered) else None
         return make_input(dataset, span, grids, arrays, covered, fine.columns, occ, joined)
     return _adaptive_input(session, req, span, fine)
 
 
-def _fixed_occupancy(cols: GridColumns, covered: Sequence[bool]) -> Occupancy:
+def fixed_occupancy(cols: GridColumns, covered: Sequence[bool]) -> Occupancy:
     """The occupancy of the ``covered`` grids, from the span's columns."""
     inside = np.asarray(covered, dtype=bool)
     if inside.all():
@@ -241,82 +236,54 @@ def _adaptive_for_intervals(
     chooser: Chooser,
     more: dict[str, Any],
 ) -> ReleaseInput:
-    """The partition whose interval plan scores best over ``k`` = 1, 2, ...: each ``k``
-    fixes ``ε = C/k``, the partition at that ``ε``, then the top-``k`` plan over it
-    (docs/math.md §6.7). With per-cell ε (§6.10) each partition is also scored by its
-    weighted plan keeping everyone, partitions are compared by the worth of their useful
-    records (finer ones worth more: ``CHOICE_FINE_WEIGHT``; among those with at least
-    ``USEFUL_KEPT`` of the most useful records), and two more are tried: the
-    best ``k``'s partition again with the cells the finest candidates' plans made useful
-    counted as useful. Public information only."""
+    """Each ``k`` = 1, 2, ... fixes ``ε = C/k`` and the partition at that ``ε``
+    (docs/math.md §6.7). Equal plans only: the partition whose top-``k`` plan scores best.
+    With per-cell ε (§6.10) those partitions are the starts of :func:`refine`, which
+    chooses the cells with their allocation. Public information only."""
     dataset = req.dataset
     cap = req.cost_cap or budget.limit(0)
-    rule = width_rule(req)
-    per_cell = "variance" not in req.statistics
-    found: list[tuple[tuple[float, float], int, AdaptiveGrids, list[bool], frozenset, int]] = []
+    max_eps = dataset.max_epsilon_per_query
+    ks = candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]
 
-    def evaluate(k: int, useful: frozenset[tuple[int, str]] = frozenset()) -> bool:
-        eps = min(budget.per_part(cap, k), dataset.max_epsilon_per_query)
-        released, covered = trees.choose(
+    def partition(k: int) -> tuple[dict[tuple[int, str], int], list[bool]]:
+        return trees.choose(
             min_users=req.min_users,
             U=dataset.value_bound,
-            eps=float(eps) / req.n_statistics,
+            eps=float(min(budget.per_part(cap, k), max_eps)) / req.n_statistics,
             useful_width=req.useful_width,
             statistics=req.statistics,
-            useful=useful,
         )
+
+    if "variance" not in req.statistics:
+        cands = Candidates.of(
+            [(slot, tree) for slot, _, _, tree in trees.slots],
+            min_users=req.min_users,
+            rule=width_rule(req),
+            cap=cap,
+            max_epsilon=max_eps,
+        )
+        index = {key: i for i, key in enumerate(cands.keys)}
+        starts = []
+        for k in ks:
+            released = partition(k)[0]
+            starts.append([index[(s, h3.str_to_int(c))] for s, c in released])
+        keys = [cands.keys[j] for j in refine(cands, starts)]
+        released = {(s, h3.int_to_str(c)): h3.get_resolution(h3.int_to_str(c)) for s, c in keys}
+        chosen = chooser(released)
+        covered = trees.covered(released)
+        return make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
+    found: list[tuple[tuple[int, float], AdaptiveGrids, list[bool]]] = []
+    for k in ks:
+        released, covered = partition(k)
         chosen = chooser(released)
         occ = Occupancy.of([a.user_ids for a in chosen.arrays], [a.counts for a in chosen.arrays])
         live = np.ones(occ.user.size, dtype=bool)
-        max_eps = dataset.max_epsilon_per_query
-        widths = CellWidths(rule, occ, float(min(cap, max_eps))) if per_cell else None
-        args = (cap, max_eps, req.n_statistics, req.useful_width, widths)
-        got = plan_at_k(occ, live, dataset.value_bound, k, *args)
+        got = plan_at_k(occ, live, dataset.value_bound, k, cap, max_eps, req.n_statistics,
+                        req.useful_width)  # fmt: skip
         if got is None:
-            return False
-        last = _grids_per_user(occ.user)
-        if widths is not None and last != k:  # per cell, keeping everyone
-            alt = plan_at_k(occ, live, dataset.value_bound, last, *args)
-            got = got if alt is None or alt[0] <= got[0] else alt
-        score: tuple[float, float] = (float(got[0][0]), got[0][1])
-        made: frozenset[tuple[int, str]] = frozenset()
-        if widths is not None:
-            worth, made = _worth(widths, got[1], chosen.grids, span.h3_resolution, req)
-            score = (worth, got[0][1])
-        found.append((score, k, chosen, covered, made, got[0][0]))
-        return True
-
-    for k in candidate_ks(_grids_per_user(cols.user_ids))[:ADAPTIVE_KS]:
-        if not evaluate(k):
             break
+        found.append((got[0], chosen, covered))
     if not found:
         raise InvalidRequest(f"max_user_cost {cap} is too small for any per-grid epsilon")
-    if per_cell:
-        best_k = max(found, key=lambda f: f[0])[1]
-        for made in [f[4] for f in found[:2] if f[4]]:
-            evaluate(best_k, made)
-        most = max(f[5] for f in found)  # finer, but never much less useful
-        found = [f for f in found if f[5] >= USEFUL_KEPT * most]
-    _, _, chosen, covered, _, _ = max(found, key=lambda f: f[0])
+    _, chosen, covered = max(found, key=lambda f: f[0])
     return make_input(dataset, span, chosen.grids, chosen.arrays, covered, cols, **more)
-
-
-def _worth(
-    widths: CellWidths, plan: SlotPlan, grids: Sequence[SlotGrid], finest: int, req: ReleaseRequest
-) -> tuple[float, frozenset[tuple[int, str]]]:
-    """The plan's useful records, each worth ``1 + φ·(res - coarsest)/(finest - coarsest)``
-    (``φ = CHOICE_FINE_WEIGHT``), and the (slot µs, cell) of its useful cells."""
-    occ, coarsest = widths.occ, req.coarsest_resolution
-    span = max(finest - coarsest, 1)
-    worth, useful = 0.0, []
-    for i, grid in enumerate(grids):
-        caps = plan.caps(occ, i)
-        if not caps.any():
-            continue
-        if widths.exact(i, caps, plan.grid_eps(i).used)[0] > widths.rule.useful_width:
-            continue
-        res = h3.get_resolution(grid.h3_cell)
-        records = float(occ.count[occ.bounds[i] : occ.bounds[i + 1]].sum())
-        worth += records * (1.0 + CHOICE_FINE_WEIGHT * (res - coarsest) / span)
-        useful.append((datetime_to_us(grid.slot_start), grid.h3_cell))
-    return worth, frozenset(useful)

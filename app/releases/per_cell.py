@@ -143,7 +143,7 @@ def score(widths: CellWidths, kept: np.ndarray, eps_of: list[EpsilonAmount | Non
     return useful, -weighted
 
 
-def _need(widths: CellWidths, i: int, caps: np.ndarray, q: EpsilonAmount, top: int) -> int:
+def need_of(widths: CellWidths, i: int, caps: np.ndarray, q: EpsilonAmount, top: int) -> int:
     """The fewest quanta (``<= top``) at which cell ``i`` is useful; 0: none is enough. The
     ladder brackets it (useful at its rung, not at the next), exact widths settle it."""
     useful_at, not_at = widths.need(i, caps)
@@ -171,22 +171,31 @@ def per_cell_weights(
     """(weights per grid, kept counts per pair) of the module docstring: every unit's
     weights sum to at most ``Q``; each weight is at most ``top``."""
     occ = widths.occ
+    need = np.zeros(occ.bounds.size - 1, dtype=np.int64)
+    for i in range(need.size):
+        lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
+        if kept[lo:hi].any():
+            need[i] = need_of(widths, i, kept[lo:hi], q, top)
+    return allocate(occ, kept, need, Q, top)
+
+
+def allocate(
+    occ: Occupancy, kept: np.ndarray, need: np.ndarray, Q: int, top: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Steps 2 and 3 of the module docstring given each grid's need (0: none): (weights
+    per grid, kept counts per pair); every unit's weights sum to at most ``Q``."""
     n_grids = occ.bounds.size - 1
     keep = kept > 0
     users, unit_of = np.unique(occ.user, return_inverse=True)
     left = np.full(users.size, Q, dtype=np.int64)
-    need = np.zeros(n_grids, dtype=np.int64)
+    n_kept = np.bincount(occ.grid[keep], minlength=n_grids)
+    records = np.bincount(occ.grid, weights=occ.count, minlength=n_grids)
+    useful = (need > 0) & (n_kept > 0)
     density = np.zeros(n_grids)
-    for i in range(n_grids):
-        lo, hi = int(occ.bounds[i]), int(occ.bounds[i + 1])
-        n_kept = int(np.count_nonzero(keep[lo:hi]))
-        if n_kept:
-            need[i] = _need(widths, i, kept[lo:hi], q, top)
-            if need[i]:
-                density[i] = float(occ.count[lo:hi].sum()) / (need[i] * n_kept)
+    density[useful] = records[useful] / (need[useful] * n_kept[useful])
     weights = np.zeros(n_grids, dtype=np.int64)
     for i in np.argsort(-density, kind="stable").tolist():
-        if not need[i]:
+        if not useful[i]:
             break
         pairs = np.arange(occ.bounds[i], occ.bounds[i + 1])
         who = unit_of[pairs[keep[pairs]]]
@@ -211,6 +220,26 @@ def per_cell_weights(
     return weights, out
 
 
+def quanta(
+    k: int, cost_cap: Decimal, max_epsilon: Decimal
+) -> tuple[int, EpsilonAmount, int] | None:
+    """``(Q, q, w_max)`` for kept sets of at most ``k`` cells a unit: at least 8 quanta per
+    kept cell; None when ``q`` is below the smallest epsilon."""
+    Q = QUANTA << max(0, math.ceil(math.log2(k / 4)))
+    got = cut(Q, cost_cap, max_epsilon)
+    return None if got is None else (Q, *got)
+
+
+def cut(Q: int, cost_cap: Decimal, max_epsilon: Decimal) -> tuple[EpsilonAmount, int] | None:
+    """``C`` cut in ``Q`` quanta: ``(q = per_part(C, Q), w_max)``; None when ``q`` is below
+    the smallest epsilon."""
+    quantum = budget.per_part(cost_cap, Q)
+    if quantum < MIN_EPSILON:
+        return None
+    q = exact_amount(quantum)
+    return q, min(Q, int(max_epsilon // q.charged))
+
+
 def best_at_k(
     occ: Occupancy,
     kept: np.ndarray,
@@ -231,12 +260,10 @@ def best_at_k(
     n_grids = occ.bounds.size - 1
     equal = SlotPlan(amount, G1, K, kept)
     best = (score(widths, kept, [amount] * n_grids), equal)
-    Q = QUANTA << max(0, math.ceil(math.log2(k / 4)))  # at least 8 quanta per kept cell
-    quantum = budget.per_part(cost_cap, Q)
-    if not weigh or quantum < MIN_EPSILON or not kept.any():
+    cut = quanta(k, cost_cap, max_epsilon)
+    if not weigh or cut is None or not kept.any():
         return best
-    q = exact_amount(quantum)
-    top = min(Q, int(max_epsilon // q.charged))
+    Q, q, top = cut
     weights, out = per_cell_weights(widths, kept, q, Q, top)
     out[np.repeat(weights == 0, np.diff(occ.bounds))] = 0
     plan = SlotPlan(q, G1, 0, out, weights)

@@ -46,6 +46,7 @@ class Occupancy:
     user: np.ndarray  # dataset_users.id
     count: np.ndarray
     bounds: np.ndarray  # pairs of grid i are bounds[i]:bounds[i+1]
+    units: np.ndarray | None = None  # the users' budget subjects when users are their ranks
 
     @classmethod
     def of(cls, user_ids: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> Occupancy:
@@ -99,11 +100,12 @@ class SlotPlan:
         """``(user ids, quanta charged)`` of every charged user: the grids keeping it, or
         with weights the sum of theirs."""
         if self.weights is None:
-            return np.unique(occ.user[self.kept > 0], return_counts=True)
+            users, n = distinct_counts(occ.user[self.kept > 0])
+            return (users if occ.units is None else occ.units[users]), n
         keep = self.kept > 0
         users, at = np.unique(occ.user[keep], return_inverse=True)
         paid = np.bincount(at, weights=self.weights[occ.grid[keep]], minlength=users.size)
-        return users, np.rint(paid).astype(np.int64)
+        return (users if occ.units is None else occ.units[users]), np.rint(paid).astype(np.int64)
 
     @property
     def max_cost(self) -> Decimal:
@@ -127,7 +129,20 @@ def multiple(q: EpsilonAmount, w: int) -> EpsilonAmount:
 
 
 def grids_per_user(users: np.ndarray) -> int:
-    return int(np.unique(users, return_counts=True)[1].max()) if users.size else 0
+    return int(distinct_counts(users)[1].max()) if users.size else 0
+
+
+def distinct_counts(users: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(users, return_counts=True)``, by a count table where the ids are dense
+    (a profile's units are ranks), else by a sort."""
+    if users.size and users.dtype.kind in "iu":
+        low = int(users.min())
+        if int(users.max()) - low < 4 * users.size + 1024:
+            counts = np.bincount(users - low)
+            ids = np.flatnonzero(counts)
+            return (ids + low).astype(users.dtype, copy=False), counts[ids]
+    ids, counts = np.unique(users, return_counts=True)
+    return ids, counts
 
 
 def live_pairs(occ: Occupancy, excluded: np.ndarray | None) -> np.ndarray:

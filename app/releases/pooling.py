@@ -2,12 +2,14 @@
 
 A profile's grid (``app.releases.profiles``) pools one cell's records of one time of day
 over many dates, and an adaptive profile pools fine cells into their released ancestor.
-Each source grid's users become privacy units (``unit = window << USER_BITS | user``, the
-budget subject of its date's window; without windows the user itself), and a unit seen
-in several source grids of one target is one user of the pooled grid: its counts added,
-its values one after the other in source order (earliest date first, each date's earliest
-record first). Only public occupancy decides which grid pools into which; nothing here
-reads a value to choose anything.
+Each source grid's users become privacy units: the pair (its date's budget window, user),
+whose ledger subject is ``window << USER_BITS | user`` (without windows the user itself).
+A unit is numbered by its rank among the units present (:func:`units_of`: dense, in the
+subjects' order, so the planner's sorts and counts stay linear), and a unit seen in
+several source grids of one target is one user of the pooled grid: its counts added,
+its values one after the other in source order (earliest date first, each date's
+earliest record first). Only public occupancy decides which grid pools into which;
+nothing here reads a value to choose anything.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.core.data.occupancy import stable_order, unique_inverse
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays
 from app.ledger.accounts import USER_BITS
@@ -27,35 +30,69 @@ def _offsets(sizes: np.ndarray) -> np.ndarray:
     return out
 
 
+def _stable_order(keys: np.ndarray) -> np.ndarray:
+    """``np.argsort(keys, kind="stable")`` of non-negative int64s: a counting sort where
+    the keys are dense."""
+    top = int(keys.max()) + 1 if keys.size else 0
+    if top <= 4 * keys.size + 1024:
+        return np.asarray(stable_order(keys, top), dtype=np.int64)
+    return np.argsort(keys, kind="stable")
+
+
+def units_of(cols: GridColumns, window: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Each pair's unit (its rank among the distinct units, ascending in subject order)
+    and each unit's ledger subject: ``window[i] << USER_BITS | user`` for source grid
+    ``i`` (``None``: the user itself)."""
+    users = cols.user_ids.astype(np.int64, copy=False)
+    if not users.size:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    if window is None:
+        subjects, unit = unique_inverse(users)
+        return unit, subjects
+    pair_window = np.repeat(np.asarray(window, dtype=np.int64), cols.sizes)
+    low = int(users.min())
+    span = int(users.max()) - low + 1
+    # (window, user) as one small code in the same order, so ranking it needs no sort
+    codes, unit = unique_inverse(pair_window * span + (users - low))
+    subjects = ((codes // span) << USER_BITS) | (codes % span + low)
+    return unit, subjects
+
+
 def pool(
-    cols: GridColumns, target: np.ndarray, window: np.ndarray | None, n_targets: int
+    cols: GridColumns, target: np.ndarray, units: np.ndarray | None, n_targets: int
 ) -> GridColumns:
     """The ``n_targets`` grids pooled from ``cols``' grids: source grid ``i`` goes into
-    ``target[i]`` (``-1``: into none), its users as units of window ``window[i]`` (``None``:
-    the users are units already). Units ascending within each pooled grid."""
+    ``target[i]`` (``-1``: into none), its pairs' users as ``units`` (one per pair, dense
+    from 0: :func:`units_of`; ``None``: the users are such units already). Units
+    ascending within each pooled grid."""
     target = np.asarray(target, dtype=np.int64)
     sizes = cols.sizes
     if target.size != sizes.size:
         raise ValueError("pool: one target per source grid")
-    pair_grid = np.repeat(np.arange(sizes.size, dtype=np.int64), sizes)
-    pair_target = target[pair_grid]
-    unit = cols.user_ids.astype(np.int64, copy=False)
-    if window is not None:
-        unit = (np.asarray(window, dtype=np.int64)[pair_grid] << USER_BITS) | unit
+    unit = cols.user_ids if units is None else units
+    unit = np.asarray(unit, dtype=np.int64)
+    pair_target = np.repeat(target, sizes)
     counts = cols.counts.astype(np.int64, copy=False)
-    # where each pair's values start: its grid's records, then the counts before it
+    # where each pair's values start: its grid's first record, then the counts before it
     before = _offsets(counts)
-    start = cols.records[:-1][pair_grid] + before[:-1] - before[cols.pairs[:-1]][pair_grid]
+    start = np.repeat(cols.records[:-1] - before[cols.pairs[:-1]], sizes) + before[:-1]
     keep = np.flatnonzero(pair_target >= 0)
-    order = keep[np.lexsort((pair_grid[keep], unit[keep], pair_target[keep]))]
+    # by (target, unit), source order within: two stable counting sorts (pairs are in
+    # source order), linear in the pairs, units and targets
+    by_unit = keep[_stable_order(unit[keep])]
+    order = by_unit[_stable_order(pair_target[by_unit])]
     t, u, c = pair_target[order], unit[order], counts[order]
     new = np.ones(order.size, dtype=bool)
     new[1:] = (t[1:] != t[:-1]) | (u[1:] != u[:-1])
     heads = np.flatnonzero(new)
     pooled_counts = np.add.reduceat(c, heads) if heads.size else np.empty(0, dtype=np.int64)
     out_offsets = _offsets(c)
-    within = np.arange(int(out_offsets[-1]), dtype=np.int64) - np.repeat(out_offsets[:-1], c)
-    values = cols.values[np.repeat(start[order], c) + within]
+    # each record's source position: its pair's start, then 0, 1, ... (in place: 2·10⁷
+    # records make each temporary 160 MB)
+    source = np.repeat(start[order] - out_offsets[:-1], c)
+    source += np.arange(source.size, dtype=np.int64)
+    values = cols.values[source]
+    del source
     per_target = np.bincount(t[heads], minlength=n_targets).astype(np.int64)
     records = np.bincount(t, weights=c, minlength=n_targets).astype(np.int64)
     return GridColumns(u[heads], pooled_counts, values, _offsets(per_target), _offsets(records))

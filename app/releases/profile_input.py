@@ -22,8 +22,8 @@ from app.datasets.grid_batch import GridColumns, load_grid_batch
 from app.datasets.grid_store import SlotGrid
 from app.kit.errors import NotFound
 from app.releases.adaptive import AdaptiveGrids
-from app.releases.inputs import ReleaseInput, adaptive_over, make_input
-from app.releases.pooling import arrays_of, pool
+from app.releases.inputs import ReleaseInput, adaptive_over, fixed_occupancy, make_input
+from app.releases.pooling import arrays_of, pool, units_of
 from app.releases.profiles import Profile
 from app.releases.request import ReleaseRequest
 from app.releases.slot import SpanGrids, grids_at
@@ -50,7 +50,7 @@ def _public_id(req: ReleaseRequest, slot: int, cell: str) -> str:
     """The same id for the same dataset, profile, slot length, time of day and cell."""
     assert req.profile is not None
     text = f"{req.dataset.id}|{req.profile.as_json()}|{req.slot_minutes}|{slot}|{cell}"
-    return "p" + hashlib.sha256(text.encode()).hexdigest()[:31]
+    return "p" + hashlib.sha256(text.encode()).hexdigest()[:31]  # PROFILE_CELL_ID
 
 
 def _daily(session: Session, req: ReleaseRequest, profile: Profile) -> tuple[list, list, list]:
@@ -106,21 +106,27 @@ def profile_input(session: Session, req: ReleaseRequest) -> ReleaseInput:
     keys = sorted({(j, g.h3_cell) for j, g in zip(slots, daily, strict=True)})
     index = {k: i for i, k in enumerate(keys)}
     target = np.array([index[(j, g.h3_cell)] for j, g in zip(slots, daily, strict=True)])
+    sources = tuple((g.id, a.version) for g, a in zip(daily, batch.arrays, strict=True))
     windowed = dataset.budget_window != "none"
-    cols = pool(batch.columns, target, np.array(windows) if windowed else None, len(keys))
+    units, subjects = units_of(batch.columns, np.array(windows) if windowed else None)
+    cols = pool(batch.columns, target, units, len(keys))
+    del batch, units  # the pooled copy is what is released (2·10⁷ records: 160 MB each)
     grids = _grids(req, profile, keys, cols)
     end = profile.first_start + req.slots * timedelta(minutes=req.slot_minutes)
     span = SpanGrids(profile.first_start, end, req.slots, req.level, req.h3_resolution,
                      req.slot_minutes, grids)  # fmt: skip
-    sources = tuple((g.id, a.version) for g, a in zip(daily, batch.arrays, strict=True))
-    extra: dict[str, Any] = {"sources": sources, "windows": profile.windows()}
+    extra: dict[str, Any] = {
+        "sources": sources, "windows": profile.windows(), "subjects": subjects,
+    }  # fmt: skip
     if req.partition == "fixed":
         covered = [g.n_users >= req.min_users for g in grids]
         kept = [i for i, c in enumerate(covered) if c]
         arrays = arrays_of(cols)
+        occ = fixed_occupancy(cols, covered)
+        joined = cols if len(kept) == len(covered) else None  # no second copy of 2·10⁷ values
         return make_input(
             dataset, span, [grids[i] for i in kept], [arrays[i] for i in kept], covered, cols,
-            **extra,
+            occ, joined, **extra,
         )  # fmt: skip
 
     def chooser(released: dict[tuple[int, str], int]) -> AdaptiveGrids:

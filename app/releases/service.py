@@ -91,7 +91,7 @@ def _plan_within_budget(
                 largest_epsilon=largest, release=True,
             )  # fmt: skip
         # left out of the grids of the windows where they cannot pay, kept elsewhere
-        newly = np.isin(rb.occ.user, over)
+        newly = rb.pairs_of(over)
         excluded = newly if excluded is None else excluded | newly
     raise refusal(
         Verdict.EXHAUSTED,
@@ -191,7 +191,14 @@ def release_slot(
     # the first plan (public counts only) made meanwhile on the second thread
     read, first = in_parallel(
         lambda: release_budget(
-            session, dataset, epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+            session,
+            dataset,
+            epoch,
+            inp.grids,
+            inp.occ,
+            lock=False,
+            windows=inp.windows,
+            units=inp.subjects,
         ),
         lambda: choose_plan(inp, req, None),
     )
@@ -199,8 +206,9 @@ def release_slot(
     if plan.K:
         ledger.check_quota(session, key, plan.max_cost)
     budget = release_budget(
-        session, dataset, epoch, inp.grids, inp.occ, lock=True, windows=inp.windows
-    )
+        session, dataset, epoch, inp.grids, inp.occ, lock=True, windows=inp.windows,
+        units=inp.subjects, known=read.accounts,
+    )  # fmt: skip
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
     if not same_spends(read, budget):  # spent meanwhile: planned again under the locks
@@ -220,7 +228,7 @@ def release_slot(
     (grids, kept), useful = in_parallel(
         lambda: draw_grids(
             inp.dataset, inp.grids, inp.arrays, inp.occ, req, plan, record.public_id, epoch,
-            inp.columns,
+            inp.columns, inp.subjects,
         ),
         lambda: _usefulness(inp, req, plan),
     )  # fmt: skip
@@ -250,8 +258,9 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     inp = profile_input(session, req) if req.profile else release_input(session, req)
     plan = choose_plan(inp, req, None)
     rb = release_budget(
-        session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
-    )
+        session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows,
+        units=inp.subjects,
+    )  # fmt: skip
     grids = []
     U = dataset.value_bound
     first = req.statistics[0]

@@ -123,13 +123,20 @@ def test_value_filters_follow_the_dataset_rule(client: TestClient, app: FastAPI)
     assert counts(app) == {**NOTHING, "records": 0}
 
 
+@pytest.fixture(scope="module")
+def still_empty(shared_client: TestClient) -> int:
+    """A dataset for the refused feeds, which share it: none may write a record."""
+    return create_dataset(shared_client)["id"]
+
+
 @pytest.mark.parametrize("body", [b"not a feed \xff\xfe", b"\x0a\x05\x0a", b"\x12"])
-def test_garbage_is_a_400_that_writes_nothing(client: TestClient, app, body: bytes) -> None:
-    ds = create_dataset(client)["id"]
-    resp = post_feed(client, ds, body)
+def test_garbage_is_a_400_that_writes_nothing(
+    shared_client: TestClient, still_empty: int, body: bytes
+) -> None:
+    resp = post_feed(shared_client, still_empty, body)
     _error(resp, 400, "invalid_request")
     assert "not a GTFS-Realtime FeedMessage" in resp.json()["error"]["message"]
-    assert counts(app) == NOTHING
+    assert counts(shared_client.app) == NOTHING
 
 
 def test_a_feed_refused_after_its_entities_were_written_writes_nothing(

@@ -24,6 +24,12 @@ from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv, 
 # ----------------------------------------------------------------------- all or nothing
 
 
+@pytest.fixture(scope="module")
+def still_empty(shared_client: TestClient) -> int:
+    """A dataset for the refused files, which share it: none may write a record."""
+    return create_dataset(shared_client)["id"]
+
+
 @pytest.mark.parametrize(
     "body",
     [
@@ -38,11 +44,10 @@ from tests.integration.ingest_support import NOTHING, _error, counts, rows_csv, 
     ids=["empty", "missing-column", "delimiter", "utf8", "huge-line", "columns", "quote"],
 )
 def test_malformed_files_are_refused_and_write_nothing(
-    client: TestClient, app: FastAPI, body: bytes
+    shared_client: TestClient, still_empty: int, body: bytes
 ) -> None:
-    ds = create_dataset(client)
-    _error(post_csv(client, ds["id"], body), 400, "invalid_request")
-    assert counts(app) == NOTHING
+    _error(post_csv(shared_client, still_empty, body), 400, "invalid_request")
+    assert counts(shared_client.app) == NOTHING
 
 
 def test_bad_utf8_after_written_batches_writes_nothing(

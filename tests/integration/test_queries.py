@@ -21,10 +21,17 @@ from tests.integration.grid_fixtures import (
     GRID_B,
     analyst,
     load,
+    load_two_grids,
     make_dataset,
 )
 
 U = 10.0  # the value bound of make_dataset
+
+
+@pytest.fixture(scope="module")
+def unspent_grids(shared_client: TestClient) -> tuple[int, str, str]:
+    """``grids`` for the module's refused queries, which share it: none may spend."""
+    return load_two_grids(shared_client)
 
 
 def _error(resp, status: int, code: str) -> None:
@@ -279,12 +286,12 @@ def test_key_quota_is_enforced(client: TestClient, grids) -> None:
     ],
 )
 def test_bad_queries_are_refused_and_charge_nothing(
-    client: TestClient, grids, params, status
+    shared_client: TestClient, unspent_grids, params, status
 ) -> None:
-    ds, a, _ = grids
-    resp = client.get(f"/grids/{a}/mean", params=params)
+    ds, a, _ = unspent_grids
+    resp = shared_client.get(f"/grids/{a}/mean", params=params)
     _error(resp, status, "invalid_request")
-    assert client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
+    assert shared_client.get(f"/datasets/{ds}/budget").json()["max_spent"] == 0
 
 
 def test_unknown_grid_is_404(client: TestClient, grids) -> None:

@@ -36,6 +36,16 @@ def _release(client: TestClient, ds: int, hour: datetime, eps: float, headers: d
 
 @pytest.fixture
 def released(client: TestClient) -> tuple[int, list[str], dict]:
+    return _four_releases(client)
+
+
+@pytest.fixture(scope="module")
+def read_only(shared_client: TestClient) -> tuple[TestClient, int, list[str], dict]:
+    """``released`` on a client shared by the tests below that only read the listing."""
+    return (shared_client, *_four_releases(shared_client))
+
+
+def _four_releases(client: TestClient) -> tuple[int, list[str], dict]:
     """A dataset (Europe/Berlin) with four releases, made in this order."""
     ds = create_dataset(client, value_bound=10.0, budget_per_user=100.0, timezone="Europe/Berlin")[
         "id"
@@ -51,8 +61,8 @@ def released(client: TestClient) -> tuple[int, list[str], dict]:
     return ds, made, headers
 
 
-def test_lists_what_each_release_was_newest_first(client: TestClient, released) -> None:
-    ds, made, headers = released
+def test_lists_what_each_release_was_newest_first(read_only) -> None:
+    client, ds, made, headers = read_only
     resp = client.get(f"/datasets/{ds}/releases", headers=headers)
     assert resp.status_code == 200, resp.text
     body = resp.json()
@@ -72,8 +82,8 @@ def test_lists_what_each_release_was_newest_first(client: TestClient, released) 
     assert [r["epsilon"] for r in rows] == [0.75, 0.25, 0.5, 0.5]
 
 
-def test_pages_follow_next_without_gaps(client: TestClient, released) -> None:
-    ds, made, headers = released
+def test_pages_follow_next_without_gaps(read_only) -> None:
+    client, ds, made, headers = read_only
     seen, offset, pages = [], 0, 0
     while offset is not None:
         resp = client.get(
@@ -126,8 +136,8 @@ def test_only_this_datasets_releases(client: TestClient, released) -> None:
     assert len(client.get(f"/datasets/{ds}/releases").json()["releases"]) == 4
 
 
-def test_roles_and_unknown_datasets(client: TestClient, released) -> None:
-    ds, _, _ = released
+def test_roles_and_unknown_datasets(read_only) -> None:
+    client, ds, _, _ = read_only
     assert client.get(f"/datasets/{ds}/releases").status_code == 200  # the admin key
     resp = client.get(f"/datasets/{ds}/releases", headers={"Authorization": "Bearer nope"})
     assert resp.status_code == 401 and resp.json()["error"]["code"] == "unauthenticated"
@@ -149,8 +159,8 @@ BAD_PAGING = [
 ]
 
 
-def test_bad_paging_is_refused(client: TestClient, released) -> None:
-    ds, _, headers = released
+def test_bad_paging_is_refused(read_only) -> None:
+    client, ds, _, headers = read_only
     for params, status in BAD_PAGING:
         resp = client.get(f"/datasets/{ds}/releases", params=params, headers=headers)
         assert resp.status_code == status, (params, resp.text)

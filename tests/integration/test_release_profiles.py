@@ -91,6 +91,10 @@ def test_a_weekday_profile_pools_units_and_charges_each_in_its_own_window(
     assert grid["mean"]["privacy_unit"] == "user-day"
     assert release["useful"] == preview.json()["useful"]
     assert release["warnings"] == preview.json()["warnings"]
+    # a profile cell is no stored grid: its id has no /grids endpoints, and says so
+    queried = client.get(f"/grids/{grid['grid_id']}/mean", params={"epsilon": 0.1})
+    assert queried.status_code == 404
+    assert "profile release" in queried.json()["error"]["message"]
     accounts = _accounts(app, ds)
     assert {w for w, _ in accounts} == set(WEEKDAYS_WITH_DATA)
     assert len(accounts) == N_BUSES * len(WEEKDAYS_WITH_DATA)
@@ -152,6 +156,12 @@ def test_the_repeated_hour_of_a_25_hour_day_pools_both(client: TestClient, app) 
     assert windows == {date(2016, 11, 5), fall, date(2016, 11, 7)}
 
 
+@pytest.fixture(scope="module")
+def uncharged(shared_client: TestClient) -> int:
+    """``_dataset`` for the refused profiles, which share it: none may charge anybody."""
+    return _dataset(shared_client)
+
+
 @pytest.mark.parametrize(
     ("change", "field"),
     [
@@ -168,14 +178,14 @@ def test_the_repeated_hour_of_a_25_hour_day_pools_both(client: TestClient, app) 
     ],
 )
 def test_bad_profiles_are_refused_naming_the_field_and_charge_nobody(
-    client: TestClient, app, change: dict, field: str
+    shared_client: TestClient, uncharged: int, change: dict, field: str
 ) -> None:
-    ds = _dataset(client)
+    client, ds = shared_client, uncharged
     for path in ("releases", "releases/preview"):
         resp = client.post(f"/datasets/{ds}/{path}", json=_body(**change))
         assert resp.status_code == 400, resp.text
         assert field in resp.json()["error"]["message"]
-    assert _accounts(app, ds) == {}
+    assert _accounts(client.app, ds) == {}
 
 
 def test_an_adaptive_profile_releases_disjoint_cells_of_enough_units(client: TestClient) -> None:

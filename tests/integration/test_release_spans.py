@@ -52,13 +52,23 @@ def _rows(seed: int = 3) -> list[tuple[str, datetime, float, float, float]]:
     return rows
 
 
-@pytest.fixture
-def city(client: TestClient) -> tuple[int, list]:
+def _city(client: TestClient) -> tuple[int, list]:
     ds = make_dataset(client, budget_per_user=100.0)
     rows = _rows()
     csv = make_csv([(u, t.isoformat(), lat, lon, v) for u, t, lat, lon, v in rows])
     assert upload_csv(client, ds, csv)["rejected"] == 0
     return ds, rows
+
+
+@pytest.fixture
+def city(client: TestClient) -> tuple[int, list]:
+    return _city(client)
+
+
+@pytest.fixture(scope="module")
+def shared_city(shared_client: TestClient) -> tuple[int, list]:
+    """``city`` for the refused releases, which share it: none may store a release."""
+    return _city(shared_client)
 
 
 def _charges(app, dataset_id: int) -> Counter:
@@ -200,11 +210,11 @@ def test_adaptive_with_a_cost_cap_charges_nobody_more(client: TestClient, app, c
     ],
 )
 def test_span_and_partition_errors(
-    client: TestClient, city, extra: dict, status: int, words: str
+    shared_client: TestClient, shared_city, extra: dict, status: int, words: str
 ) -> None:
-    ds, _ = city
+    ds, _ = shared_city
     body = {"slot_start": START.isoformat(), "epsilon": 1.0, **extra}
-    resp = client.post(f"/datasets/{ds}/releases", json=body)
+    resp = shared_client.post(f"/datasets/{ds}/releases", json=body)
     assert resp.status_code == status, resp.text
     assert words in resp.json()["error"]["message"]
-    assert client.get(f"/datasets/{ds}/releases").json()["releases"] == []
+    assert shared_client.get(f"/datasets/{ds}/releases").json()["releases"] == []

@@ -148,6 +148,14 @@ def test_release_refuses_over_budget_with_the_largest_epsilon(client: TestClient
     assert again["cached"] is True and again["release_id"] == fits.json()["release_id"]
 
 
+@pytest.fixture(scope="module")
+def unspent(shared_client: TestClient) -> int:
+    """A dataset with GRIDS for the refused releases, which share it: none may spend."""
+    ds = make_dataset(shared_client, value_bound=10.0)
+    load(shared_client, ds, GRIDS)
+    return ds
+
+
 @pytest.mark.parametrize(
     "change",
     [
@@ -162,9 +170,8 @@ def test_release_refuses_over_budget_with_the_largest_epsilon(client: TestClient
         {"epsilon": 100.0},
     ],
 )
-def test_release_bad_input_is_400(client: TestClient, change: dict) -> None:
-    ds = make_dataset(client, value_bound=10.0)
-    load(client, ds, GRIDS)
+def test_release_bad_input_is_400(shared_client: TestClient, unspent: int, change: dict) -> None:
+    client, ds = shared_client, unspent
     req = {"slot_start": HOUR.isoformat(), "epsilon": 0.1, "min_users": 1, **change}
     for path in ("releases", "releases/preview"):
         resp = client.post(f"/datasets/{ds}/{path}", json=req)

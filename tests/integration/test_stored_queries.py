@@ -82,8 +82,8 @@ def test_a_budget_reset_makes_answers_not_reusable(client: TestClient) -> None:
 @pytest.mark.parametrize(
     "params", [{"limit": 0}, {"limit": 1001}, {"offset": -1}, {"grid_id": "x" * 33}]
 )
-def test_bad_listing_parameters_are_refused(client: TestClient, params: dict) -> None:
-    resp = client.get("/queries", params=params)
+def test_bad_listing_parameters_are_refused(shared_client: TestClient, params: dict) -> None:
+    resp = shared_client.get("/queries", params=params)
     assert resp.status_code in (400, 422) and resp.json()["error"]["code"] == "invalid_request"
 
 

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import ADMIN_KEY
+from tests.conftest import ADMIN_KEY, PostgresTemplate, shared_client_on
 
 METRICS_TOKEN = "metrics-scraper-token-0123456789"
 
@@ -35,4 +35,15 @@ def pg_client(pg_settings: Settings) -> Iterator[TestClient]:
     """An admin's client of an app on a fresh migrated Postgres schema."""
     with TestClient(create_app(pg_settings), raise_server_exceptions=False) as client:
         client.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
+        yield client
+
+
+@pytest.fixture(scope="module")
+def shared_pg_client(
+    postgres_template: PostgresTemplate, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[TestClient]:
+    """``pg_client``'s app, shared by a module's refusal tests (``shared_client_on``)."""
+    with shared_client_on(
+        postgres_template, tmp_path_factory.mktemp("shared"), metrics_token=METRICS_TOKEN
+    ) as client:
         yield client

@@ -33,9 +33,19 @@ def ledger_rows(client: TestClient, dataset: int) -> list[dict[str, Any]]:
 
 @pytest.fixture
 def loaded(pg_client: TestClient) -> int:
-    ds = make_dataset(pg_client, max_epsilon_per_query=20)
-    load(pg_client, ds, {CELL_A: GRID})
+    return _loaded(pg_client)
+
+
+def _loaded(client: TestClient) -> int:
+    ds = make_dataset(client, max_epsilon_per_query=20)
+    load(client, ds, {CELL_A: GRID})
     return ds
+
+
+@pytest.fixture(scope="module")
+def unspent(shared_pg_client: TestClient) -> int:
+    """``loaded`` for the refused release bodies, which share it: none may charge."""
+    return _loaded(shared_pg_client)
 
 
 @pytest.mark.parametrize(
@@ -79,8 +89,9 @@ def test_datasets_take_json_types_only(pg_client: TestClient) -> None:
     ],
 )
 def test_release_bodies_are_read_as_written_and_charge_nothing(
-    pg_client: TestClient, loaded: int, text: str, named: str
+    shared_pg_client: TestClient, unspent: int, text: str, named: str
 ) -> None:
+    pg_client, loaded = shared_pg_client, unspent
     body = f'{{"slot_start": "{SLOT}", {text}}}'
     for path in (f"/datasets/{loaded}/releases", f"/datasets/{loaded}/releases/preview"):
         message = error(post_raw(pg_client, path, body))

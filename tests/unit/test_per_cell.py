@@ -149,7 +149,7 @@ def _broken_weights(
     weights = np.zeros(occ.bounds.size - 1, dtype=np.int64)
     for i in range(weights.size):
         caps = kept[occ.bounds[i] : occ.bounds[i + 1]]
-        weights[i] = min(per_cell._need(widths, i, caps, q, top) + Q // 2, top)
+        weights[i] = min(per_cell.need_of(widths, i, caps, q, top) + Q // 2, top)
     return weights, kept.copy()
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from app.datasets.grid_batch import GridColumns
 from app.ledger.accounts import USER_BITS
-from app.releases.pooling import pool
+from app.releases.pooling import pool, units_of
 from app.releases.profiles import Profile, chosen_dates
 
 
@@ -47,14 +47,35 @@ def test_pool_is_the_brute_force_pooling(seed: int) -> None:
         if t >= 0:
             for u, vs in g.items():
                 want[t][(w << USER_BITS) | u] += vs  # source order: earlier grids first
-    got = pool(_columns(grids), target, window, n_targets)
+    cols = _columns(grids)
+    ranks, subjects = units_of(cols, window)
+    assert subjects.tolist() == sorted(set(subjects.tolist()))  # ranks in subject order
+    got = pool(cols, target, ranks, n_targets)
     for t in range(n_targets):
         p, q = got.pairs[t], got.pairs[t + 1]
-        units = got.user_ids[p:q].tolist()
+        units = subjects[got.user_ids[p:q]].tolist()
         assert units == sorted(want[t])
         assert got.counts[p:q].tolist() == [len(want[t][u]) for u in units]
         values = got.values[got.records[t] : got.records[t + 1]].tolist()
         assert values == [v for u in units for v in want[t][u]]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_units_given_or_read_from_sparse_user_ids_pool_alike(seed: int) -> None:
+    """Users far apart (ids up to 2³¹) pool as their ranks do: no dense table is built."""
+    rng = np.random.default_rng(seed)  # test data
+    grids = [
+        {int(u) * 400_000_000 + 3: rng.uniform(0, 10, int(rng.integers(1, 4))).tolist()
+         for u in rng.choice(5, size=int(rng.integers(1, 5)), replace=False)}
+        for _ in range(6)
+    ]  # fmt: skip
+    cols = _columns(grids)
+    target = rng.integers(-1, 3, size=len(grids))
+    ranks, subjects = units_of(cols, None)
+    by_rank, by_user = pool(cols, target, ranks, 3), pool(cols, target, None, 3)
+    assert subjects[by_rank.user_ids].tolist() == by_user.user_ids.tolist()
+    assert by_rank.values.tolist() == by_user.values.tolist()
+    assert by_rank.pairs.tolist() == by_user.pairs.tolist()
 
 
 def test_a_profile_s_slots_on_daylight_saving_days() -> None:

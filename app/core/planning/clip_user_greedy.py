@@ -48,9 +48,18 @@ class Suppression:
     G1: int
     K: int
     E: float
-    removed_pos: list[int]
-    kept_total: list[int]
-    kept_max: list[int]
+    removed_pos: np.ndarray  # int64 (a day's plan removes 10⁶: never a list)
+    kept_total: np.ndarray
+    kept_max: np.ndarray
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Suppression):
+            return NotImplemented
+        same = (self.G1, self.K, self.E) == (other.G1, other.K, other.E)
+        return same and all(
+            np.array_equal(getattr(self, f), getattr(other, f))
+            for f in ("removed_pos", "kept_total", "kept_max")
+        )
 
 
 def suppress_users(
@@ -111,9 +120,7 @@ def suppress_users(
             dmult_a[gfirst], p2_a, top2, S_a, n_per_grid, NK_a, blocked_a, ustart_a,
             ginv[order_u], c[order_u], dpos_a[order_u], Gl, G1, removed_a,
         )  # fmt: skip
-        return Suppression(
-            G1, int(K), E, removed_a[:n_removed].tolist(), S_a.tolist(), top1_a.tolist()
-        )
+        return Suppression(G1, int(K), E, removed_a[:n_removed].copy(), S_a, top1_a)
     ustart = ustart_a.tolist()
     pg = ginv[order_u].tolist()
     pm = c[order_u].tolist()
@@ -207,4 +214,4 @@ def suppress_users(
         below = buckets.get(level)
         buckets[level] = stage if not below else sorted(below + stage)
 
-    return Suppression(G1, K, E, removed_pos, S, top1)
+    return Suppression(G1, K, E, *(np.asarray(x, dtype=np.int64) for x in (removed_pos, S, top1)))

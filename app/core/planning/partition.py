@@ -68,25 +68,26 @@ class _Node:
     cell: int
     res: int
     counts: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # per user
+    users: np.ndarray = field(default_factory=lambda: np.empty(0, np.int64))  # their ids
     children: list[int] = field(default_factory=list)
     fine: list[int] = field(default_factory=list)  # fine cells below (or itself)
 
 
 def _per_user(
     ancestors: np.ndarray, users: np.ndarray, counts: np.ndarray
-) -> dict[int, np.ndarray]:
-    """Each ancestor's records per user (one entry per user with records below it)."""
+) -> dict[int, tuple[np.ndarray, np.ndarray]]:
+    """Each ancestor's (users, their records) (one entry per user with records below it)."""
     order = np.lexsort((users, ancestors))
     a, u, c = ancestors[order], users[order], counts[order]
     new_pair = np.ones(a.size, dtype=bool)
     new_pair[1:] = (a[1:] != a[:-1]) | (u[1:] != u[:-1])
     starts = np.flatnonzero(new_pair)
-    pair_anc, pair_count = a[starts], np.add.reduceat(c, starts)
+    pair_anc, pair_user, pair_count = a[starts], u[starts], np.add.reduceat(c, starts)
     new_node = np.ones(pair_anc.size, dtype=bool)
     new_node[1:] = pair_anc[1:] != pair_anc[:-1]
     bounds = np.append(np.flatnonzero(new_node), pair_anc.size)
     return {
-        int(pair_anc[lo]): pair_count[lo:hi]
+        int(pair_anc[lo]): (pair_user[lo:hi], pair_count[lo:hi])
         for lo, hi in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True)
     }
 
@@ -136,8 +137,8 @@ class PartitionTree:
                     node.children.append(chain[depth - 1])
         for depth in range(finest - coarsest + 1):
             level = np.array([chain[depth] for chain in chains], dtype=np.int64)
-            for cell, per_user in _per_user(level[inverse], who, n).items():
-                nodes[cell].counts = per_user
+            for cell, (ids, per_user) in _per_user(level[inverse], who, n).items():
+                nodes[cell].users, nodes[cell].counts = ids, per_user
         roots = sorted({chain[-1] for chain in chains})
         return cls(nodes, roots, finest, coarsest, cells, who, n)
 
@@ -150,11 +151,8 @@ class PartitionTree:
         useful_width: float | None = None,
         fine_weight: float = FINE_WEIGHT,
         statistics: tuple[str, ...] = ("mean",),
-        useful_cells: frozenset[int] = frozenset(),
     ) -> AdaptivePartition:
-        """The partition of the module docstring at ``eps`` (per statistic); the
-        ``useful_cells`` count as useful whatever their width at ``eps`` (cells a per-cell
-        plan made useful, docs/math.md §6.10)."""
+        """The partition of the module docstring at ``eps`` (per statistic)."""
         if min_users < 1:
             raise ValueError(f"min_users must be >= 1, got {min_users}")
         useful = 0.2 * U if useful_width is None else float(useful_width)
@@ -169,8 +167,6 @@ class PartitionTree:
         records_asked = any(s != "user_mean" for s in statistics)
 
         def width_of(cell: int) -> float:
-            if cell in useful_cells:
-                return 0.0
             node = nodes[cell]
             width = narrowest_width(node.counts, U, eps) if records_asked else 0.0
             return max(width, unit_widths.get(cell, 0.0))
