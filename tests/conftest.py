@@ -14,6 +14,7 @@ that migrate on start); ``db_url`` and everything built on it (``settings``, ``a
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -113,6 +114,11 @@ def _pg_dumps() -> list[str]:
     return [str(bundled), "pg_dump"] if bundled.is_file() else ["pg_dump"]
 
 
+#: A column option some servers set on every column they create (``pg_attver``): a copy's
+#: server sets it again, so restating it (a statement per column) only slows each copy.
+_SERVER_SET_OPTION = re.compile(r"ALTER TABLE ONLY \S+ ALTER COLUMN \S+ SET \(pg_attver=\d+\);$")
+
+
 class PostgresTemplate:
     """A schema migrated once, and the SQL that rebuilds it under another name."""
 
@@ -156,7 +162,9 @@ class PostgresTemplate:
             lines = [
                 line
                 for line in out.stdout.splitlines()
-                if not line.startswith("\\") and not line.startswith("CREATE SCHEMA")
+                if not line.startswith("\\")
+                and not line.startswith("CREATE SCHEMA")
+                and not _SERVER_SET_OPTION.match(line)
             ]
             return "\n".join(lines)
         return None

@@ -122,7 +122,9 @@ def scan_plain(
 ) -> PlainRun:
     """Read plain lines of ``data`` (ASCII bytes) from offset ``start``: at most
     ``max_lines`` lines and ``max_kept`` kept rows; stop before the first other line."""
-    n = max(0, min(max_lines, max_kept))
+    # no more lines than the newlines left and a last line: a block holds ~1000, not 2^16
+    left = int(np.count_nonzero(data[start:] == 10)) + 1
+    n = max(0, min(max_lines, max_kept, left))
     ts = np.empty(n, dtype=np.int64)
     aware = np.empty(n, dtype=np.bool_)
     lat, lon, val = (np.empty(n, dtype=np.float64) for _ in range(3))

@@ -306,7 +306,11 @@ class Ingestor:
 
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
         ids = public_ids(len(new_grids))
-        new_grids = [(g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)]
+        # by (slot, cell): most of the grid indexes then take their entries in key order
+        new_grids = sorted(
+            ((g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)),
+            key=lambda g: (g[3], g[2]),
+        )
         self.bulk.insert_grids(self.dataset.id, new_grids)
         self.bulk.write_snapshots(new_snaps, replace=False)
         self.bulk.update_grids(old_grids)

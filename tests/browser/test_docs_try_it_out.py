@@ -4,8 +4,6 @@ UI sends every declared default, so none may conflict with the default mechanism
 
 from __future__ import annotations
 
-import time
-
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -45,7 +43,10 @@ def _try_it_out(page: Page, path: str, values: dict[str, str]) -> tuple[str, str
     page.evaluate(f"{op}.querySelector('.try-out__btn').click()")
     for param, text in values.items():
         _type_into(page, op, param, text)
-    time.sleep(1.0)  # Swagger UI takes a typed value after a 300 ms debounce
+    # Swagger UI takes a typed value into its state after a debounce: wait until it holds them
+    state = f"JSON.stringify(ui.getState().getIn(['spec', 'meta', 'paths', '{path}', 'get']))"
+    held = " && ".join(f'{state}.includes(\'"value":"{text}"\')' for text in values.values())
+    page.wait_for(held, what=f"the typed values of {path} in Swagger UI's state")
     page.evaluate(f"{op}.querySelector('.execute').click()")
     status = f"{op}.querySelector('.live-responses-table tr.response .response-col_status')"
     page.wait_for(f"!!{status}", what=f"the answer of {path}")
