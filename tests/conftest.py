@@ -73,8 +73,25 @@ def postgres_admin(postgres_base_url: str) -> Iterator[Engine]:
     """One engine per worker for creating and dropping the tests' schemas (holding no
     connection between uses: the server's connections are shared with other runs)."""
     engine = create_engine(postgres_base_url, poolclass=NullPool)
+    _vacuum_catalogs(engine)
     yield engine
     engine.dispose()
+
+
+#: The catalogs each test's schema (created, then dropped) leaves dead rows in.
+_SCHEMA_CATALOGS = (
+    "pg_attribute", "pg_class", "pg_depend", "pg_type", "pg_constraint", "pg_index",
+    "pg_attrdef", "pg_sequence", "pg_trigger", "pg_proc", "pg_namespace", "pg_statistic",
+)  # fmt: skip
+
+
+def _vacuum_catalogs(engine: Engine) -> None:
+    """Vacuum the catalogs a run's thousand schemas bloat: on a server without autovacuum
+    they grow with every run (seen: pg_attribute at 640 MB, every schema copy slower). A
+    role that may not vacuum them gets a warning, not an error; a run goes on either way."""
+    tables = ", ".join(f"pg_catalog.{t}" for t in _SCHEMA_CATALOGS)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM {tables}")
 
 
 def _new_schema_url(base_url: str) -> tuple[str, str]:
