@@ -74,22 +74,20 @@ def release_budget(
     *,
     lock: bool,
     windows: tuple[date, ...] | None = None,
-    units: np.ndarray | None = None,
     known: Accounts | None = None,
 ) -> ReleaseBudget:
     """Every account the release may charge: with ``lock``, locked for this transaction
     (windows ascending, users ascending within each: the ledger's lock order);
     without, as read now (a preview). ``windows``: a profile's, whose occupancy's users
-    are privacy units numbered 0, 1, ... with ``units`` their budget subjects
+    are privacy units numbered 0, 1, ... with ``occ.units`` their budget subjects
     (``app.releases.pooling``). ``known``: these accounts as read before (those it
     holds exist, so only the others may need creating)."""
     if windows is None:
         windows, subjects = _subjects(dataset, grids, occ)
         occ, wanted = replace(occ, user=subjects), np.unique(subjects)
-    elif units is None:
+    elif (units := occ.units) is None:
         wanted = np.unique(occ.user)
     else:  # the users stay ranks (ascending as their subjects), ``units`` their subjects
-        occ = replace(occ, units=units)
         wanted = units[np.flatnonzero(np.bincount(occ.user, minlength=units.size))]
     if lock:
         accounts = ledger.lock_accounts(session, dataset, epoch, windows, wanted, known=known)

@@ -89,12 +89,10 @@ def draw_grids(
     release_id: str,
     epoch: int,
     columns: GridColumns,
-    units: np.ndarray | None = None,
 ) -> tuple[list[dict[str, Any]], KeptSets]:
     """Each released grid's answer entry, and who was kept where (admins only). A grid
     where the plan keeps nobody (every user exhausted, ``exclude``) is withheld and
-    charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``);
-    ``units``: a profile's units' budget subjects (its occupancy's users are their ranks)."""
+    charges nobody. ``columns``: the grids' arrays joined (``pairs`` are ``occ.bounds``)."""
     mech_opts = req.options
     n_users, n_kept = kept_per_grid(occ, plan)
     chosen = np.flatnonzero(n_kept > 0).tolist()
@@ -145,7 +143,7 @@ def draw_grids(
             entry[stat] = answers[i][s]
         out.append(entry)
     versions = [arrays[i].version for i in chosen]
-    return out, _kept_sets(grid_ids, versions, occ, plan, n_kept, units)
+    return out, _kept_sets(grid_ids, versions, occ, plan, n_kept)
 
 
 def _kept_sets(
@@ -154,7 +152,6 @@ def _kept_sets(
     occ: Occupancy,
     plan: SlotPlan,
     n_kept: np.ndarray,
-    units: np.ndarray | None,
 ) -> KeptSets:
     """The released grids' kept users (a profile's: budget subjects) and Γ: the pairs with
     Γ > 0, grid by grid (the released grids are those with such a pair, in the
@@ -162,5 +159,4 @@ def _kept_sets(
     keep = plan.kept > 0
     bounds = np.zeros(len(grid_ids) + 1, dtype=np.int64)
     np.cumsum(n_kept[n_kept > 0], out=bounds[1:])
-    users = occ.user[keep] if units is None else units[occ.user[keep]]
-    return KeptSets(grid_ids, versions, bounds, users, plan.kept[keep])
+    return KeptSets(grid_ids, versions, bounds, occ.subjects_of(occ.user[keep]), plan.kept[keep])

@@ -12,7 +12,7 @@ repeats (at most ``ADAPTIVE_ROUNDS`` times). Every step reads public information
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import date
 from functools import cached_property, partial
 from typing import Any
@@ -68,7 +68,6 @@ class ReleaseInput:
     joined: GridColumns | None = None  # ``columns`` as read (every grid of a large span)
     sources: tuple[tuple[int, int], ...] | None = None  # a profile's pooled (grid, version)
     windows: tuple[date, ...] | None = None  # a profile's budget windows (users are units)
-    subjects: np.ndarray | None = None  # a profile's units' ledger subjects (units: ranks)
 
     @cached_property
     def columns(self) -> GridColumns:
@@ -138,6 +137,8 @@ def make_input(
 ) -> ReleaseInput:
     if occ is None:
         occ = Occupancy.of([a.user_ids for a in arrays], [a.counts for a in arrays])
+    if (units := more.pop("subjects", None)) is not None:
+        occ = replace(occ, units=units)
     return ReleaseInput(
         dataset,
         span,

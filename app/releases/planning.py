@@ -48,6 +48,10 @@ class Occupancy:
     bounds: np.ndarray  # pairs of grid i are bounds[i]:bounds[i+1]
     units: np.ndarray | None = None  # the users' budget subjects when users are their ranks
 
+    def subjects_of(self, users: np.ndarray) -> np.ndarray:
+        """The budget subjects of ``users`` (entries of :attr:`user`)."""
+        return users if self.units is None else self.units[users]
+
     @classmethod
     def of(cls, user_ids: Sequence[np.ndarray], counts: Sequence[np.ndarray]) -> Occupancy:
         sizes = np.fromiter((u.size for u in user_ids), dtype=np.int64, count=len(user_ids))
@@ -101,11 +105,11 @@ class SlotPlan:
         with weights the sum of theirs."""
         if self.weights is None:
             users, n = distinct_counts(occ.user[self.kept > 0])
-            return (users if occ.units is None else occ.units[users]), n
+            return occ.subjects_of(users), n
         keep = self.kept > 0
         users, at = np.unique(occ.user[keep], return_inverse=True)
         paid = np.bincount(at, weights=self.weights[occ.grid[keep]], minlength=users.size)
-        return (users if occ.units is None else occ.units[users]), np.rint(paid).astype(np.int64)
+        return occ.subjects_of(users), np.rint(paid).astype(np.int64)
 
     @property
     def max_cost(self) -> Decimal:

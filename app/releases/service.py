@@ -198,7 +198,6 @@ def release_slot(
             inp.occ,
             lock=False,
             windows=inp.windows,
-            units=inp.subjects,
         ),
         lambda: choose_plan(inp, req, None),
     )
@@ -207,7 +206,7 @@ def release_slot(
         ledger.check_quota(session, key, plan.max_cost)
     budget = release_budget(
         session, dataset, epoch, inp.grids, inp.occ, lock=True, windows=inp.windows,
-        units=inp.subjects, known=read.accounts,
+        known=read.accounts,
     )  # fmt: skip
     if (stored := repo.find(dataset.id, epoch, fp)) is not None:
         return _served_stored(stored, dataset)
@@ -228,7 +227,7 @@ def release_slot(
     (grids, kept), useful = in_parallel(
         lambda: draw_grids(
             inp.dataset, inp.grids, inp.arrays, inp.occ, req, plan, record.public_id, epoch,
-            inp.columns, inp.subjects,
+            inp.columns,
         ),
         lambda: _usefulness(inp, req, plan),
     )  # fmt: skip
@@ -258,9 +257,8 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     inp = profile_input(session, req) if req.profile else release_input(session, req)
     plan = choose_plan(inp, req, None)
     rb = release_budget(
-        session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows,
-        units=inp.subjects,
-    )  # fmt: skip
+        session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+    )
     grids = []
     U = dataset.value_bound
     first = req.statistics[0]
