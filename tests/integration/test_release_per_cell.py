@@ -28,15 +28,21 @@ BODY = {
 }
 
 
+def released_as_previewed(client: TestClient, ds: int, request: dict) -> dict:
+    """The release of ``request``, after checking its preview stated the same ``useful``."""
+    preview = client.post(f"/datasets/{ds}/releases/preview", json=request)
+    assert preview.status_code == 200, preview.text
+    out = client.post(f"/datasets/{ds}/releases", json=request)
+    assert out.status_code == 200, out.text
+    body: dict = out.json()
+    assert body["useful"] == preview.json()["useful"]
+    return body
+
+
 def test_cells_get_their_own_epsilon_and_units_pay_the_sum(client: TestClient, app) -> None:
     ds = make_dataset(client, budget_per_user=10.0, value_bound=U)
     load(client, ds, GRIDS)
-    preview = client.post(f"/datasets/{ds}/releases/preview", json=BODY)
-    assert preview.status_code == 200, preview.text
-    out = client.post(f"/datasets/{ds}/releases", json=BODY)
-    assert out.status_code == 200, out.text
-    body = out.json()
-    assert body["useful"] == preview.json()["useful"]
+    body = released_as_previewed(client, ds, BODY)
     assert body["useful"]["cells"] == 2 and body["useful"]["records"] == 1.0
     eps = {g["n_users"]: Decimal(str(g["user_mean"]["epsilon"])) for g in body["grids"]}
     assert set(eps) == {40, 25} and eps[40] != eps[25]

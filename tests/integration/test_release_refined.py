@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 from tests.helpers import upload_csv
 from tests.integration.grid_fixtures import CELL_A, HOUR, make_dataset
 from tests.integration.test_release_per_cell import BODY as PER_CELL_BODY
+from tests.integration.test_release_per_cell import released_as_previewed
 from tests.integration.test_release_plans import _spent
 
 U = 10.0
@@ -42,12 +43,7 @@ def _csv() -> str:
 def test_the_refined_partition_is_released_as_previewed(client: TestClient, app) -> None:
     ds = make_dataset(client, budget_per_user=10.0, value_bound=U)
     assert upload_csv(client, ds, _csv())["rejected"] == 0
-    preview = client.post(f"/datasets/{ds}/releases/preview", json=BODY)
-    assert preview.status_code == 200, preview.text
-    out = client.post(f"/datasets/{ds}/releases", json=BODY)
-    assert out.status_code == 200, out.text
-    body = out.json()
-    assert body["useful"] == preview.json()["useful"]
+    body = released_as_previewed(client, ds, BODY)
     cells = [g["h3_cell"] for g in body["grids"]]
     assert not any(
         a != b and h3.get_resolution(a) < h3.get_resolution(b)
