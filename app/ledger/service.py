@@ -78,7 +78,7 @@ def lock_accounts(
     repo = LedgerRepository(session)
     users = [window_users(subjects, i) for i in range(len(windows))]
     if known is not None and known.epoch == epoch and known.windows == windows:
-        new = _not_in(subjects, known.subjects)
+        new = subjects[~np.isin(subjects, known.subjects, assume_unique=True)]
         create = [window_users(new, i) for i in range(len(windows))]
     else:
         create = [
@@ -97,14 +97,6 @@ def lock_accounts(
             if added:  # statistics once for all the windows
                 own_repo.analyze_after_growth(added)
     return _accounts(repo, dataset, epoch, windows, users, lock=True)
-
-
-def _not_in(wanted: Int64s, present: Int64s) -> Int64s:
-    """Those of ``wanted`` (ascending) not in ``present`` (ascending)."""
-    if not present.size:
-        return wanted
-    at = np.minimum(np.searchsorted(present, wanted), present.size - 1)
-    return wanted[present[at] != wanted]
 
 
 def read_accounts(
