@@ -159,12 +159,14 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         per_second=settings.anonymous_requests_per_second,
     )
     install_openapi_constraints(app)
+    # Routes are matched in this order: the queries first, the most frequent requests
+    # (no other router's paths start with /grids or /queries).
     for router in (
+        queries_router,
         health_router,
         keys_router,
         datasets_router,
         uploads_router,
-        queries_router,
         ledger_router,
         plans_router,
         releases_router,

@@ -1,10 +1,12 @@
 from __future__ import annotations
 
 import math
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import orjson
 from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from app.answers.schemas import StatisticAnswer
 from app.http.deps import AnalystKey, SessionDep
@@ -28,14 +30,11 @@ from app.queries.store import open_store
 router = APIRouter(tags=["queries"], route_class=CheckedRoute)
 
 ERRORS = responses(Unauthenticated, Forbidden, BudgetExhausted, NotFound, Conflict)
-EPSILON = Annotated[
-    float,
-    Query(
-        description="Privacy loss of this query, charged to every user whose records it "
-        "uses: a finite number with 0 < epsilon <= the dataset's `max_epsilon_per_query`. "
-        "Smaller is more private and noisier."
-    ),
-]
+_EPSILON_TEXT = (
+    "Privacy loss of this query, charged to every user whose records it uses: a finite "
+    "number with 0 < epsilon <= the dataset's `max_epsilon_per_query`. Smaller is more "
+    "private and noisier."
+)
 GRID_ID = Annotated[
     str,
     Path(description="A grid's `grid_id`, from `GET /datasets/{dataset_id}/grids`."),
@@ -49,28 +48,63 @@ _OPTIONS_NOTE = (
 )
 
 
-def _options(request: Request) -> dict[str, str]:
+def _query_parameters(statistic: str, mechanism_note: str) -> list[dict[str, Any]]:
+    """``epsilon`` and ``mechanism`` as OpenAPI parameters (what a declared ``Query`` would
+    say), then the mechanisms' options: all of them read by :func:`_read_query` alone."""
+    mechanism = {"type": "string", "description": mechanism_note, **mechanism_schema(statistic)}
+    return [
+        {
+            "name": "epsilon",
+            "in": "query",
+            "required": True,
+            "schema": {"type": "number", "description": _EPSILON_TEXT, "title": "Epsilon"},
+            "description": _EPSILON_TEXT,
+        },
+        {
+            "name": "mechanism",
+            "in": "query",
+            "required": False,
+            "schema": {**mechanism, "default": "auto", "title": "Mechanism"},
+            "description": mechanism_note,
+        },
+        *option_parameters(statistic),
+    ]
+
+
+_FLOAT = TypeAdapter(float)  # a query string's number, read as FastAPI reads a float Query
+
+
+def _epsilon(raw: str | None) -> float:
+    """``epsilon`` as a float, or the 400 FastAPI's own validation gave (same message)."""
+    if raw is None:
+        error = {"type": "missing", "loc": ("query", "epsilon"), "msg": "Field required"}
+        raise RequestValidationError([{**error, "input": None}])
+    try:
+        return _FLOAT.validate_python(raw)
+    except ValidationError as exc:
+        errors = [{**e, "loc": ("query", "epsilon")} for e in exc.errors(include_url=False)]
+        raise RequestValidationError(errors) from None
+
+
+def _read_query(request: Request) -> tuple[float, str, dict[str, str]]:
+    """The query string, read once: ``epsilon`` (checked further by
+    ``app.answers.epsilon``), ``mechanism`` and the options (checked by the registry)."""
     params = request.query_params
-    repeated = [k for k in params if len(params.getlist(k)) > 1]
-    if repeated:
-        raise InvalidRequest(f"parameter given more than once: {', '.join(sorted(set(repeated)))}")
-    return {k: v for k, v in params.items() if k not in service.RESERVED_PARAMS}
+    epsilon = _epsilon(params.get("epsilon"))
+    if len(params) != len(params.multi_items()):
+        repeated = sorted({k for k in params if len(params.getlist(k)) > 1})
+        raise InvalidRequest(f"parameter given more than once: {', '.join(repeated)}")
+    options = {k: v for k, v in params.items() if k not in service.RESERVED_PARAMS}
+    return epsilon, params.get("mechanism", "auto"), options
 
 
-async def _answer(
-    key: KeyIdentity,
-    grid_id: str,
-    statistic: str,
-    mechanism: str,
-    epsilon: float,
-    request: Request,
-) -> Response:
+async def _answer(key: KeyIdentity, grid_id: str, statistic: str, request: Request) -> Response:
     """The whole query, commit included (``app.queries.store`` says where each step runs).
 
     The answer is built field by field by ``app.answers.body.answer_body`` (tested against
     ``StatisticAnswer``), so it is sent as it is rather than validated again (orjson).
     """
-    options = _options(request)
+    epsilon, mechanism, options = _read_query(request)
     async with open_store(request.app.state) as store:
         answer = await service.answer_statistic(
             store, key, grid_id, statistic, mechanism, epsilon, options
@@ -83,16 +117,8 @@ def _statistic_route(statistic: str, summary: str, lead: str, mechanism_note: st
     """``GET /grids/{grid_id}/<statistic>``: one handler shape for every statistic, its
     OpenAPI text from ``lead`` and the statistic's mechanisms."""
 
-    async def handler(
-        grid_id: GRID_ID,
-        request: Request,
-        key: AnalystKey,
-        epsilon: EPSILON,
-        mechanism: str = Query(
-            "auto", description=mechanism_note, json_schema_extra=mechanism_schema(statistic)
-        ),
-    ) -> Response:
-        return await _answer(key, grid_id, statistic, mechanism, epsilon, request)
+    async def handler(grid_id: GRID_ID, request: Request, key: AnalystKey) -> Response:
+        return await _answer(key, grid_id, statistic, request)
 
     router.get(
         f"/grids/{{grid_id}}/{statistic}",
@@ -101,7 +127,7 @@ def _statistic_route(statistic: str, summary: str, lead: str, mechanism_note: st
         responses=ERRORS,
         summary=summary,
         description=lead + "Mechanisms:\n\n" + mechanism_description(statistic) + _OPTIONS_NOTE,
-        openapi_extra={"parameters": option_parameters(statistic)},
+        openapi_extra={"parameters": _query_parameters(statistic, mechanism_note)},
     )(handler)
 
 
