@@ -145,21 +145,17 @@ def _fresh_demo_keys(session: Session) -> tuple[str, str]:
 
 def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetup:
     """Migrate, load (or reuse) the demo dataset and create an admin and an analyst key."""
+    from app.cli.support import migrated_engine
     from app.datasets import service
-    from app.db.embedded import export_database_url
-    from app.db.engine import make_engine, make_sessionmaker
-    from app.db.migrate import upgrade
+    from app.db.engine import make_sessionmaker
     from app.instance.service import resolve_hashing_secret
     from app.uploads.service import upload_records
 
     path = None if data is None else Path(data)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"no such data file: {path}")
-    url = export_database_url(settings.database_url)
-    upgrade(url)
     spec, options, chunks = _dataset_spec(path)
-    engine = make_engine(url)
-    try:
+    with migrated_engine(settings, export=True) as engine:
         secret = resolve_hashing_secret(settings, engine)
         sessions = make_sessionmaker(engine)
         upload: dict[str, object] | None = None
@@ -171,11 +167,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
                 dataset = service.create_dataset(session, spec)
             if not reused:
                 upload, _ = upload_records(
-                    session,
-                    dataset.id,
-                    chunks(),
-                    options,
-                    hash_secret=secret,
+                    session, dataset.id, chunks(), options, hash_secret=secret
                 )
             dataset_id, name = dataset.id, dataset.name
         with sessions.begin() as session:
@@ -183,8 +175,6 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
             grid_id, grid_users, grid_records, n_grids = _busiest_grid(session, dataset)
             n_records = service.dataset_detail(session, dataset).n_records
             admin, analyst = _fresh_demo_keys(session)
-    finally:
-        engine.dispose()
     return DemoSetup(
         dataset_id=dataset_id,
         dataset_name=name,
