@@ -11,24 +11,16 @@ worst-case errors (004 §VI-A2).
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 import numpy as np
 
-__all__ = ["RandomSource", "heavy_hitter_occupancy"]
+from app.synth.random_source import SynthRandom
 
-
-class RandomSource(Protocol):
-    """The two methods of a numpy ``Generator`` this module uses."""
-
-    def random(self, size: Any = ...) -> Any: ...
-
-    def geometric(self, p: Any, size: Any = ...) -> Any: ...
+__all__ = ["heavy_hitter_occupancy"]
 
 
 def heavy_hitter_occupancy(
     gamma: float,
-    rng: RandomSource,
+    rng: SynthRandom,
     *,
     G: int = 12,
     q: float = 0.01,

@@ -44,7 +44,6 @@ __all__ = [
     "ITMS_VARIANCE",
     "SCALING_LAMBDA",
     "check_itms_counts",
-    "grid_from_counts",
     "itms_counts",
     "itms_grid",
     "projected_normal",
@@ -112,18 +111,20 @@ def check_itms_counts(counts: np.ndarray) -> dict[str, int]:
     }
 
 
-def sample_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
-    """Sample scaling (002 §IV-C 1): every user contributes ``λ m_l`` records."""
+def _scale(lam: int) -> int:
     if int(lam) != lam or lam < 1:
         raise ValueError(f"lambda must be a positive integer, got {lam!r}")
-    return np.asarray(counts, dtype=np.int64) * int(lam)
+    return int(lam)
+
+
+def sample_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
+    """Sample scaling (002 §IV-C 1): every user contributes ``λ m_l`` records."""
+    return np.asarray(counts, dtype=np.int64) * _scale(lam)
 
 
 def user_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
     """User scaling (002 §IV-C 2): each user repeated ``λ`` times (``λ L`` users)."""
-    if int(lam) != lam or lam < 1:
-        raise ValueError(f"lambda must be a positive integer, got {lam!r}")
-    return np.repeat(np.asarray(counts, dtype=np.int64), int(lam))
+    return np.repeat(np.asarray(counts, dtype=np.int64), _scale(lam))
 
 
 def projected_normal(
@@ -144,11 +145,6 @@ def projected_normal(
     return np.clip(x, 0.0, U)
 
 
-def grid_from_counts(counts: np.ndarray, values: np.ndarray) -> GridData:
-    """A :class:`GridData` whose user ``l`` owns the next ``counts[l]`` values (in order)."""
-    return GridData.from_counts_and_values(counts, values)
-
-
 def itms_grid(
     rng: SynthRandom,
     counts: np.ndarray | None = None,
@@ -161,4 +157,4 @@ def itms_grid(
     with i.i.d. projected-normal speeds."""
     c = itms_counts() if counts is None else np.asarray(counts, dtype=np.int64)
     values = projected_normal(rng, int(c.sum()), mean=mean, variance=variance, U=U)
-    return grid_from_counts(c, values)
+    return GridData.from_counts_and_values(c, values)
