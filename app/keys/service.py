@@ -173,14 +173,9 @@ def key_me(session: Session, identity: KeyIdentity, spent_of: SpentOf) -> KeyMe:
     key = KeyRepository(session).get(identity.id)
     if key is None or key.revoked_at is not None:
         raise Unauthenticated("this API key was revoked")
-    spent = spent_of(key)
-    quota = key.epsilon_quota
+    spent, quota = spent_of(key), key.epsilon_quota
     return KeyMe(
-        id=key.id,
-        name=key.name,
-        role=key.role,
-        epsilon_quota=None if quota is None else float(quota),
-        epsilon_spent=float(spent),
+        **key_out(key, spent).model_dump(include=set(KeyMe.model_fields)),
         epsilon_remaining=None if quota is None else float(budget.remaining(spent, quota)),
     )
 

@@ -109,11 +109,15 @@ def record_release(dataset_id: int | str, answer: dict[str, Any], seconds: float
         record_charge(int(dataset_id), "release", per_grid * len(answer.get("grids", ())))
 
 
-class PoolCollector(Collector):
-    """Connections of this process's two database pools, read when scraped."""
+class _StateCollector(Collector):
+    """Metrics read from the application's ``state`` when scraped."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
+
+
+class PoolCollector(_StateCollector):
+    """Connections of this process's two database pools."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         size = GaugeMetricFamily(
@@ -145,11 +149,8 @@ class PoolCollector(Collector):
         yield from (size, busy, waiting)
 
 
-class LedgerCollector(Collector):
-    """Users at their cap per dataset and whether the database answers, read when scraped."""
-
-    def __init__(self, state: Any) -> None:
-        self.state = state
+class LedgerCollector(_StateCollector):
+    """Users at their cap per dataset and whether the database answers."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         watch = getattr(self.state, "db_watch", None)
