@@ -6,6 +6,7 @@ keys (revoking earlier runs'); prints them with ready ``curl`` commands and serv
 
 from __future__ import annotations
 
+import io
 import shlex
 import socket
 import sys
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from app.config import Settings, get_settings
 
@@ -50,9 +51,9 @@ class DemoSetup:
     upload: dict[str, object] | None
 
 
-def _file_chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
+def _chunks(source: BinaryIO) -> Iterator[bytes]:
+    with source:
+        while chunk := source.read(_CHUNK):
             yield chunk
 
 
@@ -64,34 +65,27 @@ def _dataset_spec(
     from app.ingest.csv_records import ColumnMap
     from app.uploads.service import UploadOptions
 
+    # both: H3 resolution 8 and hourly slots (the defaults), 10 epsilon per user
     if data is None:
         spec = DatasetCreate(
             name=SYNTH_NAME,
             value_bound=65.0,
-            h3_resolution=8,
-            timeslot_minutes=60,
             timezone="Asia/Kolkata",
             budget_per_user=10.0,
-            max_epsilon_per_query=10.0,
             value_unit="km/h",  # ITMS-like speeds
         )
 
         def chunks() -> Iterator[bytes]:
             from app.cli.demo_city import synthetic_city_csv
 
-            data_bytes = synthetic_city_csv(SYNTH_SEED).encode()
-            for i in range(0, len(data_bytes), _CHUNK):
-                yield data_bytes[i : i + _CHUNK]
+            return _chunks(io.BytesIO(synthetic_city_csv(SYNTH_SEED).encode()))
 
         return spec, UploadOptions(), chunks
     spec = DatasetCreate(
         name=f"demo: CapMetrics {data.name}",
         value_bound=CAPMETRICS_U,
-        h3_resolution=8,
-        timeslot_minutes=60,
         timezone=CAPMETRICS_ZONE,
         budget_per_user=10.0,
-        max_epsilon_per_query=10.0,
         value_filters_public=True,  # zero speeds are dropped (SECURITY.md: value filters)
         value_unit="m/s",  # GTFS-Realtime's position.speed
     )
@@ -99,7 +93,7 @@ def _dataset_spec(
         columns=ColumnMap("vehicle_id", "timestamp", "latitude", "longitude", "speed"),
         drop_zero=True,
     )
-    return spec, options, lambda: _file_chunks(data)
+    return spec, options, lambda: _chunks(data.open("rb"))
 
 
 def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, int]:
