@@ -22,14 +22,6 @@ import numpy as np
 
 from app.synth.random_source import SynthRandom
 
-__all__ = [
-    "BOUNDING_U",
-    "extreme_collection",
-    "geometric_collection",
-    "truncated_normal_values",
-    "uniform_values",
-]
-
 BOUNDING_U = 65.0
 
 

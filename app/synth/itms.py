@@ -31,26 +31,6 @@ import numpy as np
 from app.core.data.grid import GridData
 from app.synth.random_source import SynthRandom
 
-__all__ = [
-    "ITMS_K_BESTFIT",
-    "ITMS_K_WRAP",
-    "ITMS_L",
-    "ITMS_MEAN",
-    "ITMS_MEDIAN",
-    "ITMS_M_MAX",
-    "ITMS_M_MIN",
-    "ITMS_N",
-    "ITMS_U",
-    "ITMS_VARIANCE",
-    "SCALING_LAMBDA",
-    "check_itms_counts",
-    "itms_counts",
-    "itms_grid",
-    "projected_normal",
-    "sample_scaled",
-    "user_scaled",
-]
-
 ITMS_L = 217
 ITMS_M_MAX = 417
 ITMS_M_MIN = 1
