@@ -15,13 +15,7 @@ these properties exactly (checked by :func:`check_itms_counts` and a unit test):
   median or ``m_*``.
 
 The exponents 0.87 and 3.32 were found by a one-off search so that the array
-counts of eq. 9 also match (``K = 160``, ``K̄ = 164``). Synthetic speeds follow
-002 §IV-C: i.i.d. ``N(μ, σ²)`` with the ITMS mean ``μ = 20.66769`` and variance
-``σ² = 115.135``, projected onto ``[0, U]``, ``U = 65`` km/h.
-
-* **Sample scaling** (002 §IV-C 1, Fig. 3): every ``m_l`` multiplied by ``λ``.
-* **User scaling** (002 §IV-C 2, Fig. 4): every user repeated ``λ`` times
-  (user ``λ(l-1)+i`` has ``m_l`` records, ``i = 1..λ``). ``λ = 10`` in 002.
+counts of eq. 9 also match. Speeds and the two scalings are as docs/math.md §7.1 states.
 """
 
 from __future__ import annotations
@@ -48,12 +42,8 @@ _HIGH_EXP = 3.32
 
 
 def itms_counts() -> np.ndarray:
-    """The deterministic ITMS-like counts ``m_l`` (002 §IV-B), largest first.
-
-    Returns a fresh int64 array of length 217: ``m* = 417``, ``m_* = 1``,
-    ``Σ = 17166``, median (the 109th largest, 002 §II-A) 46; with ``m_UB`` of
-    002 eq. 9 it gives ``K = 160`` WRAPAROUND and ``K̄ = 164`` BESTFIT arrays.
-    """
+    """The deterministic ITMS-like counts ``m_l`` (002 §IV-B), largest first, as a fresh int64
+    array (the median is the 109th largest, 002 §II-A)."""
     L, h = ITMS_L, (ITMS_L - 1) // 2
     c = np.empty(L, dtype=np.float64)
     c[: h + 1] = 1.0 + (ITMS_MEDIAN - 1) * (np.arange(h + 1) / h) ** _LOW_EXP
