@@ -1,13 +1,7 @@
-"""``dpgate publish``: release every slot of one local day in one release, or a typical
-day (``--profile``: the same time of day pooled over the last weeks' chosen dates), for a
-scheduler.
-
-It talks to a running server through the Python client (``dpgate``). The day's slots
-are counted in the dataset's timezone (23 or 25 hourly slots on a daylight-saving day).
-The request carries an ``Idempotency-Key`` made from the dataset, the day and the
-options, so a run repeated (by hand, or by a scheduler after a timeout) is answered
-from the stored release and charged once. Exit codes say what a scheduler should do
-(``app.cli.support.EXIT_CODES``).
+"""``dpgate publish``: one local day's slots (23 or 25 on a daylight-saving day), or a typical
+day (``--profile``), in one release through a running server (the ``dpgate`` client). Its
+``Idempotency-Key`` is made from the dataset, the day and the options, so a repeated run is
+answered from the stored release and charged once; exit codes per ``app.cli.support``.
 """
 
 from __future__ import annotations
