@@ -150,10 +150,6 @@ def profile_body(args: argparse.Namespace, last: date, slot_minutes: int) -> dic
     return _options(args, {"slot_start": args.time, "slots": slots, "profile": profile})
 
 
-def publish_body(args: argparse.Namespace, slots: int) -> dict[str, Any]:
-    return _options(args, {"slot_start": f"{args.day.isoformat()}T00:00:00", "slots": slots})
-
-
 def _options(args: argparse.Namespace, when: dict[str, Any]) -> dict[str, Any]:
     body = {
         **when,
@@ -200,7 +196,8 @@ def _body(args: argparse.Namespace, dataset: dict[str, Any]) -> dict[str, Any]:
     if args.profile is None:
         if args.day is None:
             raise CommandFailed(EXIT_USAGE, "give --day (or --profile for a typical day)")
-        return publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+        slots = day_slots(args.day, dataset["timezone"], minutes)
+        return _options(args, {"slot_start": f"{args.day.isoformat()}T00:00:00", "slots": slots})
     last = args.day
     if last is None:
         last = datetime.now(ZoneInfo(dataset["timezone"])).date() - timedelta(days=1)

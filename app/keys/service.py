@@ -34,10 +34,6 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_secret() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
-
-
 def create_key(
     session: Session,
     *,
@@ -49,7 +45,7 @@ def create_key(
     """Create a key: the row and its secret (shown once); a quota rounded down."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
-    secret = secret or new_secret()
+    secret = secret or KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey(
         name=name,
         role=role,
