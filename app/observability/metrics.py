@@ -116,25 +116,18 @@ class _StateCollector(Collector):
         self.state = state
 
 
+_POOL_GAUGES = (
+    ("dpgate_db_pool_size", "Most connections a pool of this process may hold."),
+    ("dpgate_db_pool_in_use", "Connections of a pool in use by requests now."),
+    ("dpgate_db_pool_waiting", "Requests waiting for a connection of the query pool now."),
+)
+
+
 class PoolCollector(_StateCollector):
     """Connections of this process's two database pools."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        size = GaugeMetricFamily(
-            "dpgate_db_pool_size",
-            "Most connections a pool of this process may hold.",
-            None,
-            ["pool"],
-        )
-        busy = GaugeMetricFamily(
-            "dpgate_db_pool_in_use", "Connections of a pool in use by requests now.", None, ["pool"]
-        )
-        waiting = GaugeMetricFamily(
-            "dpgate_db_pool_waiting",
-            "Requests waiting for a connection of the query pool now.",
-            None,
-            ["pool"],
-        )
+        size, busy, waiting = (GaugeMetricFamily(n, t, labels=["pool"]) for n, t in _POOL_GAUGES)
         engine = getattr(self.state, "engine", None)
         if engine is not None and hasattr(engine.pool, "checkedout"):
             pool = engine.pool
