@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import h3
@@ -234,25 +234,10 @@ def list_grids(
     )
 
 
-def all_grids(
-    session: Session,
-    dataset: Dataset,
-    *,
-    slot_start: str | None = None,
-    h3_resolution: int | None = None,
-    slot_minutes: int | None = None,
-) -> Iterator[GridOut]:
-    """Every grid :func:`list_grids` lists, read a page of 10⁴ at a time."""
+def all_grids(session: Session, dataset: Dataset, **filters: Any) -> Iterator[GridOut]:
+    """Every grid :func:`list_grids` lists with ``filters``, read a page of 10⁴ at a time."""
     offset: int | None = 0
     while offset is not None:
-        page = list_grids(
-            session,
-            dataset,
-            slot_start=slot_start,
-            limit=10_000,
-            offset=offset,
-            h3_resolution=h3_resolution,
-            slot_minutes=slot_minutes,
-        )
+        page = list_grids(session, dataset, limit=10_000, offset=offset, **filters)
         yield from page.grids
         offset = page.next
