@@ -35,10 +35,11 @@ def answer_body(
         float(release.sensitivity), float(release.noise_scale), release.worst_case_bias,
         release.worst_case_error, release.ci95, release.ci95_note,
     )  # fmt: skip
+    kept = release.kept  # one row: its counts without the batch's arrays
     (body,) = _bodies(
-        [grid.public_id], [row], [release.kept], [plain_details(dict(release.details))],
-        requested=requested, eps=eps, options=options, epoch=epoch,
-        privacy_unit=privacy_unit, unit=unit,
+        [grid.public_id], [row], [kept.size], [int(np.count_nonzero(kept > 0))],
+        [plain_details(dict(release.details))], requested=requested, eps=eps, options=options,
+        epoch=epoch, privacy_unit=privacy_unit, unit=unit,
     )  # fmt: skip
     return body if where is None else {**body, **where}
 
@@ -60,16 +61,18 @@ def answer_bodies(
         p.statistic, p.mechanism, p.epsilon, rows.estimate, p.sensitivity, p.scale, p.bias,
         rows.worst_case_error(), rows.ci95, rows.ci95_note, strict=True,
     )  # fmt: skip
+    n_users, n_charged = _users(p.kept)
     return _bodies(
-        grid_ids, columns, p.kept, p.details, requested=requested, eps=eps, options=options,
-        epoch=epoch, privacy_unit=privacy_unit, unit=unit,
+        grid_ids, columns, n_users, n_charged, p.details, requested=requested, eps=eps,
+        options=options, epoch=epoch, privacy_unit=privacy_unit, unit=unit,
     )  # fmt: skip
 
 
 def _bodies(
     grid_ids: Sequence[str],
     rows: Iterable[tuple[Any, ...]],
-    kept: Sequence[np.ndarray],
+    n_users: Sequence[int],
+    n_charged: Sequence[int],
     details: Sequence[dict[str, Any]],
     *,
     requested: str,
@@ -79,10 +82,9 @@ def _bodies(
     privacy_unit: str,
     unit: str | None,
 ) -> list[dict[str, Any]]:
-    """One answer per row. A release's ``epsilon`` is its own share when below the whole, else the
-    amount charged."""
+    """One answer per row (``n_users``, ``n_charged``: its users, those charged). A release's
+    ``epsilon`` is its own share when below the whole, else the amount charged."""
     used, charged = eps.used, float(eps.charged)
-    n_users, n_charged = _users(kept)
     return [
         {
             "query_id": qid,
