@@ -17,6 +17,7 @@ from app.core.data.grid import GridData
 from app.core.data.joined import GridInput, JoinedGrids
 from app.core.data.window_grids import WindowGrids, fits
 from app.core.engine.batch import PendingBatch
+from app.core.engine.centred_batch import start_centred_releases
 from app.core.engine.single_grid import start_releases
 from app.core.engine.user_mean_batch import start_user_mean_releases
 from app.core.engine.window_batch import start_window_releases
@@ -137,25 +138,33 @@ def _start_others(
 ) -> PendingBatch:
     """The rows of the record statistics (mean, variance), grid after grid."""
     batched: list[int] = []
+    centred: list[int] = []
     known: WindowGrids | None = None
     if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
         if joined is None:
             joined = JoinedGrids.of(grids, caps)
         elif joined.n_grids != len(grids):
             raise ValueError("the joined grids are not these grids")
-        batched, known = _window_grids(statistics, joined, U, eps)
+        batched, centred, known = _array_grids(statistics, joined, U, eps)
     window = PendingBatch.of([], U)
     if batched and joined is not None:
-        if known is None:
-            joined = joined.take(batched)
-        window = start_window_releases(statistics, joined, U, eps, source, known)
+        window = start_window_releases(
+            statistics, joined if known is not None else joined.take(batched), U, eps,
+            source, known,
+        )  # fmt: skip
     if batched and len(batched) == len(grids):  # all on the window path: rows in grid order
         return window
-    chosen = set(batched)
+    centre = PendingBatch.of([], U)
+    if centred and joined is not None:
+        every = len(centred) == len(grids)
+        centre = start_centred_releases(joined if every else joined.take(centred), U, eps, source)
+        if every:
+            return centre
+    chosen, on_centred = set(batched), set(centred)
     alone: list[PendingRelease] = []
-    first_row: list[int] = []  # per grid, its first row in (window rows, then the others)
+    first_row: list[int] = []  # per grid, its first row in (window, centred, the others)
     for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
-        if i in chosen:
+        if i in chosen or i in on_centred:
             continue
         try:
             started = start_releases(
@@ -165,16 +174,19 @@ def _start_others(
             raise GridError(i, exc) from exc
         alone += started
     S = len(statistics)
-    w = k = 0
+    w = c = k = 0
     for i in range(len(grids)):
         if i in chosen:
             first_row.append(w * S)
             w += 1
+        elif i in on_centred:
+            first_row.append(len(window) + c * S)
+            c += 1
         else:
-            first_row.append(len(window) + k * S)
+            first_row.append(len(window) + len(centre) + k * S)
             k += 1
     order = [r + s for r in first_row for s in range(S)]
-    return PendingBatch.concat([window, PendingBatch.of(alone, U)], order)
+    return PendingBatch.concat([window, centre, PendingBatch.of(alone, U)], order)
 
 
 def _grid_data(grid: GridInput) -> GridData:
@@ -186,14 +198,15 @@ def _grid_data(grid: GridInput) -> GridData:
     return GridData.from_counts_and_values(grid.counts, grid.values)
 
 
-def _window_grids(
+def _array_grids(
     statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float
-) -> tuple[list[int], WindowGrids | None]:
+) -> tuple[list[int], list[int], WindowGrids | None]:
     """The grids whose every statistic ``auto`` runs on its window path (checked counts),
-    and their :class:`WindowGrids` when every grid is (else ``None``); none when a grid's
+    those where the mean alone is asked and ``auto`` runs ``centred_clip``, and the first
+    ones' :class:`WindowGrids` when every grid is (else ``None``); none when a grid's
     values fail :meth:`GridData.validate` (each is then checked alone)."""
     if not fits(joined, U):
-        return [], None
+        return [], [], None
     # per grid: no negative cap (nor unreadable caps: -1), some user with a record kept
     at = joined.user_grid()
     eff = np.minimum(joined.counts, joined.caps)
@@ -201,7 +214,7 @@ def _window_grids(
     active = np.bincount(at[eff > 0], minlength=joined.n_grids) > 0
     fit = np.flatnonzero(active & ~negative).tolist()
     if not fit:
-        return [], None
+        return [], [], None
     fitting = joined if len(fit) == joined.n_grids else joined.take(fit)
     wg = WindowGrids.of(fitting)
     # auto's path is a function of (median count, active users): once per distinct pair
@@ -213,5 +226,13 @@ def _window_grids(
         ],
         dtype=bool,
     )
-    chosen = [i for i, ok in zip(fit, on_path[which.reshape(-1)].tolist(), strict=True) if ok]
-    return chosen, (wg if len(chosen) == joined.n_grids else None)
+    which = which.reshape(-1)
+    chosen = [i for i, ok in zip(fit, on_path[which].tolist(), strict=True) if ok]
+    centred: list[int] = []
+    if tuple(statistics) == ("mean",):
+        on_centred = np.array(
+            [auto_path("mean", k, n, eps) == "centred_clip" for k, n in pairs.T.tolist()],
+            dtype=bool,
+        )
+        centred = [i for i, ok in zip(fit, on_centred[which].tolist(), strict=True) if ok]
+    return chosen, centred, (wg if len(chosen) == joined.n_grids else None)
