@@ -1,10 +1,11 @@
-"""``auto``'s ``centred_clip`` of many grids at once (docs/math.md §5.8, §9.4.9).
+"""``auto``'s centred mechanisms of many grids at once (docs/math.md §5.8, §11.4, §9.4.9).
 
-Where ``auto`` takes ``centred_clip`` for the mean (its public gate open), the grids of a
-slot release run the mechanism's array rule together
-(:func:`app.core.mechanisms.mean_centred.centred_clip_rows`, the rule one grid runs as a
-batch of one): each private choice one OpenDP noisy-max invocation per grid, and the rows
-become a :class:`PendingBatch` with the fields a grid's own release gives.
+Where ``auto`` takes ``centred_clip`` for the mean or ``centred`` for the variance (their
+public gates open), the grids of a slot release run the mechanism's array rule together
+(:func:`app.core.mechanisms.mean_centred.centred_clip_rows`,
+:func:`app.core.mechanisms.variance_centred.centred_variance_rows`: the rules one grid
+runs as a batch of one), each private choice one OpenDP noisy-max invocation per grid;
+the rows become a :class:`PendingBatch` with the fields a grid's own release gives.
 """
 
 from __future__ import annotations
@@ -14,58 +15,77 @@ import numpy as np
 from app.core.data.joined import JoinedGrids
 from app.core.data.window_grids import WindowGrids, kept_records
 from app.core.engine.batch import PendingBatch
-from app.core.mechanisms.mean_centred import NAME, centred_clip_rows, centred_shares, user_sums
+from app.core.mechanisms import mean_centred as mc
+from app.core.mechanisms import variance_centred as vc
 from app.core.mechanisms.mean_window import SPREAD_BETA
 from app.core.mechanisms.registry import float_option, validate_options
 from app.core.noise.laplace import NoiseSource
 from app.core.noise.many import calibrate_scales
 
-__all__ = ["start_centred_releases"]
+__all__ = ["CENTRED_PATH", "start_centred_releases"]
+
+#: the mechanism ``auto`` runs on each statistic's centred path
+CENTRED_PATH = {"mean": mc.NAME, "variance": vc.NAME}
 
 
 def start_centred_releases(
-    joined: JoinedGrids, U: float, eps: float, noise: NoiseSource
+    statistic: str, joined: JoinedGrids, U: float, eps: float, noise: NoiseSource
 ) -> PendingBatch:
-    """The rows of ``start_releases(("mean",), grid, U, eps, "auto", caps=...)`` for each
-    grid of ``joined``, all on ``auto``'s ``centred_clip`` path (the caller checks)."""
-    opts = validate_options("mean", NAME, {})  # auto runs the options' defaults
-    centre_share = float_option(opts, "centre_share")
-    width_share = float_option(opts, "width_share")
-    width_factor = float_option(opts, "width_factor")
-    shares = centred_shares(eps, centre_share, width_share)
+    """The rows of ``start_releases((statistic,), grid, U, eps, "auto", caps=...)`` for
+    each grid of ``joined``, all on ``auto``'s centred path for ``statistic`` (the caller
+    checks)."""
+    name = CENTRED_PATH[statistic]
+    opts = validate_options(statistic, name, {})  # auto runs the options' defaults
     wg = WindowGrids.of(joined)
     x, first = kept_records(joined, wg)
-    done = centred_clip_rows(noise, wg, user_sums(x, first, wg, U), U, shares, width_factor)
-    if not (np.all(done.below >= 0) and np.all(done.above >= 0)):  # BiasSpread's own check
+    if statistic == "mean":
+        centre_share = float_option(opts, "centre_share")
+        width_share = float_option(opts, "width_share")
+        width_factor = float_option(opts, "width_factor")
+        shares = mc.centred_shares(eps, centre_share, width_share)
+        done = mc.centred_clip_rows(
+            noise, wg, mc.user_sums(x, first, wg, U), U, shares, width_factor
+        )
+        head: list[dict[str, object]] = [
+            {"centre_share": centre_share, "width_share": width_share,
+             "width_factor": width_factor, "path": "adaptive", "eps_centre": shares[0],
+             "eps_width": shares[1], "eps_noise": shares[2], "selected_by": "auto"}
+        ] * done.value.size  # fmt: skip
+        chosen = [
+            {"centre": c, "half_width": R}
+            for c, R in zip(done.centre.tolist(), done.half_width.tolist(), strict=True)
+        ]
+        below, above, value, sens = done.below, done.above, done.value, done.sensitivity
+    else:
+        shares = vc.centred_variance_shares(
+            eps, float_option(opts, "centre_share"), float_option(opts, "moment_share")
+        )
+        var = vc.centred_variance_rows(noise, wg, x, first, U, shares)
+        head = [
+            {"k": k, "eps_centre": shares[0], "eps_moment": shares[1], "eps_noise": shares[2],
+             "selected_by": "auto"}
+            for k in wg.median.tolist()
+        ]  # fmt: skip
+        chosen = [
+            {"centre": c, "moment_clip": Q}
+            for c, Q in zip(var.centre.tolist(), var.moment_clip.tolist(), strict=True)
+        ]
+        below, above, value, sens = var.below, var.above, var.value, var.sensitivity
+    if not (np.all(below >= 0) and np.all(above >= 0)):  # BiasSpread's own check
         raise ValueError("invalid bias spread")
-    e1, e2, e3 = shares
-    head: dict[str, object] = {
-        "centre_share": centre_share,
-        "width_share": width_share,
-        "width_factor": width_factor,
-        "path": "adaptive",
-        "eps_centre": e1,
-        "eps_width": e2,
-        "eps_noise": e3,
-        "selected_by": "auto",
-    }
-    n = done.value.size
+    n = value.size
     return PendingBatch(
-        statistic=["mean"] * n,
-        mechanism=[NAME] * n,
+        statistic=[statistic] * n,
+        mechanism=[name] * n,
         epsilon=[eps] * n,
-        value=done.value.tolist(),
-        sensitivity=done.sensitivity.tolist(),
-        scale=calibrate_scales(done.sensitivity, e3).tolist(),
+        value=value.tolist(),
+        sensitivity=sens.tolist(),
+        scale=calibrate_scales(sens, shares[2]).tolist(),
         bias=[None] * n,
         spread=[
-            (lo, hi, SPREAD_BETA)
-            for lo, hi in zip(done.below.tolist(), done.above.tolist(), strict=True)
+            (lo, hi, SPREAD_BETA) for lo, hi in zip(below.tolist(), above.tolist(), strict=True)
         ],
         kept=list(wg.eff),
-        details=[
-            {**head, "centre": c, "half_width": R}
-            for c, R in zip(done.centre.tolist(), done.half_width.tolist(), strict=True)
-        ],
+        details=[{**h, **c} for h, c in zip(head, chosen, strict=True)],
         U=U,
     )

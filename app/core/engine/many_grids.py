@@ -17,7 +17,7 @@ from app.core.data.grid import GridData
 from app.core.data.joined import GridInput, JoinedGrids
 from app.core.data.window_grids import WindowGrids, fits
 from app.core.engine.batch import PendingBatch
-from app.core.engine.centred_batch import start_centred_releases
+from app.core.engine.centred_batch import CENTRED_PATH, start_centred_releases
 from app.core.engine.single_grid import start_releases
 from app.core.engine.user_mean_batch import start_user_mean_releases
 from app.core.engine.window_batch import start_window_releases
@@ -136,9 +136,11 @@ def _start_others(
     joined: JoinedGrids | None,
     options: Mapping[str, OptionValue],
 ) -> PendingBatch:
-    """The rows of the record statistics (mean, variance), grid after grid."""
+    """The rows of the record statistics (mean, variance), grid after grid: ``auto``'s
+    window grids (every statistic on its window path) together, then each statistic's
+    centred grids together, then the other (grid, statistic) pairs grid by grid."""
     batched: list[int] = []
-    centred: list[int] = []
+    centred: dict[str, list[int]] = {}
     known: WindowGrids | None = None
     if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
         if joined is None:
@@ -146,47 +148,46 @@ def _start_others(
         elif joined.n_grids != len(grids):
             raise ValueError("the joined grids are not these grids")
         batched, centred, known = _array_grids(statistics, joined, U, eps)
-    window = PendingBatch.of([], U)
+    G, S = len(grids), len(statistics)
+    parts: list[PendingBatch] = []
+    row = np.full((G, S), -1, dtype=np.int64)  # each (grid, statistic)'s row in the parts
+    done = 0
     if batched and joined is not None:
         window = start_window_releases(
             statistics, joined if known is not None else joined.take(batched), U, eps,
             source, known,
         )  # fmt: skip
-    if batched and len(batched) == len(grids):  # all on the window path: rows in grid order
-        return window
-    centre = PendingBatch.of([], U)
-    if centred and joined is not None:
-        every = len(centred) == len(grids)
-        centre = start_centred_releases(joined if every else joined.take(centred), U, eps, source)
-        if every:
-            return centre
-    chosen, on_centred = set(batched), set(centred)
-    alone: list[PendingRelease] = []
-    first_row: list[int] = []  # per grid, its first row in (window, centred, the others)
-    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
-        if i in chosen or i in on_centred:
-            continue
-        try:
-            started = start_releases(
-                statistics, _grid_data(grid), U, eps, mechanism, caps=cap, noise=source, **options
+        if len(batched) == G:  # all on the window path: rows in grid order
+            return window
+        row[batched] = np.arange(len(window)).reshape(-1, S)
+        parts.append(window)
+        done += len(window)
+    for s, statistic in enumerate(statistics):
+        idx = centred.get(statistic, [])
+        if idx and joined is not None:
+            every = len(idx) == G
+            got = start_centred_releases(
+                statistic, joined if every else joined.take(idx), U, eps, source
             )
+            if every and S == 1:
+                return got
+            row[idx, s] = done + np.arange(len(got))
+            parts.append(got)
+            done += len(got)
+    alone: list[PendingRelease] = []
+    for i in np.flatnonzero((row < 0).any(axis=1)).tolist():
+        left = np.flatnonzero(row[i] < 0)
+        try:
+            alone += start_releases(
+                [statistics[s] for s in left.tolist()], _grid_data(grids[i]), U, eps,
+                mechanism, caps=caps[i], noise=source, **options,
+            )  # fmt: skip
         except ValueError as exc:
             raise GridError(i, exc) from exc
-        alone += started
-    S = len(statistics)
-    w = c = k = 0
-    for i in range(len(grids)):
-        if i in chosen:
-            first_row.append(w * S)
-            w += 1
-        elif i in on_centred:
-            first_row.append(len(window) + c * S)
-            c += 1
-        else:
-            first_row.append(len(window) + len(centre) + k * S)
-            k += 1
-    order = [r + s for r in first_row for s in range(S)]
-    return PendingBatch.concat([window, centre, PendingBatch.of(alone, U)], order)
+        row[i, left] = done + np.arange(left.size)
+        done += left.size
+    parts.append(PendingBatch.of(alone, U))
+    return PendingBatch.concat(parts, row.reshape(-1).tolist())
 
 
 def _grid_data(grid: GridInput) -> GridData:
@@ -200,13 +201,13 @@ def _grid_data(grid: GridInput) -> GridData:
 
 def _array_grids(
     statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float
-) -> tuple[list[int], list[int], WindowGrids | None]:
-    """The grids whose every statistic ``auto`` runs on its window path (checked counts),
-    those where the mean alone is asked and ``auto`` runs ``centred_clip``, and the first
-    ones' :class:`WindowGrids` when every grid is (else ``None``); none when a grid's
+) -> tuple[list[int], dict[str, list[int]], WindowGrids | None]:
+    """The grids whose every statistic ``auto`` runs on its window path (checked counts);
+    per statistic, the other grids where ``auto`` runs its centred mechanism; the first
+    ones' :class:`WindowGrids` when every grid is (else ``None``). None when a grid's
     values fail :meth:`GridData.validate` (each is then checked alone)."""
     if not fits(joined, U):
-        return [], [], None
+        return [], {}, None
     # per grid: no negative cap (nor unreadable caps: -1), some user with a record kept
     at = joined.user_grid()
     eff = np.minimum(joined.counts, joined.caps)
@@ -214,7 +215,7 @@ def _array_grids(
     active = np.bincount(at[eff > 0], minlength=joined.n_grids) > 0
     fit = np.flatnonzero(active & ~negative).tolist()
     if not fit:
-        return [], [], None
+        return [], {}, None
     fitting = joined if len(fit) == joined.n_grids else joined.take(fit)
     wg = WindowGrids.of(fitting)
     # auto's path is a function of (median count, active users): once per distinct pair
@@ -228,11 +229,10 @@ def _array_grids(
     )
     which = which.reshape(-1)
     chosen = [i for i, ok in zip(fit, on_path[which].tolist(), strict=True) if ok]
-    centred: list[int] = []
-    if tuple(statistics) == ("mean",):
-        on_centred = np.array(
-            [auto_path("mean", k, n, eps) == "centred_clip" for k, n in pairs.T.tolist()],
-            dtype=bool,
-        )
-        centred = [i for i, ok in zip(fit, on_centred[which].tolist(), strict=True) if ok]
+    off_window = ~on_path[which]
+    centred: dict[str, list[int]] = {}
+    for s in statistics:
+        paths = [auto_path(s, k, n, eps) == CENTRED_PATH[s] for k, n in pairs.T.tolist()]
+        on_centred = np.array(paths, dtype=bool)[which] & off_window
+        centred[s] = [i for i, ok in zip(fit, on_centred.tolist(), strict=True) if ok]
     return chosen, centred, (wg if len(chosen) == joined.n_grids else None)

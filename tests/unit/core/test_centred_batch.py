@@ -1,5 +1,5 @@
-"""``auto``'s centred_clip of many grids in arrays (app/core/engine/centred_batch.py) is the
-grid-by-grid release: on random grids, with private choices keyed by their own scores (so
+"""``auto``'s centred mechanisms of many grids in arrays (app/core/engine/centred_batch.py)
+are the grid-by-grid releases: on random grids, with private choices keyed by their own scores (so
 the order in which grids draw them does not matter) and the same seeded Laplace noise,
 every release is bit for bit what ``start_releases`` / ``finish_releases`` give grid by
 grid, mixed with grids on the window path; the batch's scores are the one-grid scores."""
@@ -51,8 +51,11 @@ def _fields(r: object) -> tuple:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("seed", range(5))
-def test_batched_centred_clip_is_the_per_grid_release_bit_for_bit(seed: int) -> None:
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("statistics", [("mean",), ("variance",), ("mean", "variance")])
+def test_batched_centred_releases_are_the_per_grid_releases_bit_for_bit(
+    seed: int, statistics: tuple[str, ...]
+) -> None:
     rng = np.random.default_rng(seed)
     sizes = rng.choice([3, 40, 90, 200, 600, 1500], size=30)
     made = [_grid(rng, int(s)) for s in sizes]
@@ -61,12 +64,14 @@ def test_batched_centred_clip_is_the_per_grid_release_bit_for_bit(seed: int) -> 
     src = KeyedChoices(np.random.default_rng(seed + 1000))
     one = []
     for g, c in zip(grids, caps, strict=True):
-        one += start_releases(("mean",), g, U, eps, "auto", caps=c, noise=src)
+        one += start_releases(statistics, g, U, eps, "auto", caps=c, noise=src)
     a = finish_releases(one, src)
     src = KeyedChoices(np.random.default_rng(seed + 1000))
-    many = start_many(("mean",), grids, caps, U, eps, "auto", noise=src, objective="accuracy")
+    many = start_many(statistics, grids, caps, U, eps, "auto", noise=src, objective="accuracy")
     b = finish_batch(many, src).releases()
-    assert {r.mechanism for r in a} == {"centred_clip", "user_window"}
+    centred = {"mean": "centred_clip", "variance": "centred"}
+    assert {centred[s] for s in statistics} <= {r.mechanism for r in a}
+    assert len({r.mechanism for r in a}) > len(statistics)  # window grids among them
     assert [_fields(r) for r in a] == [_fields(r) for r in b]
 
 
