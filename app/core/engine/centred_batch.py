@@ -10,6 +10,8 @@ the rows become a :class:`PendingBatch` with the fields a grid's own release giv
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from app.core.data.joined import JoinedGrids
@@ -29,15 +31,27 @@ CENTRED_PATH = {"mean": mc.NAME, "variance": vc.NAME}
 
 
 def start_centred_releases(
-    statistic: str, joined: JoinedGrids, U: float, eps: float, noise: NoiseSource
-) -> PendingBatch:
-    """The rows of ``start_releases((statistic,), grid, U, eps, "auto", caps=...)`` for
-    each grid of ``joined``, all on ``auto``'s centred path for ``statistic`` (the caller
-    checks)."""
-    name = CENTRED_PATH[statistic]
-    opts = validate_options(statistic, name, {})  # auto runs the options' defaults
+    statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float, noise: NoiseSource
+) -> list[PendingBatch]:
+    """Per statistic, the rows of ``start_releases((statistic,), grid, U, eps, "auto",
+    caps=...)`` for each grid of ``joined``, all on ``auto``'s centred path for every
+    statistic (the caller checks); the grids' users and kept records gathered once."""
     wg = WindowGrids.of(joined)
     x, first = kept_records(joined, wg)
+    return [_rows(s, wg, x, first, U, eps, noise) for s in statistics]
+
+
+def _rows(
+    statistic: str,
+    wg: WindowGrids,
+    x: np.ndarray,
+    first: np.ndarray,
+    U: float,
+    eps: float,
+    noise: NoiseSource,
+) -> PendingBatch:
+    name = CENTRED_PATH[statistic]
+    opts = validate_options(statistic, name, {})  # auto runs the options' defaults
     if statistic == "mean":
         centre_share = float_option(opts, "centre_share")
         width_share = float_option(opts, "width_share")

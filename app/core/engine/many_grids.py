@@ -162,18 +162,23 @@ def _start_others(
         row[batched] = np.arange(len(window)).reshape(-1, S)
         parts.append(window)
         done += len(window)
+    same: dict[tuple[int, ...], list[int]] = {}  # statistics with the same centred grids
     for s, statistic in enumerate(statistics):
-        idx = centred.get(statistic, [])
-        if idx and joined is not None:
-            every = len(idx) == G
-            got = start_centred_releases(
-                statistic, joined if every else joined.take(idx), U, eps, source
-            )
-            if every and S == 1:
-                return got
-            row[idx, s] = done + np.arange(len(got))
-            parts.append(got)
-            done += len(got)
+        if centred.get(statistic) and joined is not None:
+            same.setdefault(tuple(centred[statistic]), []).append(s)
+    for idx, which in same.items():
+        assert joined is not None
+        every = len(idx) == G
+        got = start_centred_releases(
+            [statistics[s] for s in which], joined if every else joined.take(idx), U, eps,
+            source,
+        )  # fmt: skip
+        if every and S == 1:
+            return got[0]
+        for s, rows in zip(which, got, strict=True):
+            row[list(idx), s] = done + np.arange(len(rows))
+            parts.append(rows)
+            done += len(rows)
     alone: list[PendingRelease] = []
     for i in np.flatnonzero((row < 0).any(axis=1)).tolist():
         left = np.flatnonzero(row[i] < 0)

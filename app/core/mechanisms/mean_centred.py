@@ -132,16 +132,33 @@ def clipped_counts(
 def grid_clipped(
     sums: np.ndarray, m: np.ndarray, grid: np.ndarray, c: np.ndarray, R: np.ndarray, U: float
 ) -> np.ndarray:
-    """:func:`clipped_counts` of many grids: per grid (``c`` and the rows of ``R``) and
-    column ``j``, ``#{l: S_l ∉ [lo_l, hi_l]}`` at ``R[g, j]``, one column at a time."""
+    """:func:`clipped_counts` of many grids: per grid (``c`` and the rows of ``R``,
+    ascending; ``inf`` pads a row) and column ``j``, ``#{l: S_l ∉ [lo_l, hi_l]}`` at
+    ``R[g, j]``. A user is clipped at every ``R`` below a threshold of its own (``lo``
+    falls and ``hi`` rises with ``R``, rounding included), so each user's count of
+    clipped columns is found by bisection on the same comparisons."""
     G, C = R.shape
     mf = np.asarray(m, dtype=np.float64)
-    c_user = c[grid]
-    out = np.zeros((G, C), dtype=np.int64)
-    for j in range(C):
-        lo, hi = centred_window(mf, U, c_user, R[grid, j])
-        out[:, j] = np.bincount(grid[(sums < lo) | (sums > hi)], minlength=G)
-    return out
+    cm = c[grid] * mf  # centred_window's c·m, per user
+    top = U * mf
+    lo = np.zeros(grid.size, dtype=np.int64)  # clipped at every column below lo
+    hi = np.full(grid.size, C, dtype=np.int64)  # not clipped from column hi on
+    flat = grid * C
+    while True:
+        open_ = np.flatnonzero(lo < hi)
+        if not open_.size:
+            break
+        mid = (lo[open_] + hi[open_]) // 2
+        r = R.reshape(-1)[flat[open_] + mid]
+        s, at = sums[open_], cm[open_]
+        out = (s < np.maximum(0.0, at - r)) | (s > np.minimum(top[open_], at + r))
+        lo[open_[out]] = mid[out] + 1
+        hi[open_[~out]] = mid[~out]
+    # per grid and column j, #{l: lo_l > j}: its users less those with lo_l <= j
+    hist = np.bincount(grid * (C + 1) + lo, minlength=G * (C + 1)).reshape(G, C + 1)
+    users = np.bincount(grid, minlength=G)
+    out_: np.ndarray = (users[:, None] - np.cumsum(hist, axis=1)[:, :C]).astype(np.int64)
+    return out_
 
 
 def width_penalties(
