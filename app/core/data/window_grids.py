@@ -55,8 +55,11 @@ class WindowGrids:
         start = np.zeros(L.size + 1, dtype=np.int64)
         np.cumsum(L, out=start[1:])
         n = np.diff(joined.records)
-        desc = np.lexsort((-m, grid))  # within each grid, eff descending
-        median = m[desc[start[:-1] + (L + 1) // 2 - 1]]
+        # within each grid, eff descending: one sort of the packed key (grid, top - eff)
+        top = np.int64(m.max()) + 1
+        key = np.sort(grid * top + (top - 1 - m))
+        at = start[:-1] + (L + 1) // 2 - 1
+        median = top - 1 - (key[at] - np.arange(L.size, dtype=np.int64) * top)
         gam = np.minimum(m, median[grid]).astype(np.float64)
         total = np.bincount(grid, weights=gam, minlength=L.size)  # integers: exact
         w = gam / total[grid]
