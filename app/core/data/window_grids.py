@@ -138,10 +138,18 @@ def top_sums(
     return out
 
 
-def kept_records(joined: JoinedGrids, wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:
+def kept_records(
+    joined: JoinedGrids, wg: WindowGrids, users: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Every active user's earliest ``eff`` records (users in order) and where each starts
-    (the grids' records lie user after user, grid after grid: :func:`fits`)."""
-    user_start = offsets(joined.counts)[:-1][np.minimum(joined.counts, joined.caps) > 0]
+    (the grids' records lie user after user, grid after grid: :func:`fits`). ``users``:
+    when ``wg`` holds some of ``joined``'s grids (:meth:`JoinedGrids.take_counts`), their
+    users' positions in ``joined``."""
+    start = offsets(joined.counts)[:-1]
+    eff = np.minimum(joined.counts, joined.caps)
+    if users is not None:
+        start, eff = start[users], eff[users]
+    user_start = start[eff > 0]
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
     idx = np.repeat(user_start - first, wg.m) + np.arange(int(wg.m.sum()))

@@ -31,13 +31,24 @@ CENTRED_PATH = {"mean": mc.NAME, "variance": vc.NAME}
 
 
 def start_centred_releases(
-    statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float, noise: NoiseSource
+    statistics: Sequence[str],
+    joined: JoinedGrids,
+    U: float,
+    eps: float,
+    noise: NoiseSource,
+    idx: Sequence[int] | None = None,
 ) -> list[PendingBatch]:
     """Per statistic, the rows of ``start_releases((statistic,), grid, U, eps, "auto",
-    caps=...)`` for each grid of ``joined``, all on ``auto``'s centred path for every
-    statistic (the caller checks); the grids' users and kept records gathered once."""
-    wg = WindowGrids.of(joined)
-    x, first = kept_records(joined, wg)
+    caps=...)`` for each grid of ``joined`` (``idx``: of those grids, in that order), all
+    on ``auto``'s centred path for every statistic (the caller checks); the grids' users
+    and kept records gathered once."""
+    if idx is None:
+        wg = WindowGrids.of(joined)
+        x, first = kept_records(joined, wg)
+    else:  # the grids' users only: their records gathered once, not copied twice
+        some, users = joined.take_counts(idx)
+        wg = WindowGrids.of(some)
+        x, first = kept_records(joined, wg, users)
     return [_rows(s, wg, x, first, U, eps, noise) for s in statistics]
 
 

@@ -170,9 +170,8 @@ def _start_others(
         assert joined is not None
         every = len(idx) == G
         got = start_centred_releases(
-            [statistics[s] for s in which], joined if every else joined.take(idx), U, eps,
-            source,
-        )  # fmt: skip
+            [statistics[s] for s in which], joined, U, eps, source, None if every else idx
+        )
         if every and S == 1:
             return got[0]
         for s, rows in zip(which, got, strict=True):
