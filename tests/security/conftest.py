@@ -7,6 +7,8 @@ from fastapi.testclient import TestClient
 
 from tests.security.support import World, populate
 
+pytest.register_assert_rewrite("tests.security.fuzz_harness")  # imported by its test alone
+
 
 @pytest.fixture
 def world(client: TestClient) -> World:
