@@ -8,7 +8,8 @@ plus the template's few rows (Alembic's version). The template is made by the
 migrations themselves, so a copy is exactly what ``upgrade`` makes. ``postgres_url``
 stays a fresh, empty schema (for tests of the migrations themselves and for servers
 that migrate on start); ``db_url`` and everything built on it (``settings``, ``app``,
-``client``) get a migrated copy.
+``client``) get a migrated copy. The copies are made ahead, and dropped after their test,
+by the worker's threads (``tests.schema_pool``).
 """
 
 from __future__ import annotations
