@@ -123,10 +123,6 @@ def quanta(amount: Decimal) -> int:
     return int(amount.scaleb(EPSILON_SCALE))
 
 
-def of_quanta(count: int) -> Decimal:
-    return Decimal(int(count)).scaleb(-EPSILON_SCALE)
-
-
 def over_cap_counts(
     spent: npt.NDArray[np.int64], grids: npt.NDArray[np.int64], epsilon: Decimal, cap: Decimal
 ) -> npt.NDArray[np.bool_]:
@@ -141,4 +137,4 @@ def over_cap_counts(
 
 def largest_part(remaining: npt.NDArray[np.int64], parts: npt.NDArray[np.int64]) -> Decimal:
     """``min(per_part(r, k))`` over the (non-empty) accounts, in whole quanta."""
-    return of_quanta(int((np.asarray(remaining) // np.asarray(parts)).min()))
+    return Decimal(int((np.asarray(remaining) // np.asarray(parts)).min())).scaleb(-EPSILON_SCALE)

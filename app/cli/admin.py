@@ -16,6 +16,7 @@ from app.cli.support import (
     DefaultsHelp,
     add_server_options,
     integer,
+    migrated_engine,
     number,
     server,
     settings_or_refusal,
@@ -25,19 +26,11 @@ from app.cli.support import (
 
 @contextmanager
 def _admin_session() -> Iterator[Any]:
-    """A transaction on the migrated database of ``DPGATE_DATABASE_URL`` (else the embedded one)."""
-    from app.db.embedded import database_url
-    from app.db.engine import make_engine, make_sessionmaker
-    from app.db.migrate import upgrade
+    """A transaction on the migrated database (:func:`migrated_engine`)."""
+    from app.db.engine import make_sessionmaker
 
-    url = database_url(settings_or_refusal().database_url)
-    upgrade(url)
-    engine = make_engine(url)
-    try:
-        with make_sessionmaker(engine).begin() as session:
-            yield session
-    finally:
-        engine.dispose()
+    with migrated_engine(settings_or_refusal()) as engine, make_sessionmaker(engine).begin() as s:
+        yield s
 
 
 def _keys_create(args: argparse.Namespace) -> int:

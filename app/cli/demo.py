@@ -6,6 +6,7 @@ keys (revoking earlier runs'); prints them with ready ``curl`` commands and serv
 
 from __future__ import annotations
 
+import io
 import shlex
 import socket
 import sys
@@ -13,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 from app.config import Settings, get_settings
 
@@ -50,9 +51,9 @@ class DemoSetup:
     upload: dict[str, object] | None
 
 
-def _file_chunks(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as fh:
-        while chunk := fh.read(_CHUNK):
+def _chunks(source: BinaryIO) -> Iterator[bytes]:
+    with source:
+        while chunk := source.read(_CHUNK):
             yield chunk
 
 
@@ -64,34 +65,27 @@ def _dataset_spec(
     from app.ingest.csv_records import ColumnMap
     from app.uploads.service import UploadOptions
 
+    # both: H3 resolution 8 and hourly slots (the defaults), 10 epsilon per user
     if data is None:
         spec = DatasetCreate(
             name=SYNTH_NAME,
             value_bound=65.0,
-            h3_resolution=8,
-            timeslot_minutes=60,
             timezone="Asia/Kolkata",
             budget_per_user=10.0,
-            max_epsilon_per_query=10.0,
             value_unit="km/h",  # ITMS-like speeds
         )
 
         def chunks() -> Iterator[bytes]:
             from app.cli.demo_city import synthetic_city_csv
 
-            data_bytes = synthetic_city_csv(SYNTH_SEED).encode()
-            for i in range(0, len(data_bytes), _CHUNK):
-                yield data_bytes[i : i + _CHUNK]
+            return _chunks(io.BytesIO(synthetic_city_csv(SYNTH_SEED).encode()))
 
         return spec, UploadOptions(), chunks
     spec = DatasetCreate(
         name=f"demo: CapMetrics {data.name}",
         value_bound=CAPMETRICS_U,
-        h3_resolution=8,
-        timeslot_minutes=60,
         timezone=CAPMETRICS_ZONE,
         budget_per_user=10.0,
-        max_epsilon_per_query=10.0,
         value_filters_public=True,  # zero speeds are dropped (SECURITY.md: value filters)
         value_unit="m/s",  # GTFS-Realtime's position.speed
     )
@@ -99,28 +93,18 @@ def _dataset_spec(
         columns=ColumnMap("vehicle_id", "timestamp", "latitude", "longitude", "speed"),
         drop_zero=True,
     )
-    return spec, options, lambda: _file_chunks(data)
+    return spec, options, lambda: _chunks(data.open("rb"))
 
 
 def _busiest_grid(session: Session, dataset: Dataset) -> tuple[str, int, int, int]:
     """``(grid_id, n_users, n_records, n_grids)`` of the grid with the most records."""
     from app.datasets import service
 
-    best: tuple[int, int, str] | None = None
-    offset, total = 0, 0
-    while True:
-        page = service.list_grids(session, dataset, limit=10_000, offset=offset)
-        total += len(page.grids)
-        for g in page.grids:
-            key = (g.n_records, g.n_users, g.grid_id)
-            if best is None or key[:2] > best[:2]:
-                best = key
-        if page.next is None:
-            break
-        offset = page.next
-    if best is None:
+    grids = list(service.all_grids(session, dataset))
+    if not grids:
         raise RuntimeError("the demo dataset has no grid")
-    return best[2], best[1], best[0], total
+    best = max(grids, key=lambda g: (g.n_records, g.n_users))  # the first of ties
+    return best.grid_id, best.n_users, best.n_records, len(grids)
 
 
 DEMO_KEY_NAMES = {"admin": "demo admin", "analyst": "demo analyst"}
@@ -145,21 +129,17 @@ def _fresh_demo_keys(session: Session) -> tuple[str, str]:
 
 def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetup:
     """Migrate, load (or reuse) the demo dataset and create an admin and an analyst key."""
+    from app.cli.support import migrated_engine
     from app.datasets import service
-    from app.db.embedded import export_database_url
-    from app.db.engine import make_engine, make_sessionmaker
-    from app.db.migrate import upgrade
+    from app.db.engine import make_sessionmaker
     from app.instance.service import resolve_hashing_secret
     from app.uploads.service import upload_records
 
     path = None if data is None else Path(data)
     if path is not None and not path.is_file():
         raise FileNotFoundError(f"no such data file: {path}")
-    url = export_database_url(settings.database_url)
-    upgrade(url)
     spec, options, chunks = _dataset_spec(path)
-    engine = make_engine(url)
-    try:
+    with migrated_engine(settings, export=True) as engine:
         secret = resolve_hashing_secret(settings, engine)
         sessions = make_sessionmaker(engine)
         upload: dict[str, object] | None = None
@@ -171,11 +151,7 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
                 dataset = service.create_dataset(session, spec)
             if not reused:
                 upload, _ = upload_records(
-                    session,
-                    dataset.id,
-                    chunks(),
-                    options,
-                    hash_secret=secret,
+                    session, dataset.id, chunks(), options, hash_secret=secret
                 )
             dataset_id, name = dataset.id, dataset.name
         with sessions.begin() as session:
@@ -183,8 +159,6 @@ def prepare_demo(settings: Settings, data: str | Path | None = None) -> DemoSetu
             grid_id, grid_users, grid_records, n_grids = _busiest_grid(session, dataset)
             n_records = service.dataset_detail(session, dataset).n_records
             admin, analyst = _fresh_demo_keys(session)
-    finally:
-        engine.dispose()
     return DemoSetup(
         dataset_id=dataset_id,
         dataset_name=name,

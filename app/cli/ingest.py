@@ -10,9 +10,11 @@ import sys
 from types import FrameType
 
 from app.cli.support import (
+    LOG_LEVELS,
     DefaultsHelp,
     StartupRefused,
     integer,
+    migrated_engine,
     number,
     settings_or_refusal,
 )
@@ -26,9 +28,7 @@ _SECONDS = number(0, 86400, above=True)
 
 def _gtfs_rt(args: argparse.Namespace) -> int:
     from app.datasets.repository import DatasetRepository
-    from app.db.embedded import database_url
-    from app.db.engine import make_engine, make_sessionmaker
-    from app.db.migrate import upgrade
+    from app.db.engine import make_sessionmaker
     from app.instance.service import SecretMismatch, resolve_hashing_secret
     from app.kit.errors import InvalidRequest
     from app.observability.logs import configure_logging
@@ -38,48 +38,44 @@ def _gtfs_rt(args: argparse.Namespace) -> int:
     settings = settings_or_refusal()
     configure_logging(settings.log_format, args.log_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per poll is ours
-    url = database_url(settings.database_url)
-    upgrade(url)
-    engine = make_engine(url)
-    try:
-        secret = resolve_hashing_secret(settings, engine)
-    except SecretMismatch as exc:
-        raise StartupRefused(str(exc)) from None
-    sessions = make_sessionmaker(engine)
     options = UploadOptions(
         format="gtfs-rt", drop_zero=args.drop_zero, out_of_range=args.out_of_range
     )
-    with sessions() as session:
-        dataset = DatasetRepository(session).get(args.dataset)
+    with migrated_engine(settings) as engine:
         try:
-            if dataset is None:
-                raise InvalidRequest(f"no dataset {args.dataset}")
-            check_value_filters(dataset, options)
-        except InvalidRequest as exc:
-            print(f"dpgate ingest gtfs-rt: {exc.message}", file=sys.stderr)
-            engine.dispose()
-            return 2
-    poller = FeedPoller(
-        sessions,
-        args.dataset,
-        args.url,
-        hash_secret=secret,
-        options=options,
-        timeout=args.timeout,
-        max_bytes=settings.max_body_bytes,
-    )
+            secret = resolve_hashing_secret(settings, engine)
+        except SecretMismatch as exc:
+            raise StartupRefused(str(exc)) from None
+        sessions = make_sessionmaker(engine)
+        with sessions() as session:
+            dataset = DatasetRepository(session).get(args.dataset)
+            try:
+                if dataset is None:
+                    raise InvalidRequest(f"no dataset {args.dataset}")
+                check_value_filters(dataset, options)
+            except InvalidRequest as exc:
+                print(f"dpgate ingest gtfs-rt: {exc.message}", file=sys.stderr)
+                return 2
+        poller = FeedPoller(
+            sessions,
+            args.dataset,
+            args.url,
+            hash_secret=secret,
+            options=options,
+            timeout=args.timeout,
+            max_bytes=settings.max_body_bytes,
+        )
 
-    def stop(signum: int, _frame: FrameType | None) -> None:
-        log.info("%s: stopping after the poll under way", signal.Signals(signum).name)
-        poller.stop()
+        def stop(signum: int, _frame: FrameType | None) -> None:
+            log.info("%s: stopping after the poll under way", signal.Signals(signum).name)
+            poller.stop()
 
-    previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        totals = poller.run(args.every, args.polls)
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-        engine.dispose()
+        previous = {s: signal.signal(s, stop) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            totals = poller.run(args.every, args.polls)
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
     log.info(
         "stopped after %d poll(s): %d records added, %d already stored, %d rejected, "
         "%d poll(s) failed",
@@ -145,9 +141,6 @@ def add_ingest(sub: argparse._SubParsersAction) -> None:
         help="speeds outside [0, value_bound]: clamp, or reject (needs value_filters_public)",
     )
     gtfs.add_argument(
-        "--log-level",
-        default="info",
-        choices=("critical", "error", "warning", "info", "debug"),
-        help="least severe level logged",
+        "--log-level", default="info", choices=LOG_LEVELS, help="least severe level logged"
     )
     gtfs.set_defaults(func=_gtfs_rt)

@@ -22,15 +22,15 @@ from app.cli.publish import add_publish
 from app.cli.support import (
     EXIT_CODES,
     EXIT_USAGE,
+    LOG_LEVELS,
     CommandFailed,
     DefaultsHelp,
     StartupRefused,
     integer,
+    migrated_engine,
     settings_or_refusal,
 )
 from app.config import Settings
-
-LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 
 
 def _log_config(level: str = "info") -> dict[str, Any]:
@@ -59,16 +59,14 @@ def _metrics_directory(workers: int) -> Iterator[None]:
 
 def _migrated_settings() -> Settings:
     """Valid settings, the database migrated, and its hashing secret the pinned one."""
-    from app.db.embedded import export_database_url
-    from app.db.migrate import upgrade
-    from app.instance.service import SecretMismatch, check_hashing_secret
+    from app.instance.service import SecretMismatch, resolve_hashing_secret
 
     settings = settings_or_refusal()
-    upgrade(export_database_url(settings.database_url))
-    try:
-        check_hashing_secret(settings)
-    except SecretMismatch as exc:
-        raise StartupRefused(str(exc)) from None
+    with migrated_engine(settings, export=True) as engine:
+        try:
+            resolve_hashing_secret(settings, engine)
+        except SecretMismatch as exc:
+            raise StartupRefused(str(exc)) from None
     return settings
 
 

@@ -1,13 +1,7 @@
-"""``dpgate publish``: release every slot of one local day in one release, or a typical
-day (``--profile``: the same time of day pooled over the last weeks' chosen dates), for a
-scheduler.
-
-It talks to a running server through the Python client (``dpgate``). The day's slots
-are counted in the dataset's timezone (23 or 25 hourly slots on a daylight-saving day).
-The request carries an ``Idempotency-Key`` made from the dataset, the day and the
-options, so a run repeated (by hand, or by a scheduler after a timeout) is answered
-from the stored release and charged once. Exit codes say what a scheduler should do
-(``app.cli.support.EXIT_CODES``).
+"""``dpgate publish``: one local day's slots (23 or 25 on a daylight-saving day), or a typical
+day (``--profile``), in one release through a running server (the ``dpgate`` client). Its
+``Idempotency-Key`` is made from the dataset, the day and the options, so a repeated run is
+answered from the stored release and charged once; exit codes per ``app.cli.support``.
 """
 
 from __future__ import annotations
@@ -156,10 +150,6 @@ def profile_body(args: argparse.Namespace, last: date, slot_minutes: int) -> dic
     return _options(args, {"slot_start": args.time, "slots": slots, "profile": profile})
 
 
-def publish_body(args: argparse.Namespace, slots: int) -> dict[str, Any]:
-    return _options(args, {"slot_start": f"{args.day.isoformat()}T00:00:00", "slots": slots})
-
-
 def _options(args: argparse.Namespace, when: dict[str, Any]) -> dict[str, Any]:
     body = {
         **when,
@@ -206,7 +196,8 @@ def _body(args: argparse.Namespace, dataset: dict[str, Any]) -> dict[str, Any]:
     if args.profile is None:
         if args.day is None:
             raise CommandFailed(EXIT_USAGE, "give --day (or --profile for a typical day)")
-        return publish_body(args, day_slots(args.day, dataset["timezone"], minutes))
+        slots = day_slots(args.day, dataset["timezone"], minutes)
+        return _options(args, {"slot_start": f"{args.day.isoformat()}T00:00:00", "slots": slots})
     last = args.day
     if last is None:
         last = datetime.now(ZoneInfo(dataset["timezone"])).date() - timedelta(days=1)

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 from app.config import Settings, get_settings
 
 if TYPE_CHECKING:
+    from sqlalchemy import Engine
+
     import dpgate
 
 EXIT_OK = 0
@@ -30,6 +32,7 @@ EXIT_CODES = (
     "found (no such dataset, or no data yet); 5 server unreachable or busy (retry later)"
 )
 LOCAL_URL = "http://127.0.0.1:8000"
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")
 MAX_ID = 2**31 - 1
 
 
@@ -66,6 +69,23 @@ def settings_or_refusal() -> Settings:
             f"DPGATE_{'.'.join(map(str, e['loc'])).upper()}: {e['msg']}" for e in exc.errors()
         )
         raise StartupRefused(f"invalid settings: {problems}") from None
+
+
+@contextmanager
+def migrated_engine(settings: Settings, *, export: bool = False) -> Iterator[Engine]:
+    """An engine on the migrated database of ``DPGATE_DATABASE_URL`` (else the embedded one;
+    with ``export``, named in the environment for the processes started from this one)."""
+    from app.db.embedded import database_url, export_database_url
+    from app.db.engine import make_engine
+    from app.db.migrate import upgrade
+
+    url = (export_database_url if export else database_url)(settings.database_url)
+    upgrade(url)
+    engine = make_engine(url)
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 # ---- argument types ------------------------------------------------------------------

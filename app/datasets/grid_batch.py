@@ -11,6 +11,7 @@ from itertools import pairwise
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.core.data.joined import offsets
 from app.datasets.grid_store import (
     GridArrays,
     GridVersion,
@@ -25,12 +26,6 @@ from app.datasets.repository import GridRepository
 __all__ = ["GridBatch", "GridColumns", "load_grid_batch", "load_grid_snapshots"]
 
 _ITEM = 8  # bytes per user id, count and value
-
-
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    out = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
-    return out
 
 
 @dataclass(frozen=True, eq=False)
@@ -55,8 +50,8 @@ class GridColumns:
             np.concatenate([ints, *(a.user_ids for a in arrays)]),
             np.concatenate([ints, *(a.counts for a in arrays)]),
             np.concatenate([floats, *(a.values for a in arrays)]),
-            _offsets(sizes),
-            _offsets(lengths),
+            offsets(sizes),
+            offsets(lengths),
         )
 
     @property
@@ -125,8 +120,8 @@ def _read(session: Session, grids: Sequence[GridVersion]) -> GridBatch:
         native_array(b"".join(users), "<i8"),
         native_array(b"".join(counts), "<i8"),
         native_array(b"".join(values), "<f8"),
-        _offsets(pair_bytes // _ITEM),
-        _offsets(value_bytes // _ITEM),
+        offsets(pair_bytes // _ITEM),
+        offsets(value_bytes // _ITEM),
     )
     return GridBatch(_views(grids, cols), cols)
 

@@ -49,13 +49,13 @@ class DatasetRepository(Repository):
     def get(self, dataset_id: int) -> Dataset | None:
         return self.session.get(Dataset, dataset_id)
 
-    def lock(self, dataset_id: int) -> Dataset | None:
-        """The dataset row, ``FOR NO KEY UPDATE`` until the transaction ends: serialises uploads
-        and resets, not queries (``FOR KEY SHARE``)."""
+    def lock(self, dataset_id: int, *, shared: bool = False) -> Dataset | None:
+        """The dataset row until the transaction ends: ``FOR NO KEY UPDATE`` serialises uploads
+        and resets, not queries and releases, which lock it ``shared`` (``FOR KEY SHARE``)."""
         return self.session.scalars(
             select(Dataset)
             .where(Dataset.id == dataset_id)
-            .with_for_update(key_share=True)
+            .with_for_update(read=shared, key_share=True)
             .execution_options(populate_existing=True)
         ).first()
 

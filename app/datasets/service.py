@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 from zoneinfo import ZoneInfo
 
 import h3
@@ -232,3 +232,12 @@ def list_grids(
         offset=offset,
         next=offset + len(grids) if more else None,
     )
+
+
+def all_grids(session: Session, dataset: Dataset, **filters: Any) -> Iterator[GridOut]:
+    """Every grid :func:`list_grids` lists with ``filters``, read a page of 10⁴ at a time."""
+    offset: int | None = 0
+    while offset is not None:
+        page = list_grids(session, dataset, limit=10_000, offset=offset, **filters)
+        yield from page.grids
+        offset = page.next

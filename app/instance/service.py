@@ -16,7 +16,7 @@ from sqlalchemy import Engine
 from sqlalchemy.orm import Session
 
 from app.config import LEGACY_SECRET_FILE, Settings
-from app.db.engine import make_engine, make_sessionmaker
+from app.db.engine import make_sessionmaker
 from app.instance.repository import InstanceRepository
 
 log = logging.getLogger("dpgate.instance")
@@ -104,16 +104,5 @@ def resolve_hashing_secret(settings: Settings, engine: Engine) -> bytes:
     try:
         with make_sessionmaker(engine).begin() as session:
             return resolve_in_session(session, settings)
-    finally:
-        engine.dispose()
-
-
-def check_hashing_secret(settings: Settings) -> None:
-    """Start-up check for ``dpgate serve`` and ``dpgate migrate`` (database migrated)."""
-    from app.db.embedded import database_url
-
-    engine = make_engine(database_url(settings.database_url))
-    try:
-        resolve_hashing_secret(settings, engine)
     finally:
         engine.dispose()

@@ -34,10 +34,6 @@ def hash_key(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
 
 
-def new_secret() -> str:
-    return KEY_PREFIX + secrets.token_urlsafe(32)
-
-
 def create_key(
     session: Session,
     *,
@@ -49,7 +45,7 @@ def create_key(
     """Create a key: the row and its secret (shown once); a quota rounded down."""
     if role not in ROLES:
         raise ValueError(f"role must be one of {ROLES}")
-    secret = secret or new_secret()
+    secret = secret or KEY_PREFIX + secrets.token_urlsafe(32)
     key = ApiKey(
         name=name,
         role=role,
@@ -173,14 +169,9 @@ def key_me(session: Session, identity: KeyIdentity, spent_of: SpentOf) -> KeyMe:
     key = KeyRepository(session).get(identity.id)
     if key is None or key.revoked_at is not None:
         raise Unauthenticated("this API key was revoked")
-    spent = spent_of(key)
-    quota = key.epsilon_quota
+    spent, quota = spent_of(key), key.epsilon_quota
     return KeyMe(
-        id=key.id,
-        name=key.name,
-        role=key.role,
-        epsilon_quota=None if quota is None else float(quota),
-        epsilon_spent=float(spent),
+        **key_out(key, spent).model_dump(include=set(KeyMe.model_fields)),
         epsilon_remaining=None if quota is None else float(budget.remaining(spent, quota)),
     )
 

@@ -25,11 +25,8 @@ class DPGateError(Exception):
 
 
 class InvalidRequest(DPGateError):
-    status_code, code, description = (
-        400,
-        "invalid_request",
-        "The request is malformed or a parameter is out of range",
-    )
+    status_code, code = 400, "invalid_request"
+    description = "The request is malformed or a parameter is out of range"
 
 
 class Unauthenticated(DPGateError):
@@ -88,27 +85,18 @@ class Conflict(DPGateError):
 
 
 class IdempotencyConflict(DPGateError):
-    status_code, code, description = (
-        422,
-        "idempotency_conflict",
-        "The Idempotency-Key was already used with a different request",
-    )
+    status_code, code = 422, "idempotency_conflict"
+    description = "The Idempotency-Key was already used with a different request"
 
 
 class RequestTimeout(DPGateError):
-    status_code, code, description = (
-        408,
-        "request_timeout",
-        "The request body stalled for longer than the configured limit",
-    )
+    status_code, code = 408, "request_timeout"
+    description = "The request body stalled for longer than the configured limit"
 
 
 class PayloadTooLarge(DPGateError):
-    status_code, code, description = (
-        413,
-        "payload_too_large",
-        "The request body is larger than the configured limit",
-    )
+    status_code, code = 413, "payload_too_large"
+    description = "The request body is larger than the configured limit"
 
 
 class RateLimited(DPGateError):

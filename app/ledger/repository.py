@@ -88,17 +88,6 @@ def _in_window(dataset_id: int, epoch: int, window: date) -> tuple[Any, ...]:
 
 
 class LedgerRepository(Repository):
-    def lock_dataset(self, dataset_id: int, *, exclusive: bool = False) -> Dataset | None:
-        """The dataset row, ``FOR KEY SHARE`` or, for a reset, ``FOR NO KEY UPDATE`` (which does not
-        block the shared lockers)."""
-        stmt = (
-            select(Dataset)
-            .where(Dataset.id == dataset_id)
-            .execution_options(populate_existing=True)
-            .with_for_update(read=not exclusive, key_share=True)
-        )
-        return self.session.scalars(stmt).first()
-
     def limit_lock_waits(self, seconds: float) -> None:
         """Row-lock waits of this transaction fail after ``seconds`` (``lock_timeout``)."""
         ms = max(1, round(seconds * 1000))

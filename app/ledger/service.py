@@ -16,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from app import budget
 from app.datasets.models import Dataset
+from app.datasets.repository import DatasetRepository
 from app.db.unit import separate_transaction
 from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
@@ -36,7 +37,7 @@ from app.time.budget_windows import (
 def lock_dataset(session: Session, dataset_id: int, *, exclusive: bool = False) -> Dataset:
     """The dataset with its row locked: shared by queries and releases, exclusive (among resets and
     uploads) by a budget reset, which does not wait for the shared lockers (docs/math.md §10.5)."""
-    dataset = LedgerRepository(session).lock_dataset(dataset_id, exclusive=exclusive)
+    dataset = DatasetRepository(session).lock(dataset_id, shared=not exclusive)
     if dataset is None:
         raise NotFound(f"dataset {dataset_id} not found")
     return dataset

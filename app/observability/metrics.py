@@ -109,28 +109,25 @@ def record_release(dataset_id: int | str, answer: dict[str, Any], seconds: float
         record_charge(int(dataset_id), "release", per_grid * len(answer.get("grids", ())))
 
 
-class PoolCollector(Collector):
-    """Connections of this process's two database pools, read when scraped."""
+class _StateCollector(Collector):
+    """Metrics read from the application's ``state`` when scraped."""
 
     def __init__(self, state: Any) -> None:
         self.state = state
 
+
+_POOL_GAUGES = (
+    ("dpgate_db_pool_size", "Most connections a pool of this process may hold."),
+    ("dpgate_db_pool_in_use", "Connections of a pool in use by requests now."),
+    ("dpgate_db_pool_waiting", "Requests waiting for a connection of the query pool now."),
+)
+
+
+class PoolCollector(_StateCollector):
+    """Connections of this process's two database pools."""
+
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        size = GaugeMetricFamily(
-            "dpgate_db_pool_size",
-            "Most connections a pool of this process may hold.",
-            None,
-            ["pool"],
-        )
-        busy = GaugeMetricFamily(
-            "dpgate_db_pool_in_use", "Connections of a pool in use by requests now.", None, ["pool"]
-        )
-        waiting = GaugeMetricFamily(
-            "dpgate_db_pool_waiting",
-            "Requests waiting for a connection of the query pool now.",
-            None,
-            ["pool"],
-        )
+        size, busy, waiting = (GaugeMetricFamily(n, t, labels=["pool"]) for n, t in _POOL_GAUGES)
         engine = getattr(self.state, "engine", None)
         if engine is not None and hasattr(engine.pool, "checkedout"):
             pool = engine.pool
@@ -145,11 +142,8 @@ class PoolCollector(Collector):
         yield from (size, busy, waiting)
 
 
-class LedgerCollector(Collector):
-    """Users at their cap per dataset and whether the database answers, read when scraped."""
-
-    def __init__(self, state: Any) -> None:
-        self.state = state
+class LedgerCollector(_StateCollector):
+    """Users at their cap per dataset and whether the database answers."""
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         watch = getattr(self.state, "db_watch", None)

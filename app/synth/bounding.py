@@ -1,19 +1,8 @@
 """The count collections and value laws of seed 003's bounding experiments (docs/math.md §7.3).
 
-003 §IV-A (Figs. 2–3), ``U = 65``:
-
-* **geometric collection**: for ``i = 0..M`` there are ``2^i`` users with
-  ``2^{M-i}`` records each (``L = 2^{M+1} - 1``; ``M = 6`` gives 127 users and
-  ``n = (M+1) 2^M = 448`` records);
-* **extreme-valued collection**: ``L - 1`` users with one record and one user with
-  ``m* > 1`` records (``L = 101``, ``m* = 10``);
-* **uniform samples**: i.i.d. ``Unif((0, U])``;
-* **projected Gaussian samples**: i.i.d. ``N(U/2, U/4)`` rejection-sampled into
-  ``(0, U]``. 003 writes ``N(μ, v)`` with ``v`` the *variance* (its §II
-  notation), so the standard deviation is ``√(U/4) ≈ 4.03`` for ``U = 65``.
-
-Counts are returned largest first; values are drawn with shape ``size`` so that an
-experiment can draw many independent data sets at once (one row per run).
+003 §IV-A (Figs. 2–3) writes ``N(μ, v)`` with ``v`` the *variance* (its §II notation), so the
+projected Gaussian's standard deviation is ``√(U/4) ≈ 4.03`` for ``U = 65``. Counts are returned
+largest first; values with shape ``size``, so an experiment draws many data sets at once.
 """
 
 from __future__ import annotations
@@ -21,14 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from app.synth.random_source import SynthRandom
-
-__all__ = [
-    "BOUNDING_U",
-    "extreme_collection",
-    "geometric_collection",
-    "truncated_normal_values",
-    "uniform_values",
-]
 
 BOUNDING_U = 65.0
 

@@ -40,15 +40,6 @@ import numpy as np
 from app.synth.itms import ITMS_MEAN, ITMS_U, ITMS_VARIANCE, itms_counts
 from app.synth.random_source import SynthRandom
 
-__all__ = [
-    "CITY_COLUMNS",
-    "CityConfig",
-    "CityRecords",
-    "records_csv",
-    "synthetic_city",
-    "synthetic_days",
-]
-
 CITY_COLUMNS = ("user_id", "timestamp", "lat", "lon", "value")
 
 

@@ -1,34 +1,18 @@
-"""Heavy-hitter occupancies of 004 §VI-A2 (docs/math.md §7.2).
-
-``G`` grids and ``L = 2^G - 1`` users numbered ``1..L``. Users ``2^j .. 2^{j+1}-1``
-(``j = 0..G-1``) occupy ``G - j`` grids chosen uniformly at random, so user 1
-occupies every grid and ``G₁ = G``. Each occupied pair gets a count
-``m_{g,l} ~ Geo(q)`` on ``{1, 2, ...}`` (``P[m] = q (1-q)^{m-1}``). Then in each
-grid the top contributor's count is multiplied by ``1 + γ`` and rounded to an
-integer (004 step iii). Only the occupancy is generated: values do not matter for
-worst-case errors (004 §VI-A2).
+"""Heavy-hitter occupancies of 004 §VI-A2, as docs/math.md §7.2 states them (counts ``Geo(q)``
+on ``{1, 2, ...}``: ``P[m] = q (1-q)^{m-1}``). Only the occupancy is generated: values do not
+matter for worst-case errors (004 §VI-A2).
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
-
 import numpy as np
 
-__all__ = ["RandomSource", "heavy_hitter_occupancy"]
-
-
-class RandomSource(Protocol):
-    """The two methods of a numpy ``Generator`` this module uses."""
-
-    def random(self, size: Any = ...) -> Any: ...
-
-    def geometric(self, p: Any, size: Any = ...) -> Any: ...
+from app.synth.random_source import SynthRandom
 
 
 def heavy_hitter_occupancy(
     gamma: float,
-    rng: RandomSource,
+    rng: SynthRandom,
     *,
     G: int = 12,
     q: float = 0.01,

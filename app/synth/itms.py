@@ -15,13 +15,7 @@ these properties exactly (checked by :func:`check_itms_counts` and a unit test):
   median or ``m_*``.
 
 The exponents 0.87 and 3.32 were found by a one-off search so that the array
-counts of eq. 9 also match (``K = 160``, ``K̄ = 164``). Synthetic speeds follow
-002 §IV-C: i.i.d. ``N(μ, σ²)`` with the ITMS mean ``μ = 20.66769`` and variance
-``σ² = 115.135``, projected onto ``[0, U]``, ``U = 65`` km/h.
-
-* **Sample scaling** (002 §IV-C 1, Fig. 3): every ``m_l`` multiplied by ``λ``.
-* **User scaling** (002 §IV-C 2, Fig. 4): every user repeated ``λ`` times
-  (user ``λ(l-1)+i`` has ``m_l`` records, ``i = 1..λ``). ``λ = 10`` in 002.
+counts of eq. 9 also match. Speeds and the two scalings are as docs/math.md §7.1 states.
 """
 
 from __future__ import annotations
@@ -30,27 +24,6 @@ import numpy as np
 
 from app.core.data.grid import GridData
 from app.synth.random_source import SynthRandom
-
-__all__ = [
-    "ITMS_K_BESTFIT",
-    "ITMS_K_WRAP",
-    "ITMS_L",
-    "ITMS_MEAN",
-    "ITMS_MEDIAN",
-    "ITMS_M_MAX",
-    "ITMS_M_MIN",
-    "ITMS_N",
-    "ITMS_U",
-    "ITMS_VARIANCE",
-    "SCALING_LAMBDA",
-    "check_itms_counts",
-    "grid_from_counts",
-    "itms_counts",
-    "itms_grid",
-    "projected_normal",
-    "sample_scaled",
-    "user_scaled",
-]
 
 ITMS_L = 217
 ITMS_M_MAX = 417
@@ -69,12 +42,8 @@ _HIGH_EXP = 3.32
 
 
 def itms_counts() -> np.ndarray:
-    """The deterministic ITMS-like counts ``m_l`` (002 §IV-B), largest first.
-
-    Returns a fresh int64 array of length 217: ``m* = 417``, ``m_* = 1``,
-    ``Σ = 17166``, median (the 109th largest, 002 §II-A) 46; with ``m_UB`` of
-    002 eq. 9 it gives ``K = 160`` WRAPAROUND and ``K̄ = 164`` BESTFIT arrays.
-    """
+    """The deterministic ITMS-like counts ``m_l`` (002 §IV-B), largest first, as a fresh int64
+    array (the median is the 109th largest, 002 §II-A)."""
     L, h = ITMS_L, (ITMS_L - 1) // 2
     c = np.empty(L, dtype=np.float64)
     c[: h + 1] = 1.0 + (ITMS_MEDIAN - 1) * (np.arange(h + 1) / h) ** _LOW_EXP
@@ -112,18 +81,20 @@ def check_itms_counts(counts: np.ndarray) -> dict[str, int]:
     }
 
 
-def sample_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
-    """Sample scaling (002 §IV-C 1): every user contributes ``λ m_l`` records."""
+def _scale(lam: int) -> int:
     if int(lam) != lam or lam < 1:
         raise ValueError(f"lambda must be a positive integer, got {lam!r}")
-    return np.asarray(counts, dtype=np.int64) * int(lam)
+    return int(lam)
+
+
+def sample_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
+    """Sample scaling (002 §IV-C 1): every user contributes ``λ m_l`` records."""
+    return np.asarray(counts, dtype=np.int64) * _scale(lam)
 
 
 def user_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
     """User scaling (002 §IV-C 2): each user repeated ``λ`` times (``λ L`` users)."""
-    if int(lam) != lam or lam < 1:
-        raise ValueError(f"lambda must be a positive integer, got {lam!r}")
-    return np.repeat(np.asarray(counts, dtype=np.int64), int(lam))
+    return np.repeat(np.asarray(counts, dtype=np.int64), _scale(lam))
 
 
 def projected_normal(
@@ -144,11 +115,6 @@ def projected_normal(
     return np.clip(x, 0.0, U)
 
 
-def grid_from_counts(counts: np.ndarray, values: np.ndarray) -> GridData:
-    """A :class:`GridData` whose user ``l`` owns the next ``counts[l]`` values (in order)."""
-    return GridData.from_counts_and_values(counts, values)
-
-
 def itms_grid(
     rng: SynthRandom,
     counts: np.ndarray | None = None,
@@ -161,4 +127,4 @@ def itms_grid(
     with i.i.d. projected-normal speeds."""
     c = itms_counts() if counts is None else np.asarray(counts, dtype=np.int64)
     values = projected_normal(rng, int(c.sum()), mean=mean, variance=variance, U=U)
-    return grid_from_counts(c, values)
+    return GridData.from_counts_and_values(c, values)

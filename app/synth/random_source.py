@@ -1,9 +1,5 @@
-"""The slice of a numpy ``Generator`` the synthetic-data generators use (docs/math.md §7).
-
-Generators in :mod:`app.synth` never create a source of randomness themselves: the
-caller (an experiment, a test, a benchmark, the demo) passes a seeded numpy
-``Generator`` (``default_rng(seed)``), which satisfies this Protocol structurally.
-"""
+"""The slice of a numpy ``Generator`` that :mod:`app.synth` calls: the caller (an experiment, a
+test, a benchmark, the demo) passes a seeded one, never this package (docs/math.md §7)."""
 
 from __future__ import annotations
 
@@ -26,3 +22,5 @@ class SynthRandom(Protocol):
     def dirichlet(self, alpha: Any, size: Any = ...) -> Any: ...
 
     def multinomial(self, n: Any, pvals: Any, size: Any = ...) -> Any: ...
+
+    def geometric(self, p: Any, size: Any = ...) -> Any: ...

@@ -16,7 +16,7 @@ whose wall start falls in a gap starts at the gap's end, the same local date).
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta
-from typing import Literal, Protocol, get_args
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -30,7 +30,6 @@ from app.time.slots import (
 )
 
 BudgetWindow = Literal["none", "day", "week", "month"]
-BUDGET_WINDOWS: tuple[str, ...] = get_args(BudgetWindow)
 
 #: Local dates of the supported instants (``app.time.slots``), with a margin.
 FIRST_DAY, LAST_DAY = date(1899, 12, 1), date(2300, 1, 1)

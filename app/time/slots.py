@@ -24,22 +24,6 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 import numpy as np
 
-__all__ = [
-    "MAX_US",
-    "MIN_US",
-    "TimestampParser",
-    "datetime_to_us",
-    "format_local",
-    "get_zone",
-    "is_valid_timezone",
-    "localize_us",
-    "parse_timestamp",
-    "slot_end_bound_us",
-    "slot_start_us",
-    "us_to_datetime",
-    "utc_offsets_us",
-]
-
 US = 1_000_000
 HOUR_US = 3600 * US
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from datetime import timedelta
+from itertools import islice
 from typing import Annotated, Any
 
 import h3
@@ -16,7 +17,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
-from app.datasets.service import dataset_out, get_dataset, list_grids, parse_slot_start
+from app.datasets.service import all_grids, dataset_out, get_dataset, parse_slot_start
 from app.http.query_params import CheckedRoute
 from app.kit.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated, responses
 from app.releases.models import SlotRelease
@@ -26,7 +27,6 @@ from app.releases.service import no_release
 
 FOOTPRINT_TTL_S = 60.0  # the footprint grows with uploads: a process re-reads it this often
 MAX_SLOT_CELLS = 50_000
-PAGE = 10_000
 #: per application (its database): (dataset, resolutions) -> (when read, body)
 Footprints = dict[tuple[int, tuple[int, ...]], tuple[float, bytes]]
 
@@ -118,20 +118,17 @@ def _occupancy(session: Session, release_id: str, slot_start: str) -> dict[str, 
     res = head.get("h3_resolution")  # the release's grids, when coarser than the dataset's
     coarser_res = None if res in (None, dataset.h3_resolution) else int(res)
     coarser_minutes = None if minutes == dataset.timeslot_minutes else int(minutes)
-    grids: list[dict[str, Any]] = []
-    offset: int | None = 0
-    while offset is not None and len(grids) < MAX_SLOT_CELLS:
-        page = list_grids(
-            session,
-            dataset,
-            slot_start=slot_start,
-            limit=PAGE,
-            offset=offset,
-            h3_resolution=coarser_res,
-            slot_minutes=coarser_minutes,
-        )
-        grids += [g.model_dump(include={"h3_cell", "n_users", "n_records"}) for g in page.grids]
-        offset = page.next
+    found = all_grids(
+        session,
+        dataset,
+        slot_start=slot_start,
+        h3_resolution=coarser_res,
+        slot_minutes=coarser_minutes,
+    )
+    grids = [
+        g.model_dump(include={"h3_cell", "n_users", "n_records"})
+        for g in islice(found, MAX_SLOT_CELLS)
+    ]
     return {"slot_start": slot_start, "grids": grids}
 
 
