@@ -24,7 +24,9 @@ ingestion; a day window; kept in ``--schema`` for reuse when given), then on a f
 server (its own process, one worker) times the preview and the release of the 08:00
 profile over them (``--parts``: fixed res 8, adaptive res 8 to 5) over HTTP, medians of
 ``--repeats``, and the server's peak RSS (its ``VmHWM``, reset before each request). A
-budget reset before each request: every release creates its bus-days' accounts.
+budget reset before each request: every release creates its bus-days' accounts. Also
+printed: the server's CPU seconds per request (all its threads; the rest of the wall time
+is Postgres and, on a shared machine, waiting for a core).
 Targets at ``--days 20 --records 1000000`` (2·10⁷ records, 10⁶ bus-days): preview <= 5 s,
 release <= 20 s, peak RSS <= 2 GiB.
 """
@@ -32,6 +34,7 @@ release <= 20 s, peak RSS <= 2 GiB.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -163,6 +166,12 @@ def _peak_rss_reset(pid: int) -> None:
     Path(f"/proc/{pid}/clear_refs").write_text("5")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of ``pid``, all its threads (``/proc/<pid>/stat``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _peak_rss_mib(pid: int) -> float:
     """The peak RSS (VmHWM) of ``pid`` since its start or the last reset, MiB."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -226,6 +235,7 @@ def _time_profile(
     for part in parts:
         extra = SPEED_PARTITIONS[part]
         times: dict[str, list[float]] = {"preview": [], "release": []}
+        cpu: dict[str, list[float]] = {"preview": [], "release": []}
         peak = 0.0
         for i in range(repeats):
             body: dict[str, Any] = {
@@ -236,16 +246,18 @@ def _time_profile(
                 # a new epoch: the release creates its 10⁶ bus-days' accounts, as a first would
                 c.post(f"/datasets/{ds}/budget/reset", json={"reason": "bench"}).raise_for_status()
                 _peak_rss_reset(pid)
-                start = time.perf_counter()
+                start, used = time.perf_counter(), _cpu_seconds(pid)
                 resp = c.post(f"/datasets/{ds}/{path}", json=body)
                 times[what].append(time.perf_counter() - start)
+                cpu[what].append(_cpu_seconds(pid) - used)
                 if resp.status_code != 200:
                     raise RuntimeError(f"{path}: {resp.status_code} {resp.text[:300]}")
                 peak = max(peak, _peak_rss_mib(pid))
         print(
             f"profile of {n_days} days, {part:<9} preview "
             f"{statistics.median(times['preview']):.2f} s  release "
-            f"{statistics.median(times['release']):.2f} s  peak RSS {peak:.0f} MiB "
+            f"{statistics.median(times['release']):.2f} s  peak RSS {peak:.0f} MiB  server CPU "
+            f"{statistics.median(cpu['preview']):.1f} s, {statistics.median(cpu['release']):.1f} s "
             f"(median of {repeats}: {', '.join(f'{t:.1f}' for t in times['release'])}; "
             f"{datetime.now():%H:%M})",
             flush=True,

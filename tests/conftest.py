@@ -8,7 +8,8 @@ plus the template's few rows (Alembic's version). The template is made by the
 migrations themselves, so a copy is exactly what ``upgrade`` makes. ``postgres_url``
 stays a fresh, empty schema (for tests of the migrations themselves and for servers
 that migrate on start); ``db_url`` and everything built on it (``settings``, ``app``,
-``client``) get a migrated copy.
+``client``) get a migrated copy. The copies are made ahead, and dropped after their test,
+by the worker's threads (``tests.schema_pool``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from app.db.migrate import upgrade
 from app.main import create_app
 from tests import kernels_once
 from tests.postgres import postgres_target
+from tests.schema_pool import SchemaPool
 
 ADMIN_KEY = "dpg_test_admin_key_0123456789"
 
@@ -118,10 +120,15 @@ def new_schema(base_url: str, admin: Engine) -> Iterator[str]:
 
 
 @pytest.fixture
-def postgres_url(postgres_base_url: str, postgres_admin: Engine) -> Iterator[str]:
+def postgres_url(
+    postgres_base_url: str, postgres_admin: Engine, schema_pool: SchemaPool
+) -> Iterator[str]:
     """A fresh, empty schema on the real Postgres server (dropped afterwards)."""
-    with new_schema(postgres_base_url, postgres_admin) as url:
-        yield url
+    url, schema = _new_schema_url(postgres_base_url)
+    with postgres_admin.begin() as conn:
+        conn.exec_driver_sql(f'CREATE SCHEMA "{schema}"')
+    yield url
+    schema_pool.drop_later(schema)
 
 
 def _pg_dumps() -> list[str]:
@@ -211,16 +218,24 @@ def postgres_template(postgres_base_url: str, postgres_admin: Engine) -> Iterato
     _drop_schema(postgres_admin, template.schema)
 
 
-@pytest.fixture
-def migrated_postgres_url(
+@pytest.fixture(scope="session")
+def schema_pool(
     postgres_template: PostgresTemplate, postgres_admin: Engine
-) -> Iterator[str]:
+) -> Iterator[SchemaPool]:
+    """The worker's copies of the template, made and dropped beside its tests."""
+    pool = SchemaPool(
+        postgres_template.copy, lambda schema: _drop_schema(postgres_admin, schema), ready=2
+    )
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def migrated_postgres_url(schema_pool: SchemaPool) -> Iterator[str]:
     """A schema at the newest revision, copied from the worker's template."""
-    url, schema = postgres_template.copy()
-    try:
-        yield url
-    finally:
-        _drop_schema(postgres_admin, schema)
+    url, schema = schema_pool.take()
+    yield url
+    schema_pool.drop_later(schema)
 
 
 @pytest.fixture
@@ -253,12 +268,12 @@ def client(app: FastAPI) -> Iterator[TestClient]:
 
 @contextmanager
 def shared_client_on(
-    template: PostgresTemplate, tmp_dir: Path, **overrides: object
+    schemas: SchemaPool, tmp_dir: Path, **overrides: object
 ) -> Iterator[TestClient]:
     """An admin's client of an app on a schema of its own, for several tests that only
     send requests the service must refuse without writing or charging anything (each
     test checks that itself, so one that writes still fails)."""
-    url, schema = template.copy()
+    url, schema = schemas.take()
     try:
         settings = Settings(
             database_url=url,
@@ -271,15 +286,15 @@ def shared_client_on(
             c.headers["Authorization"] = f"Bearer {ADMIN_KEY}"
             yield c
     finally:
-        _drop_schema(template.admin, schema)
+        schemas.drop_later(schema)
 
 
 @pytest.fixture(scope="module")
 def shared_client(
-    postgres_template: PostgresTemplate, tmp_path_factory: pytest.TempPathFactory
+    schema_pool: SchemaPool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestClient]:
     """``client``'s app, shared by a module's refusal tests (:func:`shared_client_on`)."""
-    with shared_client_on(postgres_template, tmp_path_factory.mktemp("shared")) as c:
+    with shared_client_on(schema_pool, tmp_path_factory.mktemp("shared")) as c:
         yield c
 
 

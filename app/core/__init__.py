@@ -23,7 +23,7 @@ from app.core.engine.single_grid import (
     start_releases,
 )
 from app.core.engine.user_mean_batch import expected_user_mean_widths, start_user_mean_releases
-from app.core.mechanisms.auto import auto_epsilon, expected_error
+from app.core.mechanisms.auto import auto_epsilon, expected_error, expected_errors
 from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
 from app.core.mechanisms.registry import (
     JOINT_MECHANISMS,
@@ -61,6 +61,7 @@ __all__ = [
     "expected_ci95_width",
     "expected_ci95_widths",
     "expected_error",
+    "expected_errors",
     "expected_user_mean_widths",
     "finish_batch",
     "finish_releases",

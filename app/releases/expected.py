@@ -7,6 +7,8 @@ no bound).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from app import core
@@ -32,3 +34,24 @@ def expected_error(
     if error is None:  # no bound: the noise's own scale (mean absolute Laplace error)
         error = plan.noise_scale if plan.noise_scale is not None else float("inf")
     return float(error)
+
+
+def expected_errors(
+    statistic: str,
+    counts: Sequence[np.ndarray],
+    caps: Sequence[np.ndarray],
+    U: float,
+    eps: float,
+    mechanism: str = "auto",
+    **options: str,
+) -> list[float]:
+    """:func:`expected_error` of many grids (grid ``i``: ``counts[i]`` limited to
+    ``caps[i]``, some kept), the same floats: ``auto``'s in arrays."""
+    if mechanism == "auto" and options.get("objective", "accuracy") == "accuracy":
+        kept = [np.minimum(c, k) for c, k in zip(counts, caps, strict=True)]
+        out: list[float] = core.expected_errors(statistic, kept, U, eps).tolist()
+        return out
+    return [
+        expected_error(statistic, c, U, eps, mechanism, caps=k, **options)
+        for c, k in zip(counts, caps, strict=True)
+    ]

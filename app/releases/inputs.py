@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import date
-from functools import cached_property, partial
+from functools import cached_property
 from typing import Any
 
 import h3
@@ -37,6 +37,7 @@ from app.releases.adaptive import (
 from app.releases.interval_plan import candidate_ks, plan_at_k, plan_for_intervals
 from app.releases.per_cell import WidthRule
 from app.releases.planning import (
+    LivePairs,
     Occupancy,
     PlanOptions,
     SlotPlan,
@@ -85,7 +86,14 @@ def plan_maker(
         error_target=req.error_target,
         protect_min_error_grid=req.protect_min_error_grid,
     )
-    return partial(plan_at, inp.occ, excluded, inp.dataset.value_bound, opts=opts)
+    made: list[LivePairs] = []  # read once, on the first plan asked
+
+    def make(eps: EpsilonAmount) -> SlotPlan:
+        if not made:
+            made.append(LivePairs.of(inp.occ, excluded))
+        return plan_at(inp.occ, excluded, inp.dataset.value_bound, eps, opts, made[0])
+
+    return make
 
 
 def choose_plan(inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | None) -> SlotPlan:

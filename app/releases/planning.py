@@ -19,6 +19,8 @@ import numpy as np
 
 from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
+from app.core.data.occupancy import Occupancy as CheckedOccupancy
+from app.core.data.occupancy import validate_occupancy
 from app.core.noise.threads import in_parallel
 from app.core.planning.clip_user import clip_user_kept
 from app.kit.errors import InvalidRequest
@@ -155,33 +157,61 @@ def live_pairs(occ: Occupancy, excluded: np.ndarray | None) -> np.ndarray:
     return np.ones(occ.user.size, dtype=bool) if excluded is None else ~excluded
 
 
+@dataclass
+class LivePairs:
+    """What a plan reads of ``occ`` without the excluded pairs, whatever its epsilon: the
+    live mask, their (grid, user, count) columns, ``G1`` and (once made) their checked
+    Clip-User occupancy. One per plan maker: an epsilon search reads it many times."""
+
+    live: np.ndarray
+    g: np.ndarray
+    u: np.ndarray
+    c: np.ndarray
+    G1: int
+    checked: CheckedOccupancy | None = None
+
+    @classmethod
+    def of(cls, occ: Occupancy, excluded: np.ndarray | None) -> LivePairs:
+        live = live_pairs(occ, excluded)
+        u = occ.user[live]
+        G1 = grids_per_user(u) if u.size else 0
+        return cls(live, occ.grid[live], u, occ.count[live], G1)
+
+
 def plan_at(
-    occ: Occupancy, excluded: np.ndarray | None, U: float, eps: EpsilonAmount, opts: PlanOptions
+    occ: Occupancy,
+    excluded: np.ndarray | None,
+    U: float,
+    eps: EpsilonAmount,
+    opts: PlanOptions,
+    pairs: LivePairs | None = None,
 ) -> SlotPlan:
-    """The plan at ``eps`` with the ``excluded`` pairs left out (:func:`live_pairs`)."""
-    live = live_pairs(occ, excluded)
+    """The plan at ``eps`` with the ``excluded`` pairs left out (:func:`live_pairs`);
+    ``pairs``: ``LivePairs.of(occ, excluded)``, kept between calls (made here if None)."""
+    p = LivePairs.of(occ, excluded) if pairs is None else pairs
     kept = np.zeros(occ.user.size, dtype=np.int64)
-    g, u, c = occ.grid[live], occ.user[live], occ.count[live]
-    if u.size == 0:
+    if p.u.size == 0:
         return SlotPlan(eps, 0, 0, kept)
-    G1 = grids_per_user(u)
     if not opts.clip_user:
-        kept[live] = c
-        return SlotPlan(eps, G1, G1, kept)
+        kept[p.live] = p.c
+        return SlotPlan(eps, p.G1, p.G1, kept)
     try:
-        kept[live] = clip_user_kept(
-            g,
-            u,
-            c,
+        if p.checked is None:
+            p.checked = validate_occupancy(p.g, p.u, p.c)
+        kept[p.live] = clip_user_kept(
+            p.g,
+            p.u,
+            p.c,
             U,
             eps.used,
             error_target=opts.error_target,
             protect_min_error_grid=opts.protect_min_error_grid,
             split=opts.split,
+            checked=p.checked,
         )
     except ValueError as exc:
         raise InvalidRequest(f"cannot plan this release: {exc}") from exc
-    return SlotPlan(eps, G1, grids_per_user(occ.user[kept > 0]), kept)
+    return SlotPlan(eps, p.G1, grids_per_user(occ.user[kept > 0]), kept)
 
 
 def exact_amount(value: Decimal) -> EpsilonAmount:

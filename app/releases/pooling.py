@@ -58,6 +58,28 @@ def units_of(cols: GridColumns, window: np.ndarray | None) -> tuple[np.ndarray, 
     return unit, subjects
 
 
+#: Pooled records are copied run by run when runs average at least this many records.
+RUN_RECORDS = 64
+
+
+def _gathered(values: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """The records ``values[first[i] : first[i] + counts[i]]`` of each pair ``i`` in turn.
+    Pairs whose records follow each other in ``values`` (a profile's source grids pool
+    whole, in order) form runs, each copied as one slice; many short runs take one gather
+    (each record's source position: its pair's start, then 0, 1, ...)."""
+    if not first.size:
+        return values[:0].copy()
+    ends = first + counts
+    runs = np.flatnonzero(np.r_[True, first[1:] != ends[:-1]])
+    if runs.size * RUN_RECORDS <= int(counts.sum()):
+        lo = first[runs].tolist()
+        hi = ends[np.r_[runs[1:] - 1, first.size - 1]].tolist()
+        return np.concatenate([values[a:b] for a, b in zip(lo, hi, strict=True)])
+    source = np.repeat(first - _offsets(counts)[:-1], counts)  # in place: 2·10⁷ records
+    source += np.arange(source.size, dtype=np.int64)  # make each temporary 160 MB
+    return values[source]
+
+
 def pool(
     cols: GridColumns, target: np.ndarray, units: np.ndarray | None, n_targets: int
 ) -> GridColumns:
@@ -86,13 +108,7 @@ def pool(
     new[1:] = (t[1:] != t[:-1]) | (u[1:] != u[:-1])
     heads = np.flatnonzero(new)
     pooled_counts = np.add.reduceat(c, heads) if heads.size else np.empty(0, dtype=np.int64)
-    out_offsets = _offsets(c)
-    # each record's source position: its pair's start, then 0, 1, ... (in place: 2·10⁷
-    # records make each temporary 160 MB)
-    source = np.repeat(start[order] - out_offsets[:-1], c)
-    source += np.arange(source.size, dtype=np.int64)
-    values = cols.values[source]
-    del source
+    values = _gathered(cols.values, start[order], c)
     per_target = np.bincount(t[heads], minlength=n_targets).astype(np.int64)
     records = np.bincount(t, weights=c, minlength=n_targets).astype(np.int64)
     return GridColumns(u[heads], pooled_counts, values, _offsets(per_target), _offsets(records))

@@ -45,7 +45,7 @@ from app.releases.draw import (
     local_time,
     statistic_eps,
 )
-from app.releases.expected import expected_error
+from app.releases.expected import expected_errors
 from app.releases.formats import upgraded
 from app.releases.inputs import ReleaseInput, choose_plan, plan_maker, release_input
 from app.releases.models import GRIDS_SHAPE, SlotRelease, around_grids, with_grids_json
@@ -260,22 +260,17 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
         session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
     )
     grids = []
-    U = dataset.value_bound
     first = req.statistics[0]
-    same_eps = statistic_eps(plan, req.n_statistics)
     useful = _usefulness(inp, req, plan)
     all_widths = iter(useful.widths)
-    for i, (grid, arrays) in enumerate(zip(inp.grids, inp.arrays, strict=True)):
-        caps = plan.caps(inp.occ, i)
+    all_caps = [plan.caps(inp.occ, i) for i in range(len(inp.grids))]
+    errors_of = _expected_errors(inp, req, plan, all_caps)
+    for i, grid in enumerate(inp.grids):
+        caps = all_caps[i]
         n_kept = int(np.count_nonzero(caps))
         if not n_kept:
             continue
-        opts = req.options
-        eps = same_eps if plan.weights is None else statistic_eps(plan, req.n_statistics, i)
-        errors = {
-            s: expected_error(s, arrays.counts, U, eps.used, req.mechanism, caps=caps, **opts)
-            for s in req.statistics
-        }
+        errors = errors_of[i]
         widths = next(all_widths)
         grids.append(
             {
@@ -298,6 +293,28 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
             dataset.max_epsilon_per_query,
         ),
     }
+
+
+def _expected_errors(
+    inp: ReleaseInput, req: ReleaseRequest, plan: SlotPlan, caps: list[np.ndarray]
+) -> dict[int, dict[str, float]]:
+    """Each kept grid's ``expected_error`` per statistic, the grids of one epsilon at once."""
+    kept = [i for i, c in enumerate(caps) if c.any()]
+    groups: dict[float, list[int]] = {}
+    for i in kept:
+        eps = statistic_eps(plan, req.n_statistics, i if plan.weights is not None else 0)
+        groups.setdefault(eps.used, []).append(i)
+    out: dict[int, dict[str, float]] = {i: {} for i in kept}
+    for eps_used, members in groups.items():
+        counts = [inp.arrays[i].counts for i in members]
+        for s in req.statistics:
+            got = expected_errors(
+                s, counts, [caps[i] for i in members], inp.dataset.value_bound, eps_used,
+                req.mechanism, **req.options,
+            )  # fmt: skip
+            for i, e in zip(members, got, strict=True):
+                out[i][s] = e
+    return out
 
 
 # ------------------------------------------------------------------- stored

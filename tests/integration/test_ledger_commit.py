@@ -39,6 +39,7 @@ from app.ledger.rule import Charge, Verdict, charge_verdict
 from app.queries.models import QueryAnswer
 from app.queries.repository import AnswerRecord
 from app.time.budget_windows import ALL_TIME, window_of
+from tests.schema_pool import SchemaPool
 
 PICO = Decimal("0.000000000001")
 
@@ -183,17 +184,26 @@ def _function_commit(url: str) -> Commit:
     return lambda w: asyncio.run(call(w))
 
 
-@pytest.fixture
-def database(db_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = make_engine(db_url)
+@pytest.fixture(scope="module")
+def worlds_url(schema_pool: SchemaPool) -> Iterator[str]:
+    """One schema for the module's tests: each builds worlds of its own (a dataset and a key
+    under fresh names) and reads only their rows, so they never see each other's."""
+    url, schema = schema_pool.take()
+    yield url
+    schema_pool.drop_later(schema)
+
+
+@pytest.fixture(scope="module")
+def database(worlds_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = make_engine(worlds_url)
     yield make_sessionmaker(engine)
     engine.dispose()
 
 
-@pytest.fixture
-def commit(db_url: str) -> Commit:
+@pytest.fixture(scope="module")
+def commit(worlds_url: str) -> Commit:
     """The query commit: one call of the function."""
-    return _function_commit(db_url)
+    return _function_commit(worlds_url)
 
 
 def _check(make: sessionmaker[Session], commit: Commit, sc: Scenario) -> Verdict:

@@ -81,10 +81,12 @@ def test_baseline_mean_fields_follow_the_formulas(client: TestClient, grids) -> 
 
 
 @pytest.mark.parametrize("mechanism", sorted(core.MEAN_MECHANISMS))
-def test_every_answer_matches_the_documented_schema(client: TestClient, grids, mechanism) -> None:
+def test_every_answer_matches_the_documented_schema(
+    shared_client: TestClient, own_grids, mechanism
+) -> None:
     """The endpoints send the service's dict unvalidated: it must be a StatisticAnswer,
     field for field, fresh and cached."""
-    _, a, _ = grids
+    client, (_, a, _) = shared_client, own_grids
     params = {"epsilon": 0.7, "mechanism": mechanism}
     for cached in (False, True):
         body = client.get(f"/grids/{a}/mean", params=params).json()
@@ -97,9 +99,9 @@ def test_every_answer_matches_the_documented_schema(client: TestClient, grids, m
 
 @pytest.mark.parametrize("mechanism", ["levy", "quantile_fixed", "clip"])
 def test_answers_lie_in_range_with_an_honest_or_null_interval(
-    client: TestClient, grids, mechanism: str
+    shared_client: TestClient, own_grids, mechanism: str
 ) -> None:
-    _, a, _ = grids
+    client, (_, a, _) = shared_client, own_grids
     body = client.get(f"/grids/{a}/mean", params={"epsilon": 0.4, "mechanism": mechanism}).json()
     assert 0.0 <= body["estimate"] <= U
     if mechanism == "clip":

@@ -10,7 +10,8 @@ from fastapi.testclient import TestClient
 
 from app.config import Settings
 from app.main import create_app
-from tests.conftest import ADMIN_KEY, PostgresTemplate, shared_client_on
+from tests.conftest import ADMIN_KEY, shared_client_on
+from tests.schema_pool import SchemaPool
 
 METRICS_TOKEN = "metrics-scraper-token-0123456789"
 
@@ -40,10 +41,10 @@ def pg_client(pg_settings: Settings) -> Iterator[TestClient]:
 
 @pytest.fixture(scope="module")
 def shared_pg_client(
-    postgres_template: PostgresTemplate, tmp_path_factory: pytest.TempPathFactory
+    schema_pool: SchemaPool, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[TestClient]:
     """``pg_client``'s app, shared by a module's refusal tests (``shared_client_on``)."""
     with shared_client_on(
-        postgres_template, tmp_path_factory.mktemp("shared"), metrics_token=METRICS_TOKEN
+        schema_pool, tmp_path_factory.mktemp("shared"), metrics_token=METRICS_TOKEN
     ) as client:
         yield client

@@ -307,8 +307,10 @@ def test_a_clip_length_beyond_64_bits_is_400(client: TestClient, world: World) -
 
 @pytest.mark.parametrize("spelling", ["١", "01", "+1", "1.0", "1e0", " 1", "0x1", "١٠"])
 def test_every_path_parses_ids_the_same_way(
-    client: TestClient, world: World, spelling: str
+    shared_client: TestClient, shared_world: World, spelling: str
 ) -> None:
+    """Refusals only (each checks its 404), so the spellings share one app and world."""
+    client, world = shared_client, shared_world
     assert world.dataset_id == 1
     for path in ("", "/grids", "/budget", "/ledger"):
         assert client.get(f"/datasets/1{path}", headers=ADMIN).status_code == 200

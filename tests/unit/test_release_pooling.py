@@ -11,7 +11,7 @@ import pytest
 
 from app.datasets.grid_batch import GridColumns
 from app.ledger.accounts import USER_BITS
-from app.releases.pooling import pool, units_of
+from app.releases.pooling import _gathered, pool, units_of
 from app.releases.profiles import Profile, chosen_dates
 
 
@@ -97,3 +97,21 @@ def test_a_profile_s_slots_on_daylight_saving_days() -> None:
     assert len(profile.dates) == 241 and profile.windows()[0] == date(2016, 3, 12)
     weekends = chosen_dates(date(2024, 3, 1), date(2024, 3, 31), "weekends")
     assert len(weekends) == 10 and all(d.isoweekday() >= 6 for d in weekends)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_records_are_gathered_run_by_run_or_at_once_alike(seed: int) -> None:
+    """``_gathered`` copies runs of consecutive records as slices (a profile's whole source
+    grids) and short runs by one gather: both are each pair's records in turn."""
+    rng = np.random.default_rng(seed)
+    values = rng.random(20_000)
+    n = int(rng.integers(1, 60))
+    counts = rng.integers(1, 300 if seed % 2 else 3, size=n)
+    if seed % 3 == 0:  # runs: pairs one after another, with a few jumps between runs
+        gaps = np.where(rng.random(n) < 0.1, 7, 0).cumsum()
+        first = np.r_[0, np.cumsum(counts)[:-1]] + gaps
+    else:
+        first = rng.integers(0, values.size - 300, size=n)
+    want = np.concatenate([values[a : a + b] for a, b in zip(first, counts, strict=True)])
+    assert np.array_equal(_gathered(values, first, counts), want)
+    assert _gathered(values, first[:0], counts[:0]).size == 0

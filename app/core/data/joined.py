@@ -82,3 +82,12 @@ class JoinedGrids:
         users, pairs = _segments(self.pairs, which)
         recs, records = _segments(self.records, which)
         return JoinedGrids(self.counts[users], self.caps[users], self.values[recs], pairs, records)
+
+    def take_counts(self, idx: Sequence[int]) -> tuple[JoinedGrids, np.ndarray]:
+        """Grids ``idx`` without their values (``values`` empty: counts, caps and
+        bounds only, no copy of the records), and their users' positions in these."""
+        which = np.asarray(idx, dtype=np.int64)
+        users, pairs = _segments(self.pairs, which)
+        records = offsets(np.diff(self.records)[which])
+        empty = self.values[:0]
+        return JoinedGrids(self.counts[users], self.caps[users], empty, pairs, records), users

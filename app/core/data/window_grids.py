@@ -55,8 +55,11 @@ class WindowGrids:
         start = np.zeros(L.size + 1, dtype=np.int64)
         np.cumsum(L, out=start[1:])
         n = np.diff(joined.records)
-        desc = np.lexsort((-m, grid))  # within each grid, eff descending
-        median = m[desc[start[:-1] + (L + 1) // 2 - 1]]
+        # within each grid, eff descending: one sort of the packed key (grid, top - eff)
+        top = np.int64(m.max()) + 1
+        key = np.sort(grid * top + (top - 1 - m))
+        at = start[:-1] + (L + 1) // 2 - 1
+        median = top - 1 - (key[at] - np.arange(L.size, dtype=np.int64) * top)
         gam = np.minimum(m, median[grid]).astype(np.float64)
         total = np.bincount(grid, weights=gam, minlength=L.size)  # integers: exact
         w = gam / total[grid]
@@ -135,10 +138,18 @@ def top_sums(
     return out
 
 
-def kept_records(joined: JoinedGrids, wg: WindowGrids) -> tuple[np.ndarray, np.ndarray]:
+def kept_records(
+    joined: JoinedGrids, wg: WindowGrids, users: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Every active user's earliest ``eff`` records (users in order) and where each starts
-    (the grids' records lie user after user, grid after grid: :func:`fits`)."""
-    user_start = offsets(joined.counts)[:-1][np.minimum(joined.counts, joined.caps) > 0]
+    (the grids' records lie user after user, grid after grid: :func:`fits`). ``users``:
+    when ``wg`` holds some of ``joined``'s grids (:meth:`JoinedGrids.take_counts`), their
+    users' positions in ``joined``."""
+    start = offsets(joined.counts)[:-1]
+    eff = np.minimum(joined.counts, joined.caps)
+    if users is not None:
+        start, eff = start[users], eff[users]
+    user_start = start[eff > 0]
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
     idx = np.repeat(user_start - first, wg.m) + np.arange(int(wg.m.sum()))

@@ -17,6 +17,7 @@ from app.core.data.grid import GridData
 from app.core.data.joined import GridInput, JoinedGrids
 from app.core.data.window_grids import WindowGrids, fits
 from app.core.engine.batch import PendingBatch
+from app.core.engine.centred_batch import CENTRED_PATH, start_centred_releases
 from app.core.engine.single_grid import start_releases
 from app.core.engine.user_mean_batch import start_user_mean_releases
 from app.core.engine.window_batch import start_window_releases
@@ -135,46 +136,62 @@ def _start_others(
     joined: JoinedGrids | None,
     options: Mapping[str, OptionValue],
 ) -> PendingBatch:
-    """The rows of the record statistics (mean, variance), grid after grid."""
+    """The rows of the record statistics (mean, variance), grid after grid: ``auto``'s
+    window grids (every statistic on its window path) together, then each statistic's
+    centred grids together, then the other (grid, statistic) pairs grid by grid."""
     batched: list[int] = []
+    centred: dict[str, list[int]] = {}
     known: WindowGrids | None = None
     if mechanism == "auto" and options == {"objective": "accuracy"} and statistics:
         if joined is None:
             joined = JoinedGrids.of(grids, caps)
         elif joined.n_grids != len(grids):
             raise ValueError("the joined grids are not these grids")
-        batched, known = _window_grids(statistics, joined, U, eps)
-    window = PendingBatch.of([], U)
+        batched, centred, known = _array_grids(statistics, joined, U, eps)
+    G, S = len(grids), len(statistics)
+    parts: list[PendingBatch] = []
+    row = np.full((G, S), -1, dtype=np.int64)  # each (grid, statistic)'s row in the parts
+    done = 0
     if batched and joined is not None:
-        if known is None:
-            joined = joined.take(batched)
-        window = start_window_releases(statistics, joined, U, eps, source, known)
-    if batched and len(batched) == len(grids):  # all on the window path: rows in grid order
-        return window
-    chosen = set(batched)
+        window = start_window_releases(
+            statistics, joined if known is not None else joined.take(batched), U, eps,
+            source, known,
+        )  # fmt: skip
+        if len(batched) == G:  # all on the window path: rows in grid order
+            return window
+        row[batched] = np.arange(len(window)).reshape(-1, S)
+        parts.append(window)
+        done += len(window)
+    same: dict[tuple[int, ...], list[int]] = {}  # statistics with the same centred grids
+    for s, statistic in enumerate(statistics):
+        if centred.get(statistic) and joined is not None:
+            same.setdefault(tuple(centred[statistic]), []).append(s)
+    for idx, which in same.items():
+        assert joined is not None
+        every = len(idx) == G
+        got = start_centred_releases(
+            [statistics[s] for s in which], joined, U, eps, source, None if every else idx
+        )
+        if every and S == 1:
+            return got[0]
+        for s, rows in zip(which, got, strict=True):
+            row[list(idx), s] = done + np.arange(len(rows))
+            parts.append(rows)
+            done += len(rows)
     alone: list[PendingRelease] = []
-    first_row: list[int] = []  # per grid, its first row in (window rows, then the others)
-    for i, (grid, cap) in enumerate(zip(grids, caps, strict=True)):
-        if i in chosen:
-            continue
+    for i in np.flatnonzero((row < 0).any(axis=1)).tolist():
+        left = np.flatnonzero(row[i] < 0)
         try:
-            started = start_releases(
-                statistics, _grid_data(grid), U, eps, mechanism, caps=cap, noise=source, **options
-            )
+            alone += start_releases(
+                [statistics[s] for s in left.tolist()], _grid_data(grids[i]), U, eps,
+                mechanism, caps=caps[i], noise=source, **options,
+            )  # fmt: skip
         except ValueError as exc:
             raise GridError(i, exc) from exc
-        alone += started
-    S = len(statistics)
-    w = k = 0
-    for i in range(len(grids)):
-        if i in chosen:
-            first_row.append(w * S)
-            w += 1
-        else:
-            first_row.append(len(window) + k * S)
-            k += 1
-    order = [r + s for r in first_row for s in range(S)]
-    return PendingBatch.concat([window, PendingBatch.of(alone, U)], order)
+        row[i, left] = done + np.arange(left.size)
+        done += left.size
+    parts.append(PendingBatch.of(alone, U))
+    return PendingBatch.concat(parts, row.reshape(-1).tolist())
 
 
 def _grid_data(grid: GridInput) -> GridData:
@@ -186,14 +203,15 @@ def _grid_data(grid: GridInput) -> GridData:
     return GridData.from_counts_and_values(grid.counts, grid.values)
 
 
-def _window_grids(
+def _array_grids(
     statistics: Sequence[str], joined: JoinedGrids, U: float, eps: float
-) -> tuple[list[int], WindowGrids | None]:
-    """The grids whose every statistic ``auto`` runs on its window path (checked counts),
-    and their :class:`WindowGrids` when every grid is (else ``None``); none when a grid's
+) -> tuple[list[int], dict[str, list[int]], WindowGrids | None]:
+    """The grids whose every statistic ``auto`` runs on its window path (checked counts);
+    per statistic, the other grids where ``auto`` runs its centred mechanism; the first
+    ones' :class:`WindowGrids` when every grid is (else ``None``). None when a grid's
     values fail :meth:`GridData.validate` (each is then checked alone)."""
     if not fits(joined, U):
-        return [], None
+        return [], {}, None
     # per grid: no negative cap (nor unreadable caps: -1), some user with a record kept
     at = joined.user_grid()
     eff = np.minimum(joined.counts, joined.caps)
@@ -201,7 +219,7 @@ def _window_grids(
     active = np.bincount(at[eff > 0], minlength=joined.n_grids) > 0
     fit = np.flatnonzero(active & ~negative).tolist()
     if not fit:
-        return [], None
+        return [], {}, None
     fitting = joined if len(fit) == joined.n_grids else joined.take(fit)
     wg = WindowGrids.of(fitting)
     # auto's path is a function of (median count, active users): once per distinct pair
@@ -213,5 +231,12 @@ def _window_grids(
         ],
         dtype=bool,
     )
-    chosen = [i for i, ok in zip(fit, on_path[which.reshape(-1)].tolist(), strict=True) if ok]
-    return chosen, (wg if len(chosen) == joined.n_grids else None)
+    which = which.reshape(-1)
+    chosen = [i for i, ok in zip(fit, on_path[which].tolist(), strict=True) if ok]
+    off_window = ~on_path[which]
+    centred: dict[str, list[int]] = {}
+    for s in statistics:
+        paths = [auto_path(s, k, n, eps) == CENTRED_PATH[s] for k, n in pairs.T.tolist()]
+        on_centred = np.array(paths, dtype=bool)[which] & off_window
+        centred[s] = [i for i, ok in zip(fit, on_centred.tolist(), strict=True) if ok]
+    return chosen, centred, (wg if len(chosen) == joined.n_grids else None)

@@ -19,17 +19,19 @@ the CapMetrics days and the ITMS-like grid, median over grids).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import numpy.typing as npt
 
 from app.core.data.checks import check_bound, check_epsilon
 from app.core.data.counts import CountsInfo, prepare_counts
-from app.core.mechanisms.bounds import variance_sensitivity
+from app.core.mechanisms.bounds import variance_sensitivities, variance_sensitivity
 from app.core.mechanisms.mean_centred import adaptive_gate
 from app.core.mechanisms.option_spec import CENTRE_SHARE, VAR_CENTRE_SHARE
 from app.core.mechanisms.variance_centred import centred_gate
 
-__all__ = ["auto_epsilon", "auto_mechanism", "auto_path", "expected_error"]
+__all__ = ["auto_epsilon", "auto_mechanism", "auto_path", "expected_error", "expected_errors"]
 
 #: the centre shares auto runs with: the options' defaults (app/core/mechanisms/option_spec.py)
 MEAN_CENTRE_SHARE = float(CENTRE_SHARE.default)  # type: ignore[arg-type]
@@ -92,6 +94,34 @@ def _expected(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
         return U / (info.n_active * eps)
     path = auto_mechanism(statistic, info, eps)
     return _ratio(path, eps) * _peer_scale(statistic, info, U, eps)
+
+
+def expected_errors(statistic: str, kept: Sequence[np.ndarray], U: float, eps: float) -> np.ndarray:
+    """:func:`expected_error` of many grids (each its kept counts; zeros are users left
+    out), the same floats: the median count, the users and the peers' clipped total of
+    every grid in arrays, the path once per distinct (median, users)."""
+    U, eps = check_bound(U), check_epsilon(eps)
+    counts = [np.asarray(k, dtype=np.int64) for k in kept]
+    flat = np.concatenate([np.empty(0, dtype=np.int64), *(k[k > 0] for k in counts)])
+    L = np.array([np.count_nonzero(k) for k in counts], dtype=np.int64)
+    if np.any(L == 0):
+        raise ValueError("a grid needs at least one record")
+    if statistic == "user_mean":
+        out: np.ndarray = U / (L * eps)
+        return out
+    grid = np.repeat(np.arange(L.size, dtype=np.int64), L)
+    start = np.zeros(L.size + 1, dtype=np.int64)
+    np.cumsum(L, out=start[1:])
+    top = np.int64(flat.max()) + 1  # each grid's counts descending: one sort of a packed key
+    key = np.sort(grid * top + (top - 1 - flat))
+    k = top - 1 - (key[start[:-1] + (L + 1) // 2 - 1] - np.arange(L.size) * top)
+    s = np.bincount(grid, weights=np.minimum(flat, k[grid]), minlength=L.size)
+    s = s.astype(np.int64)  # sums of integers below 2^53: exact
+    peer = U * k / (s * eps) if statistic == "mean" else variance_sensitivities(U, k, s) / eps
+    pairs, which = np.unique(np.stack([k, L]), axis=1, return_inverse=True)
+    ratio = np.array([_ratio(auto_path(statistic, a, b, eps), eps) for a, b in pairs.T.tolist()])
+    out = ratio[which.reshape(-1)] * peer
+    return out
 
 
 def auto_epsilon(

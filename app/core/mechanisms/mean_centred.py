@@ -16,28 +16,36 @@ worst_case_optimal.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
 from app.core.data.counts import CountsInfo
 from app.core.data.grid import GridData
 from app.core.data.results import BiasSpread
+from app.core.data.window_grids import WindowGrids, top_sums
 from app.core.mechanisms.draft import Draft, Estimate
-from app.core.mechanisms.float_sums import exact_sum, float_sum_sensitivity, split_shares
-from app.core.mechanisms.interval import isolated_head_sums
+from app.core.mechanisms.float_sums import float_sum_sensitivities, grid_fsums, split_shares
 from app.core.mechanisms.mean_projection import plan_worst_case_optimal
-from app.core.mechanisms.mean_window import SPREAD_BETA, clipped_bound, monotone_noisy_max
+from app.core.mechanisms.mean_window import SPREAD_BETA, clipped_bound
 from app.core.noise.laplace import NoiseSource
+from app.core.noise.many import noisy_max_rows
 
 __all__ = [
     "CENTRE_CANDIDATES",
+    "CentredDone",
     "adaptive_gate",
+    "centre_scores",
     "centre_utility",
+    "centred_clip_rows",
     "centred_spread",
+    "centred_spreads",
     "centred_window",
     "clipped_counts",
+    "grid_clipped",
     "half_widths",
     "plan_centred_clip",
+    "user_sums",
     "width_candidates",
     "width_penalties",
 ]
@@ -62,11 +70,29 @@ def centre_candidates(U: float) -> np.ndarray:
 
 
 def centre_utility(user_means: np.ndarray, cands: np.ndarray) -> np.ndarray:
-    """``u₁(c) = -max(#{v_l < c}, #{v_l > c})`` at every candidate (sensitivity 1)."""
-    v = np.sort(np.asarray(user_means, dtype=np.float64))
-    below = np.searchsorted(v, cands, side="left")
-    above = v.size - np.searchsorted(v, cands, side="right")
-    return -np.maximum(below, above).astype(np.int64)
+    """``u₁(c) = -max(#{v_l < c}, #{v_l > c})`` at every candidate (sensitivity 1): one
+    grid's :func:`centre_scores`."""
+    v = np.asarray(user_means, dtype=np.float64)
+    one = np.zeros(v.size, dtype=np.int64)
+    out: np.ndarray = centre_scores(v, one, np.array([v.size]), cands)[0]
+    return out
+
+
+def centre_scores(v: np.ndarray, grid: np.ndarray, L: np.ndarray, cands: np.ndarray) -> np.ndarray:
+    """:func:`centre_utility` of many grids (rows; ``grid`` of each user, ``L`` users per
+    grid, ``cands`` ascending): ``v_l < c_j`` iff ``j >=`` the number of candidates
+    ``<= v_l``, ``v_l > c_j`` iff ``j <`` the number ``< v_l``."""
+    G, K = L.size, cands.size
+    hist = np.bincount(
+        grid * (K + 1) + np.searchsorted(cands, v, side="right"), minlength=G * (K + 1)
+    )
+    below = np.cumsum(hist.reshape(G, K + 1), axis=1)[:, :K]
+    hist = np.bincount(
+        grid * (K + 1) + np.searchsorted(cands, v, side="left"), minlength=G * (K + 1)
+    )
+    above = L[:, None] - np.cumsum(hist.reshape(G, K + 1), axis=1)[:, :K]
+    out: np.ndarray = -np.maximum(below, above).astype(np.int64)
+    return out
 
 
 def width_candidates(U: float, m_max: int) -> np.ndarray:
@@ -84,30 +110,63 @@ def half_widths(U: float, m_max: int, width_factor: float) -> np.ndarray:
 
 
 def centred_window(
-    counts: np.ndarray, U: float, c: float, R: float | np.ndarray
+    counts: np.ndarray, U: float, c: float | np.ndarray, R: float | np.ndarray
 ) -> tuple[np.ndarray, np.ndarray]:
     """``lo_l = max(0, c m_l - R)``, ``hi_l = min(U m_l, c m_l + R)`` (the box ∩ window);
-    an array ``R`` gives one row per user and one column per ``R``."""
+    ``c`` and ``R`` a number or one per user."""
     m = np.asarray(counts, dtype=np.float64)
-    if isinstance(R, np.ndarray):
-        m = m[:, None]
-    return np.maximum(0.0, c * m - R), np.minimum(U * m, c * m + R)
+    cm = c * m
+    return np.maximum(0.0, cm - R), np.minimum(U * m, cm + R)
 
 
 def clipped_counts(
     sums: np.ndarray, m: np.ndarray, U: float, c: float, R: np.ndarray
 ) -> np.ndarray:
     """``#{l: S_l ∉ [lo_l, hi_l]}`` at every ``R_j``: monotone counts (each user's term is
-    clipped for every ``R`` below a threshold of its own)."""
-    lo, hi = centred_window(m, U, c, R)
-    s = sums[:, None]
-    out: np.ndarray = ((s < lo) | (s > hi)).sum(axis=0).astype(np.int64)
+    clipped for every ``R`` below a threshold of its own); one grid's :func:`grid_clipped`."""
+    one = np.zeros(np.size(m), dtype=np.int64)
+    out: np.ndarray = grid_clipped(sums, m, one, np.array([c]), np.asarray(R)[None, :], U)[0]
     return out
 
 
-def width_penalties(R: np.ndarray, L: int, n: int, e3: float, U: float) -> np.ndarray:
+def grid_clipped(
+    sums: np.ndarray, m: np.ndarray, grid: np.ndarray, c: np.ndarray, R: np.ndarray, U: float
+) -> np.ndarray:
+    """:func:`clipped_counts` of many grids: per grid (``c`` and the rows of ``R``,
+    ascending; ``inf`` pads a row) and column ``j``, ``#{l: S_l ∉ [lo_l, hi_l]}`` at
+    ``R[g, j]``. A user is clipped at every ``R`` below a threshold of its own (``lo``
+    falls and ``hi`` rises with ``R``, rounding included), so each user's count of
+    clipped columns is found by bisection on the same comparisons."""
+    G, C = R.shape
+    mf = np.asarray(m, dtype=np.float64)
+    cm = c[grid] * mf  # centred_window's c·m, per user
+    top = U * mf
+    lo = np.zeros(grid.size, dtype=np.int64)  # clipped at every column below lo
+    hi = np.full(grid.size, C, dtype=np.int64)  # not clipped from column hi on
+    flat = grid * C
+    while True:
+        open_ = np.flatnonzero(lo < hi)
+        if not open_.size:
+            break
+        mid = (lo[open_] + hi[open_]) // 2
+        r = R.reshape(-1)[flat[open_] + mid]
+        s, at = sums[open_], cm[open_]
+        out = (s < np.maximum(0.0, at - r)) | (s > np.minimum(top[open_], at + r))
+        lo[open_[out]] = mid[out] + 1
+        hi[open_[~out]] = mid[~out]
+    # per grid and column j, #{l: lo_l > j}: its users less those with lo_l <= j
+    hist = np.bincount(grid * (C + 1) + lo, minlength=G * (C + 1)).reshape(G, C + 1)
+    users = np.bincount(grid, minlength=G)
+    out_: np.ndarray = (users[:, None] - np.cumsum(hist, axis=1)[:, :C]).astype(np.int64)
+    return out_
+
+
+def width_penalties(
+    R: np.ndarray, L: int | np.ndarray, n: int | np.ndarray, e3: float, U: float
+) -> np.ndarray:
     """``round(2 R_j L/(n ε₃ δ))``, ``δ = U·WIDTH_STEP``: the Laplace scale at ``R_j`` in units of
-    one average user clipped by ``δ`` per record (public)."""
+    one average user clipped by ``δ`` per record (public); one row per grid when ``L`` and
+    ``n`` are columns."""
     return np.round(2.0 * R * L / (n * e3 * WIDTH_STEP * U)).astype(np.int64)
 
 
@@ -117,16 +176,103 @@ def centred_spread(
     """Bounds on ``μ - θ`` when at most ``A`` users are clipped (docs/math.md §5.8): a user
     clipped from above adds at most ``(U m_l - hi_l)/n``, from below at most ``lo_l/n``; the
     records the caps drop move the mean by at most ``U d/N``."""
-    a = max(0, int(clipped_at_most))
-    n, N = float(info.n_eff), float(info.n)
-    m = info.eff[info.active].astype(np.float64)
-    drop = U * info.dropped / N
-    below = float(np.sort(lo)[::-1][:a].sum()) / n
-    above = float(np.sort(U * m - hi)[::-1][:a].sum()) / n
-    return BiasSpread(below + drop, above + drop, SPREAD_BETA)
+    wg = WindowGrids.one(info)
+    a = np.array([max(0, int(clipped_at_most))])
+    below, above = centred_spreads(wg, U, lo, hi, a, wg.by_size())
+    return BiasSpread(float(below[0]), float(above[0]), SPREAD_BETA)
 
 
-def _shares(eps: float, centre_share: float, width_share: float) -> tuple[float, float, float]:
+def centred_spreads(
+    wg: WindowGrids,
+    U: float,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    a: np.ndarray,
+    groups: dict[int, np.ndarray],
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`centred_spread` of every grid of ``wg`` (``lo``, ``hi`` per active user, at
+    most ``a[g]`` users clipped in grid ``g``)."""
+    n = (wg.n - wg.dropped).astype(np.float64)
+    drop = U * wg.dropped.astype(np.float64) / wg.n
+    below = top_sums(wg, lo, a, groups) / n
+    above = top_sums(wg, U * wg.m.astype(np.float64) - hi, a, groups) / n
+    return below + drop, above + drop
+
+
+@dataclass(frozen=True)
+class CentredDone:
+    """Per grid: the centre and half-width drawn, the noiseless estimate, its sensitivity
+    and the bounds of its spread."""
+
+    centre: np.ndarray
+    half_width: np.ndarray
+    value: np.ndarray
+    sensitivity: np.ndarray
+    below: np.ndarray
+    above: np.ndarray
+
+
+def user_sums(x: np.ndarray, first: np.ndarray, wg: WindowGrids, U: float) -> np.ndarray:
+    """Each active user's sum over its kept records ``x[first[l]:]``, from its own values
+    only (``np.add.reduceat``), clamped into ``[0, U m_l]`` (post-processing)."""
+    out: np.ndarray = np.clip(np.add.reduceat(x, first), 0.0, U * wg.m.astype(np.float64))
+    return out
+
+
+def _half_width_rows(
+    wg: WindowGrids, U: float, width_factor: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per grid its :func:`half_widths` (rows padded with ``inf``) and how many it has."""
+    values, which = np.unique(wg.m_max, return_inverse=True)
+    made = [half_widths(U, int(m), width_factor) for m in values.tolist()]
+    sizes = np.array([r.size for r in made], dtype=np.int64)
+    table = np.full((values.size, int(sizes.max())), np.inf)
+    for i, r in enumerate(made):
+        table[i, : r.size] = r
+    which = which.reshape(-1)
+    return table[which], sizes[which]
+
+
+def centred_clip_rows(
+    noise: NoiseSource,
+    wg: WindowGrids,
+    sums: np.ndarray,
+    U: float,
+    shares: tuple[float, float, float],
+    width_factor: float,
+) -> CentredDone:
+    """The adaptive path (module docstring) on every grid of ``wg``, each past its gate:
+    ``sums`` from :func:`user_sums`, ``shares`` ``(ε₁, ε₂, ε₃)``. Each choice is one
+    noisy-max invocation per grid (:func:`noisy_max_rows`; one grid: a batch of one)."""
+    e1, e2, e3 = shares
+    G = wg.L.size
+    m = wg.m.astype(np.float64)
+    kept = wg.n - wg.dropped
+    cands = centre_candidates(U)
+    (jc,) = noisy_max_rows(noise, [(centre_scores(sums / m, wg.grid, wg.L, cands), e1)])
+    c = cands[jc]
+    R_all, sizes = _half_width_rows(wg, U, width_factor)
+    clipped = grid_clipped(sums, m, wg.grid, c, R_all, U)
+    j = np.zeros(G, dtype=np.int64)
+    a = np.zeros(G, dtype=np.int64)
+    for size in np.unique(sizes).tolist():
+        at = np.flatnonzero(sizes == size)
+        pen = width_penalties(R_all[at, :size], wg.L[at, None], kept[at, None], e3, U)
+        (j[at],) = noisy_max_rows(noise, [(-clipped[at, :size] - pen, 2.0 * e2)])
+        a[at] = np.minimum(wg.L[at], clipped_bound(pen, j[at], e2))
+    R = R_all[np.arange(G), j]
+    lo, hi = centred_window(m, U, c[wg.grid], R[wg.grid])
+    n = kept.astype(np.float64)
+    value = np.minimum(np.maximum(grid_fsums(np.clip(sums, lo, hi), wg.start) / n, 0.0), U)
+    sens = float_sum_sensitivities(np.maximum.reduceat(hi - lo, wg.start[:-1]) / n, U)
+    below, above = centred_spreads(wg, U, lo, hi, a, wg.by_size())
+    return CentredDone(c, R, value, sens, below, above)
+
+
+def centred_shares(
+    eps: float, centre_share: float, width_share: float
+) -> tuple[float, float, float]:
+    """``(ε₁, ε₂, ε₃)`` of :func:`split_shares` (their exact sum at most ``ε``)."""
     if not (0.0 < centre_share < 1.0 and 0.0 < width_share < 1.0):
         raise ValueError("centre_share and width_share must lie in (0, 1)")
     if centre_share + width_share >= 1.0:
@@ -147,7 +293,7 @@ def plan_centred_clip(
     width_factor: float,
 ) -> Draft:
     """Public plan (module docstring); the centre and width are drawn at release."""
-    e1, e2, e3 = _shares(eps, centre_share, width_share)
+    e1, e2, e3 = centred_shares(eps, centre_share, width_share)
     if not width_factor > 0:
         raise ValueError(f"width_factor must be > 0, got {width_factor}")
     base: dict[str, object] = {
@@ -169,13 +315,6 @@ def plan_centred_clip(
             details,
             wco.estimator,
         )
-    active = info.active
-    m = info.eff[active].astype(np.float64)
-    n = float(info.n_eff)
-    m_max = info.m_max
-    c_cands = centre_candidates(U)
-    R_cands = half_widths(U, m_max, width_factor)
-    pen = width_penalties(R_cands, int(active.size), info.n_eff, e3, U)
     details = {
         **base,
         "path": "adaptive",
@@ -185,17 +324,17 @@ def plan_centred_clip(
     }
 
     def estimator(grid: GridData, noise: NoiseSource) -> Estimate:
-        # user l's sum from its values only, clamped into [0, U m_l] (post-processing)
-        sums = np.clip(isolated_head_sums(grid, info.eff)[active], 0.0, U * m)
-        c = float(c_cands[noise.noisy_max(centre_utility(sums / m, c_cands), e1)])
-        j = monotone_noisy_max(noise, -clipped_counts(sums, m, U, c, R_cands) - pen, e2)
-        R = float(R_cands[j])
-        lo, hi = centred_window(m, U, c, R)
-        value = exact_sum(np.clip(sums, lo, hi)) / n
-        sens = float_sum_sensitivity(float((hi - lo).max()) / n, U)
-        spread = centred_spread(info, U, lo, hi, min(m.size, int(clipped_bound(pen, j, e2))))
+        # the array rule on a batch of one
+        wg = WindowGrids.one(info)
+        x = grid.values[grid.record_rank < info.eff[grid.record_user]]  # kept, user by user
+        first = np.zeros(wg.m.size, dtype=np.int64)
+        np.cumsum(wg.m[:-1], out=first[1:])
+        sums = user_sums(x, first, wg, U)
+        done = centred_clip_rows(noise, wg, sums, U, (e1, e2, e3), width_factor)
+        c, R = float(done.centre[0]), float(done.half_width[0])
+        spread = BiasSpread(float(done.below[0]), float(done.above[0]), SPREAD_BETA)
         extra: dict[str, object] = {"centre": c, "half_width": R}
-        return Estimate(min(max(value, 0.0), U), sens, extra, spread)
+        return Estimate(float(done.value[0]), float(done.sensitivity[0]), extra, spread)
 
     kept = info.eff.copy()
     return Draft("mean", NAME, eps, e3, None, None, kept, details, estimator)

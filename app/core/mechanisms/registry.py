@@ -63,7 +63,7 @@ def int_option(opts: Options, name: str) -> int | None:
     return None if v is None else int(v)
 
 
-def _float_opt(opts: Options, name: str) -> float:
+def float_option(opts: Options, name: str) -> float:
     v = opts[name]
     assert isinstance(v, int | float)  # validate_options coerced it
     return float(v)
@@ -116,7 +116,7 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         option_spec.M_UB_EQ9,
         option_spec.FILL,
         build=lambda i, U, e, o: plan_levy(
-            i, U, e, _float_opt(o, "gamma"), int_option(o, "m_ub"), _fill(o)
+            i, U, e, float_option(o, "gamma"), int_option(o, "m_ub"), _fill(o)
         ),
     ),
     _spec(
@@ -179,9 +179,9 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
             i,
             U,
             e,
-            _float_opt(o, "centre_share"),
-            _float_opt(o, "width_share"),
-            _float_opt(o, "width_factor"),
+            float_option(o, "centre_share"),
+            float_option(o, "width_share"),
+            float_option(o, "width_factor"),
         ),
     ),
     _spec(
@@ -190,7 +190,7 @@ MEAN_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "(app/core/mechanisms/mean_window.py)",
         False,
         option_spec.WINDOW_SHARE,
-        build=lambda i, U, e, o: plan_user_window(i, U, e, _float_opt(o, "window_share")),
+        build=lambda i, U, e, o: plan_user_window(i, U, e, float_option(o, "window_share")),
     ),
     _spec(
         "capped_weights",
@@ -229,7 +229,7 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         "(app/core/mechanisms/variance_window.py)",
         False,
         option_spec.VAR_WINDOW_SHARE,
-        build=lambda i, U, e, o: plan_variance_window(i, U, e, _float_opt(o, "window_share")),
+        build=lambda i, U, e, o: plan_variance_window(i, U, e, float_option(o, "window_share")),
     ),
     _spec(
         "centred",
@@ -239,7 +239,7 @@ VARIANCE_MECHANISMS: Mapping[str, MechanismSpec] = _table(
         option_spec.VAR_CENTRE_SHARE,
         option_spec.MOMENT_SHARE,
         build=lambda i, U, e, o: plan_variance_centred(
-            i, U, e, _float_opt(o, "centre_share"), _float_opt(o, "moment_share")
+            i, U, e, float_option(o, "centre_share"), float_option(o, "moment_share")
         ),
     ),
     _spec(

@@ -181,11 +181,12 @@ def _run(
     protect_min_error_grid: bool,
     split: str,
     pseudo_user: bool,
+    checked: Occupancy | None = None,
 ) -> _Run:
     U = check_bound(U)
     eps = check_epsilon(eps)
     check_split(split)
-    occ = validate_occupancy(grids, users, counts)
+    occ = validate_occupancy(grids, users, counts) if checked is None else checked
     target = None if error_target is None else _check_target(error_target)
     sup = suppress_users(
         occ, U, eps, split, error_target=target, protect_min_error_grid=protect_min_error_grid
@@ -219,11 +220,16 @@ def clip_user_kept(
     error_target: float | None = None,
     protect_min_error_grid: bool = False,
     split: str = "half",
+    checked: Occupancy | None = None,
 ) -> np.ndarray:
     """``plan_kept(clip_user(...), grids, users, counts)`` computed directly: the kept
     count ``Γ`` of each input row (0 where removed, ``min(count, m_g)`` otherwise),
-    without building the plan's per-pair tuples and maps (a day release has 10⁶ pairs)."""
-    run = _run(grids, users, counts, U, eps, error_target, protect_min_error_grid, split, True)
+    without building the plan's per-pair tuples and maps (a day release has 10⁶ pairs).
+    ``checked``: ``validate_occupancy(grids, users, counts)`` when the caller has it (a
+    search over epsilon plans one occupancy many times; nothing here changes it)."""
+    run = _run(
+        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, True, checked
+    )
     kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
     kept[run.removed_rows] = 0
     return kept
