@@ -18,16 +18,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from app.core.data.joined import offsets
 from app.core.data.occupancy import stable_order, unique_inverse
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays
 from app.ledger.accounts import USER_BITS
-
-
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    out = np.zeros(sizes.size + 1, dtype=np.int64)
-    np.cumsum(sizes, out=out[1:])
-    return out
 
 
 def _stable_order(keys: np.ndarray) -> np.ndarray:
@@ -75,7 +70,7 @@ def _gathered(values: np.ndarray, first: np.ndarray, counts: np.ndarray) -> np.n
         lo = first[runs].tolist()
         hi = ends[np.r_[runs[1:] - 1, first.size - 1]].tolist()
         return np.concatenate([values[a:b] for a, b in zip(lo, hi, strict=True)])
-    source = np.repeat(first - _offsets(counts)[:-1], counts)  # in place: 2·10⁷ records
+    source = np.repeat(first - offsets(counts)[:-1], counts)  # in place: 2·10⁷ records
     source += np.arange(source.size, dtype=np.int64)  # make each temporary 160 MB
     return values[source]
 
@@ -96,7 +91,7 @@ def pool(
     pair_target = np.repeat(target, sizes)
     counts = cols.counts.astype(np.int64, copy=False)
     # where each pair's values start: its grid's first record, then the counts before it
-    before = _offsets(counts)
+    before = offsets(counts)
     start = np.repeat(cols.records[:-1] - before[cols.pairs[:-1]], sizes) + before[:-1]
     keep = np.flatnonzero(pair_target >= 0)
     # by (target, unit), source order within: two stable counting sorts (pairs are in
@@ -111,7 +106,7 @@ def pool(
     values = _gathered(cols.values, start[order], c)
     per_target = np.bincount(t[heads], minlength=n_targets).astype(np.int64)
     records = np.bincount(t, weights=c, minlength=n_targets).astype(np.int64)
-    return GridColumns(u[heads], pooled_counts, values, _offsets(per_target), _offsets(records))
+    return GridColumns(u[heads], pooled_counts, values, offsets(per_target), offsets(records))
 
 
 def arrays_of(cols: GridColumns, versions: Sequence[int] | None = None) -> list[GridArrays]:
