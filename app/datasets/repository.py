@@ -189,12 +189,9 @@ class RecordArrays:
     ts_us: np.ndarray
     values: np.ndarray
 
-    def sorted(self, *, by_grid: bool) -> RecordArrays:
-        """In (grid, user, time) or (user, time) order; ``(user, time)`` is the records' key."""
-        keys = (
-            (self.ts_us, self.user_ids, self.grid_ids) if by_grid else (self.ts_us, self.user_ids)
-        )
-        order = np.lexsort(keys)
+    def sorted(self) -> RecordArrays:
+        """In (grid, user, time) order."""
+        order = np.lexsort((self.ts_us, self.user_ids, self.grid_ids))
         return RecordArrays(
             self.grid_ids[order], self.user_ids[order], self.ts_us[order], self.values[order]
         )

@@ -263,7 +263,7 @@ class Ingestor:
                 users = None  # a stored grid without its snapshot: every user
             end = int(slot_end_bound_us(np.array([slot]), tz, minutes)[0])
             rec = copy_records(self.session, self.dataset.id, grid_ids, users, slot, end)
-            rec = rec.sorted(by_grid=True)
+            rec = rec.sorted()
             yield from summarise_grids(rec.grid_ids, rec.user_ids, rec.values)
 
     def _store(
