@@ -20,13 +20,14 @@ the CapMetrics days and the ITMS-like grid, median over grids).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from app.core.data.checks import check_bound, check_epsilon
 from app.core.data.counts import CountsInfo, prepare_counts
-from app.core.mechanisms.bounds import variance_sensitivities, variance_sensitivity
+from app.core.mechanisms.bounds import variance_sensitivities
 from app.core.mechanisms.mean_centred import adaptive_gate
 from app.core.mechanisms.option_spec import CENTRE_SHARE, VAR_CENTRE_SHARE
 from app.core.mechanisms.variance_centred import centred_gate
@@ -76,12 +77,12 @@ def auto_path(statistic: str, median: int, n_active: int, eps: float) -> str:
     raise ValueError(f"unknown statistic {statistic!r}; use 'mean' or 'variance'")
 
 
-def _peer_scale(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
-    k = info.median()
-    s = int(info.clipped_total([k])[0])
+def _peer_scales(statistic: str, k: Any, s: Any, U: float, eps: float) -> Any:
+    """The peers' Laplace scale at the median count ``k`` (clipped total ``s``): one grid's
+    or, elementwise, many grids'."""
     if statistic == "mean":
         return U * k / (s * eps)
-    return variance_sensitivity(U, k, s) / eps
+    return variance_sensitivities(U, k, s) / eps
 
 
 def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) -> float:
@@ -92,8 +93,10 @@ def expected_error(statistic: str, counts: npt.ArrayLike, U: float, eps: float) 
 def _expected(statistic: str, info: CountsInfo, U: float, eps: float) -> float:
     if statistic == "user_mean":  # Laplace at U/(L ε), nothing clipped: E|Z| = b (§13)
         return U / (info.n_active * eps)
-    path = auto_mechanism(statistic, info, eps)
-    return _ratio(path, eps) * _peer_scale(statistic, info, U, eps)
+    k = info.median()
+    s = int(info.clipped_total([k])[0])
+    path = auto_path(statistic, k, info.n_active, eps)
+    return _ratio(path, eps) * float(_peer_scales(statistic, k, s, U, eps))
 
 
 def expected_errors(statistic: str, kept: Sequence[np.ndarray], U: float, eps: float) -> np.ndarray:
@@ -117,7 +120,7 @@ def expected_errors(statistic: str, kept: Sequence[np.ndarray], U: float, eps: f
     k = top - 1 - (key[start[:-1] + (L + 1) // 2 - 1] - np.arange(L.size) * top)
     s = np.bincount(grid, weights=np.minimum(flat, k[grid]), minlength=L.size)
     s = s.astype(np.int64)  # sums of integers below 2^53: exact
-    peer = U * k / (s * eps) if statistic == "mean" else variance_sensitivities(U, k, s) / eps
+    peer = _peer_scales(statistic, k, s, U, eps)
     pairs, which = np.unique(np.stack([k, L]), axis=1, return_inverse=True)
     ratio = np.array([_ratio(auto_path(statistic, a, b, eps), eps) for a, b in pairs.T.tolist()])
     out = ratio[which.reshape(-1)] * peer
