@@ -6,6 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from app.core import MEAN_MECHANISMS, GridData
+from app.core.data.results import Release
 from research.noise import noisy_max_many
 
 #: The engine tests' value bound, and the bounded mean mechanisms but ``auto``.
@@ -33,3 +34,12 @@ def random_grid(
 ) -> GridData:
     counts = rng.integers(1, max_count + 1, size=n_users)
     return GridData.from_counts_and_values(counts, rng.uniform(0, U, size=int(counts.sum())))
+
+
+def release_fields(r: Release) -> tuple[object, ...]:
+    """Every published field of a release, to compare two releases bit for bit."""
+    return (
+        r.statistic, r.mechanism, r.epsilon, r.estimate, r.sensitivity, r.noise_scale,
+        r.worst_case_bias, r.worst_case_error, r.ci95, r.ci95_note, dict(r.details),
+        r.kept.tolist(),
+    )  # fmt: skip

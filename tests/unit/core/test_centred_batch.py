@@ -17,6 +17,7 @@ from app.core.data.joined import JoinedGrids
 from app.core.data.window_grids import WindowGrids
 from app.core.mechanisms import mean_centred as mc
 from research.noise import SeededNoise, noisy_max_many
+from tests.unit.core.helpers import release_fields
 
 U = 30.0
 
@@ -43,13 +44,6 @@ def _grid(rng: np.random.Generator, users: int) -> tuple[GridData, np.ndarray]:
     return GridData.from_counts_and_values(counts, values), caps.astype(np.int64)
 
 
-def _fields(r: object) -> tuple:
-    return (
-        r.statistic, r.mechanism, r.epsilon, r.estimate, r.sensitivity, r.noise_scale,  # type: ignore[attr-defined]
-        r.worst_case_bias, r.worst_case_error, r.ci95, r.ci95_note, dict(r.details),  # type: ignore[attr-defined]
-        r.kept.tolist(),  # type: ignore[attr-defined]
-    )  # fmt: skip
-
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("statistics", [("mean",), ("variance",), ("mean", "variance")])
@@ -72,7 +66,7 @@ def test_batched_centred_releases_are_the_per_grid_releases_bit_for_bit(
     centred = {"mean": "centred_clip", "variance": "centred"}
     assert {centred[s] for s in statistics} <= {r.mechanism for r in a}
     assert len({r.mechanism for r in a}) > len(statistics)  # window grids among them
-    assert [_fields(r) for r in a] == [_fields(r) for r in b]
+    assert [release_fields(r) for r in a] == [release_fields(r) for r in b]
 
 
 def test_batch_scores_are_each_grids_own_scores() -> None:

@@ -22,6 +22,7 @@ from app.core.mechanisms.float_sums import (
 from app.core.noise.laplace import calibrate_scale
 from app.core.noise.many import calibrate_scales
 from research.noise import SeededNoise
+from tests.unit.core.helpers import release_fields
 
 U = 30.0
 
@@ -35,14 +36,6 @@ def _grid(rng: np.random.Generator, users: int) -> tuple[GridData, np.ndarray]:
         caps[0] = counts[0]
     return GridData.from_counts_and_values(counts, values), caps.astype(np.int64)
 
-
-def _fields(rel: object) -> tuple:
-    r = rel  # a Release
-    return (
-        r.statistic, r.mechanism, r.epsilon, r.estimate, r.sensitivity, r.noise_scale,
-        r.worst_case_bias, r.worst_case_error, r.ci95, r.ci95_note, dict(r.details),
-        r.kept.tolist(),
-    )  # fmt: skip
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -66,7 +59,7 @@ def test_batched_windows_are_the_per_grid_releases_bit_for_bit(
     many = start_many(statistics, grids, caps, U, eps, "auto", noise=src, objective="accuracy")
     b = finish_batch(many, src).releases()
     assert {r.mechanism for r in a} <= {"user_window", "window"}
-    assert [_fields(r) for r in a] == [_fields(r) for r in b]
+    assert [release_fields(r) for r in a] == [release_fields(r) for r in b]
 
 
 def test_grids_off_the_window_path_run_grid_by_grid() -> None:
