@@ -57,25 +57,14 @@ RELEASE_ON_LOOP_MAX_RECORDS = 20_000
 def fingerprint(
     statistic: str, mechanism: str, eps: EpsilonAmount, options: Mapping[str, Any]
 ) -> str:
-    """Identifies a query within one grid version and epoch (stored beside both): the
-    SHA-256 of ``json.dumps({"s", "m", "e", "o"}, sort_keys=True, default=str)``. Without
-    options (most queries) the same text is written directly, with ``json``'s own string
-    encoder, instead of by ``json.dumps`` (the stored fingerprints must not change)."""
-    if options:
-        key = {
-            "s": statistic,
-            "m": mechanism,
-            "e": str(eps.charged),
-            "o": dict(sorted(options.items())),
-        }
-        text = json.dumps(key, sort_keys=True, default=str)
-    else:
-        e, m, s = (_json_string(v) for v in (str(eps.charged), mechanism, statistic))
-        text = f'{{"e": {e}, "m": {m}, "o": {{}}, "s": {s}}}'
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-_json_string = json.encoder.encode_basestring_ascii  # what json.dumps writes a str with
+    """Identifies a query within one grid version and epoch (stored beside both)."""
+    key = {
+        "s": statistic,
+        "m": mechanism,
+        "e": str(eps.charged),
+        "o": dict(sorted(options.items())),
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _cached(stored: Mapping[str, Any], ctx: GridContext) -> dict[str, Any]:
