@@ -117,9 +117,6 @@ class CheckedRoute(APIRoute):
                 if b"_" in query and (refusal := _underscored(request, numeric)) is not None:
                     await _authenticate(self, request)
                     raise refusal
-            inner = _JsonRequest(request.scope, request.receive)
-            if query:  # parsed above: the handler's request reads the same parameters
-                inner._query_params = request.query_params
-            return await handler(inner)
+            return await handler(_JsonRequest(request.scope, request.receive))
 
         return checked
