@@ -1,6 +1,7 @@
 """Migration 0020 on data: ``budget_accounts`` loses its dataset's foreign key and keeps its
 accounts; deleting a dataset still deletes them (a trigger). Down puts the key back, validated,
-after deleting the accounts of datasets that are gone."""
+after deleting the accounts of datasets that are gone; the accounts' fillfactor goes 60 → 50
+and back."""
 
 from __future__ import annotations
 
@@ -23,6 +24,12 @@ def _keys(conn) -> dict[str, bool]:
         )
     ).all()
     return {name: valid for name, valid in rows}
+
+
+def _fillfactor(conn) -> list[str] | None:
+    return conn.execute(
+        text("SELECT reloptions FROM pg_class WHERE oid = 'budget_accounts'::regclass")
+    ).scalar()
 
 
 def _accounts(conn) -> list[tuple]:
@@ -61,14 +68,17 @@ def test_account_dataset_key_becomes_a_trigger_and_back(postgres_url: str) -> No
             )
             before = _accounts(conn)
             assert _keys(conn) == {DATASET_FK: True}
+            assert _fillfactor(conn) == ["fillfactor=60"]
         upgrade(postgres_url)
         with engine.begin() as conn:
             assert _accounts(conn) == before
             assert _keys(conn) == {}
+            assert _fillfactor(conn) == ["fillfactor=50"]
         command.downgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:
             assert _accounts(conn) == before
             assert _keys(conn) == {DATASET_FK: True}
+            assert _fillfactor(conn) == ["fillfactor=60"]
         upgrade(postgres_url)
         with engine.begin() as conn:  # the trigger deletes a dataset's accounts, only its own
             conn.execute(text("DELETE FROM datasets WHERE id = 2"))
