@@ -79,6 +79,13 @@ MIN_SPLIT = 256
 _DOMAIN = dp.atom_domain(T=float, nan=False)
 _METRIC = dp.absolute_distance(T=float)
 _SCORE_SPACE = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
+_L1 = dp.l1_distance(T=float)
+
+
+@functools.lru_cache(maxsize=1024)
+def _vector_domain(size: int) -> dp.Domain:
+    """Float vectors of ``size`` (a release's scale groups repeat their sizes)."""
+    return dp.vector_domain(_DOMAIN, size=size)
 
 
 def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
@@ -96,8 +103,7 @@ def _make_laplace_vector(key: tuple[float, int]) -> dp.Measurement:
     iid noise per coordinate, each with the law of :func:`_make_laplace` at ``scale``
     (docs/math.md §9.4.7)."""
     scale, size = key
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
-    return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale, k=LAPLACE_K)
+    return dp.m.make_laplace(_vector_domain(size), _L1, scale, k=LAPLACE_K)
 
 
 def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
