@@ -26,6 +26,7 @@ from app.core.noise.measurement_cache import MeasurementCache
 from app.core.noise.noisy_max_invoke import (
     invoke_noisy_max,
     invoke_noisy_max_rows,
+    invoke_scalar,
     invoke_vector,
     lean_invoke_works,
 )
@@ -254,7 +255,8 @@ class OpenDPNoise:
         scale = _check_scale(scale)
         if scale == 0.0:
             return float(value)
-        return float(_MEASUREMENTS.get(scale)(float(value)))
+        one = _MEASUREMENTS.get(scale)
+        return invoke_scalar(one, float(value)) if _LEAN else float(one(float(value)))
 
     def laplace_many(self, values: Sequence[float], scales: Sequence[float]) -> list[float]:
         """``values[i] + Lap(scales[i])``, all independent: the draws that share a scale
@@ -287,7 +289,9 @@ class OpenDPNoise:
     def _vector(scale: float, values: np.ndarray) -> np.ndarray:
         """``values + Lap(scale)`` iid: OpenDP's vector measurement at ``scale``."""
         if values.size == 1:  # the scalar measurement is cheaper for one draw
-            return np.array([_MEASUREMENTS.get(scale)(float(values[0]))])
+            one = _MEASUREMENTS.get(scale)
+            value = float(values[0])
+            return np.array([invoke_scalar(one, value) if _LEAN else one(value)])
         meas = _VECTORS.get((scale, values.size))
         if _LEAN:  # the same library calls, the array's own buffer (docs/math.md §9.4.8)
             return invoke_vector(meas, values)
