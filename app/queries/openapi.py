@@ -18,7 +18,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from app import core
-from app.answers.epsilon import MIN_EPSILON
 from app.answers.examples import EXAMPLE_GRID_ID, EXAMPLE_U, EXAMPLE_USERS
 from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
 
@@ -160,21 +159,10 @@ def option_parameters(statistic: str) -> list[dict[str, Any]]:
 
 
 def _quote_example() -> dict[str, Any]:
+    from app.queries.service import quote_answer
+
     counts = [len(u) for u in EXAMPLE_USERS]
-    found = core.quote_epsilon(counts, EXAMPLE_U, 5.0, "mean", max_epsilon=10.0)
-    auto_eps = core.auto_epsilon(
-        "mean", counts, EXAMPLE_U, 5.0, max_epsilon=10.0, min_epsilon=float(MIN_EPSILON)
-    )
-    return {
-        "grid_id": EXAMPLE_GRID_ID,
-        "statistic": "mean",
-        "target_error": 5.0,
-        "achievable": found is not None,
-        "epsilon": None if found is None else float(found[0]),
-        "mechanism": None if found is None else found[1],
-        "auto_epsilon": auto_eps,
-        "max_epsilon_per_query": 10.0,
-    }
+    return quote_answer(EXAMPLE_GRID_ID, "mean", 5.0, counts, EXAMPLE_U, 10.0)
 
 
 _QUOTE: list[dict[str, Any]] = []

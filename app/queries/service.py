@@ -306,27 +306,23 @@ def quote(session: Session, grid_public_id: str, statistic: str, target_error: f
     dataset = get_dataset(session, grid.dataset_id)
     arrays = load_grid_snapshot(session, grid)
     max_eps = float(dataset.max_epsilon_per_query)
+    return quote_answer(
+        grid.public_id, statistic, target_error, arrays.counts, dataset.value_bound, max_eps
+    )
+
+
+def quote_answer(
+    grid_id: str, statistic: str, target_error: float, counts: Any, U: float, max_eps: float
+) -> dict[str, Any]:
+    """The quote of a grid with these public ``counts`` (also the OpenAPI example's)."""
+    limits = {"max_epsilon": max_eps, "min_epsilon": float(MIN_EPSILON)}
     try:
-        found = core.quote_epsilon(
-            arrays.counts,
-            dataset.value_bound,
-            target_error,
-            statistic,
-            max_epsilon=max_eps,
-            min_epsilon=float(MIN_EPSILON),
-        )
-        auto_eps = core.auto_epsilon(
-            statistic,
-            arrays.counts,
-            dataset.value_bound,
-            target_error,
-            max_epsilon=max_eps,
-            min_epsilon=float(MIN_EPSILON),
-        )
+        found = core.quote_epsilon(counts, U, target_error, statistic, **limits)
+        auto_eps = core.auto_epsilon(statistic, counts, U, target_error, **limits)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
     return {
-        "grid_id": grid.public_id,
+        "grid_id": grid_id,
         "statistic": statistic,
         "target_error": target_error,
         "achievable": found is not None,
