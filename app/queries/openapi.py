@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from app import core
@@ -158,18 +159,10 @@ def option_parameters(statistic: str) -> list[dict[str, Any]]:
 # ---- example: a real quote of the example grid (app.answers.examples) -----------------
 
 
-def _quote_example() -> dict[str, Any]:
+@cache
+def example_quote() -> dict[str, Any]:
+    """A real quote (target error 5 km/h) for the example grid."""
     from app.queries.service import quote_answer
 
     counts = [len(u) for u in EXAMPLE_USERS]
     return quote_answer(EXAMPLE_GRID_ID, "mean", 5.0, counts, EXAMPLE_U, 10.0)
-
-
-_QUOTE: list[dict[str, Any]] = []
-
-
-def example_quote() -> dict[str, Any]:
-    """A real quote (target error 5 km/h) for the example grid."""
-    if not _QUOTE:
-        _QUOTE.append(_quote_example())
-    return _QUOTE[0]
