@@ -16,6 +16,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
+from app.db.base import Repository
 from app.queries.models import QueryAnswer
 from app.queries.schemas import StoredAnswer, StoredAnswerList
 from app.time.budget_windows import privacy_unit
@@ -33,11 +34,8 @@ class StoredRow:
     budget_window: str
 
 
-class StoredAnswerRepository:
+class StoredAnswerRepository(Repository):
     """All SQL of the listing (index ``ix_query_answers_key_id_id``, migration 0007)."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
 
     def _select(self) -> Any:
         reusable = (QueryAnswer.epoch == Dataset.epoch) & (QueryAnswer.grid_version == Grid.version)
@@ -98,7 +96,4 @@ def list_stored_answers(
     )
 
 
-__all__: Sequence[str] = [
-    "StoredAnswerRepository",
-    "list_stored_answers",
-]
+__all__: Sequence[str] = ["StoredAnswerRepository", "list_stored_answers"]
