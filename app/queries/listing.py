@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
@@ -60,10 +59,6 @@ class StoredAnswerRepository(Repository):
         return [StoredRow(*row) for row in rows], int(total)
 
 
-def _local(moment: datetime, timezone: str) -> str:
-    return format_local(datetime_to_us(moment), get_zone(timezone))
-
-
 def stored_answer(row: StoredRow) -> StoredAnswer:
     a = row.answer
     return StoredAnswer(
@@ -74,7 +69,7 @@ def stored_answer(row: StoredRow) -> StoredAnswer:
         mechanism=a.mechanism,
         epsilon=float(a.epsilon),
         epoch=a.epoch,
-        created_at=_local(a.created_at, row.timezone),
+        created_at=format_local(datetime_to_us(a.created_at), get_zone(row.timezone)),
         reusable=bool(row.reusable),
         answer={"privacy_unit": privacy_unit(row), **a.answer, "cached": True},
     )

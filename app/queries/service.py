@@ -1,15 +1,8 @@
-"""Answering one DP statistic of one grid, charged before the answer leaves.
-
-Order of work: find the grid, its dataset's epoch and any stored identical answer
-(one read; a stored answer is served and costs nothing) → decide who is exhausted
-(``exclude`` datasets; ledger only, never values) → release with the vetted
-sampler from the grid's snapshot → commit: lock the dataset row and the users'
-accounts, re-check epoch, caps, twin answer and quota, charge and store. Only an
-``ok`` commit returns the fresh answer; that commit is one atomic statement sent
-from the event loop (``app.queries.store``). A
-release whose commit fails is discarded unseen, and a retry draws fresh noise
-(except on a grid's first query, whose release is committed again once its users'
-accounts exist: the only thing that failed was their absence, a public fact).
+"""Answering one DP statistic of one grid, charged before the answer leaves (the steps:
+docs/architecture.md, "A query"). Only an ``ok`` commit returns the fresh answer. A release
+whose commit fails is discarded unseen, and a retry draws fresh noise (except on a grid's first
+query, whose release is committed again once its users' accounts exist: the only thing that
+failed was their absence, a public fact).
 """
 
 from __future__ import annotations
@@ -115,6 +108,7 @@ async def answer_statistic(
             arrays = await store.snapshot(ctx)
         except GridChanged:  # an upload committed since the look-up: look again
             continue
+        plan_id = options.get("plan")  # its Γ caps: users it suppressed are not charged again
         step = ReleaseStep(
             ctx=ctx,
             key=key,
@@ -124,7 +118,7 @@ async def answer_statistic(
             options=options,
             fingerprint=fp,
             arrays=arrays,
-            caps=await _plan_caps_of(store, ctx, options, arrays),
+            caps=None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays),
         )
         try:
             if ctx.on_exhausted == "exclude" and attempt >= OPTIMISTIC_ATTEMPTS:
@@ -148,14 +142,6 @@ async def answer_statistic(
             raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the grid or its budget epoch kept changing during this query; retry")
-
-
-async def _plan_caps_of(
-    store: QueryStore, ctx: GridContext, options: dict[str, Any], arrays: GridArrays
-) -> np.ndarray | None:
-    """A plan's Γ caps (its suppressed users are not charged again), else none."""
-    plan_id = options.get("plan")
-    return None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays)
 
 
 def _without_exhausted(
