@@ -2,16 +2,14 @@
 (docs/architecture.md).
 
 In a server: a request's ``SessionDep`` (committed once after the endpoint), :meth:`Database.run`
-(one unit on a database thread), the query pool's autocommit statements, and
-:func:`separate_transaction` (accounts created before a release locks them). Elsewhere:
+(one unit on a database thread) and the query pool's autocommit statements. Elsewhere:
 ``sessionmaker.begin()``."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import numpy as np
@@ -49,18 +47,6 @@ class Database:
 
     def close(self) -> None:
         self.executor.shutdown(wait=True)
-
-
-@contextmanager
-def separate_transaction(session: Session) -> Iterator[Session]:
-    """A transaction beside ``session``'s, committed at the end of the block."""
-    with Session(bind=session.get_bind()) as own:
-        try:
-            yield own
-        except BaseException:
-            own.rollback()
-            raise
-        own.commit()
 
 
 def driver_connection(session: Session) -> Any:

@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+from psycopg.errors import LockNotAvailable
 from sqlalchemy import (
     CursorResult,
     Integer,
@@ -27,6 +28,7 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.exc import OperationalError
 
 from app.budget import Budget
 from app.datasets.models import Dataset, DatasetUser
@@ -86,6 +88,7 @@ def _users_in(user_ids: Iterable[int]) -> Any:
     return BudgetAccount.user_id == any_(users)
 
 
+_ANALYZE_LOCK = "LOCK TABLE budget_accounts IN SHARE UPDATE EXCLUSIVE MODE NOWAIT"
 #: ANALYZE once the accounts grew by more than this (autovacuum's default threshold).
 ANALYZE_MIN_ROWS, ANALYZE_FRACTION = 50, 0.1
 
@@ -167,8 +170,17 @@ class LedgerRepository(Repository):
         known = self.session.execute(
             text("SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass")
         ).scalar_one()
-        if needs_analyze(known, added):
-            self.session.execute(text("ANALYZE budget_accounts"))
+        if not needs_analyze(known, added):
+            return
+        # Two ANALYZEs of one table wait for each other to commit: skip it while another
+        # transaction (a release of any dataset) holds that right; it refreshes the statistics.
+        try:
+            with self.session.begin_nested():
+                self.session.execute(text(_ANALYZE_LOCK))
+                self.session.execute(text("ANALYZE budget_accounts"))
+        except OperationalError as exc:
+            if not isinstance(exc.orig, LockNotAvailable):
+                raise
 
     def key_quota(self, key_id: int) -> Budget | None:
         """The key's quota and what it spent of it (None: a key without a quota)."""

@@ -99,7 +99,7 @@ def release_budget(
 def same_spends(read: ReleaseBudget, locked: ReleaseBudget) -> bool:
     """Whether every subject of the release has spent as much under the locks as when
     the release read its accounts (else its plan is made again)."""
-    # the locked accounts are every subject's (locking creates the missing ones)
+    # the locked accounts are every subject's (those without one yet: spent 0, ``absent``)
     locked_accounts = locked.accounts
     return bool(
         np.array_equal(read.accounts.spent_of(locked_accounts.subjects), locked_accounts.spent)

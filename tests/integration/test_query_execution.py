@@ -5,11 +5,12 @@ themselves: test_queries.py)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from types import SimpleNamespace
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from app.datasets.grid_store import (
     GridChanged,
@@ -114,6 +115,30 @@ def test_a_grid_changed_under_the_query_is_looked_up_again(
     resp = client.get(f"/grids/{a}/mean", params={"epsilon": 0.3, "mechanism": "baseline"})
     assert resp.status_code == 200, resp.text
     assert len(calls) >= 2
+
+
+def test_accounts_analyze_skips_while_another_transaction_analyzes(client: TestClient, app) -> None:
+    """Two ANALYZEs of ``budget_accounts`` wait for each other's commit: a release that grew
+    the accounts skips its own at once while another transaction (any dataset's release)
+    holds that lock, and its transaction goes on; with the lock free, it analyzes."""
+    from sqlalchemy.orm import Session
+
+    from app.ledger.repository import LedgerRepository
+
+    known = "SELECT reltuples FROM pg_class WHERE oid = 'budget_accounts'::regclass"
+    with Session(app.state.engine) as holder, Session(app.state.engine) as other:
+        holder.execute(text("ANALYZE budget_accounts"))  # held to its commit
+        started = time.perf_counter()
+        LedgerRepository(other).analyze_after_growth(10**6)
+        assert time.perf_counter() - started < 1.0  # not the lock timeout's seconds
+        assert other.execute(text("SELECT 1")).scalar_one() == 1  # still usable
+        other.rollback()
+        holder.commit()
+        other.execute(text("INSERT INTO budget_accounts (dataset_id, epoch, user_id, spent) "
+                           "VALUES (-1, 0, 1, 0)"))  # fmt: skip
+        LedgerRepository(other).analyze_after_growth(10**6)
+        assert other.execute(text(known)).scalar_one() >= 1  # analyzed, with its own row
+        other.rollback()
 
 
 def test_needs_analyze_when_never_analyzed_or_after_a_large_batch() -> None:
