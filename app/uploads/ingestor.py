@@ -38,8 +38,12 @@ STORE_GRIDS = 5000
 
 def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
     """Indices of the first row of every (user, ts) pair, in (user, ts) order."""
-    order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
-    u, t = user_ids[order], ts_us[order]
+    u, t = user_ids, ts_us
+    if np.all((u[1:] > u[:-1]) | ((u[1:] == u[:-1]) & (t[1:] >= t[:-1]))):
+        order = np.arange(u.size)  # already in (user, ts) order, as most files come
+    else:
+        order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
+        u, t = user_ids[order], ts_us[order]
     keep = np.ones(order.size, dtype=bool)
     keep[1:] = (u[1:] != u[:-1]) | (t[1:] != t[:-1])
     return order[keep]

@@ -21,6 +21,8 @@ from app.time.slots import us_to_datetime
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
+#: Records encoded per part of a ``COPY`` stream.
+COPY_PART_ROWS = 20_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -28,8 +30,11 @@ _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _PG_COPY_TRAILER = struct.pack(">h", -1)
 
 
-def _copy_data(count: int, columns: Sequence[tuple[str, Any]]) -> bytes:
-    """Binary ``COPY`` data of ``count`` tuples, each field ``(big-endian dtype, values)``."""
+def _copy_data(
+    count: int, columns: Sequence[tuple[str, Any]], *, header: bool = True, trailer: bool = True
+) -> bytes:
+    """Binary ``COPY`` data of ``count`` tuples, each field ``(big-endian dtype, values)``; a
+    part of a longer stream leaves out the header or the trailer."""
     fields: list[tuple[str, str]] = [("n", ">i2")]
     for i, (kind, _) in enumerate(columns):
         fields += [(f"l{i}", ">i4"), (f"c{i}", kind)]
@@ -38,7 +43,8 @@ def _copy_data(count: int, columns: Sequence[tuple[str, Any]]) -> bytes:
     for i, (kind, values) in enumerate(columns):
         rows[f"l{i}"] = np.dtype(kind).itemsize
         rows[f"c{i}"] = values
-    return _PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER
+    head = _PG_COPY_HEADER if header else b""
+    return head + rows.tobytes() + (_PG_COPY_TRAILER if trailer else b"")
 
 
 def _snapshot_tuples(rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> bytes:
@@ -202,17 +208,20 @@ class IngestRepository:
             ts_new = ts_us[new]
             if ts_new.size:
                 self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
-                data = _copy_data(ts_new.size, [
-                    (">i4", dataset_id), (">i4", grid_ids[new]), (">i4", user_ids[new]),
-                    (">i8", ts_new - PG_EPOCH_OFFSET_US), (">f8", values[new]),
-                ])  # fmt: skip
+                grids_new, users_new, values_new = grid_ids[new], user_ids[new], values[new]
                 with cur.copy(
                     sql.SQL(
                         "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN "
                         "(FORMAT BINARY)"
                     ).format(sql.Identifier(dataset_table(dataset_id)))
                 ) as copy:
-                    copy.write(data)
+                    # in parts: Postgres stores one while the next is encoded
+                    for a in range(0, ts_new.size, COPY_PART_ROWS):
+                        b = min(a + COPY_PART_ROWS, ts_new.size)
+                        copy.write(_copy_data(b - a, [
+                            (">i4", dataset_id), (">i4", grids_new[a:b]), (">i4", users_new[a:b]),
+                            (">i8", ts_new[a:b] - PG_EPOCH_OFFSET_US), (">f8", values_new[a:b]),
+                        ], header=a == 0, trailer=b == ts_new.size))  # fmt: skip
         return stored
 
     def _ensure_months(self, dataset_id: int, first_us: int, last_us: int) -> None:

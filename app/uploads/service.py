@@ -42,6 +42,10 @@ BATCH_ROWS = 50_000
 #: A body at least this large (its declared size; a feed's joined size) is parsed in a
 #: child process: below it, the process start would cost more than it saves.
 PARSE_PROCESS_MIN_BYTES = 4 << 20
+#: Parsed batches queued for the writer of a body parsed in a child process.
+WRITE_QUEUE_BATCHES = 4
+#: Queued batches are joined into one write up to about this many kept rows.
+JOIN_ROWS = 4 * BATCH_ROWS
 
 #: The body's format: CSV text, or one serialized GTFS-Realtime ``FeedMessage``.
 RecordFormat = Literal["csv", "gtfs-rt"]
@@ -66,17 +70,31 @@ class _Writer:
         self._write = write
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
         self.error: BaseException | None = None
+        self._discard = False
         self._thread = threading.Thread(target=self._run, name="dpgate-ingest-writer", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        while True:
+        stopped = False
+        while not stopped:
             item = self._queue.get()
             if item is self._STOP:
                 return
-            if self.error is None:
+            # Batches that queued up while the last was written go in as one: fewer
+            # statements and waits between them when the database is the slower side.
+            batches = [item]
+            while sum(len(b) for b in batches) < JOIN_ROWS:
                 try:
-                    self._write(item)
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is self._STOP:
+                    stopped = True
+                    break
+                batches.append(item)
+            if self.error is None and not self._discard:
+                try:
+                    self._write(Batch.joined(batches))
                 except BaseException as exc:  # re-raised in the caller's thread
                     self.error = exc
 
@@ -85,8 +103,11 @@ class _Writer:
             raise self.error
         self._queue.put(batch)
 
-    def close(self) -> None:
-        """Wait until every submitted batch is written; re-raise a writer error."""
+    def close(self, *, discard: bool = False) -> None:
+        """Wait until every submitted batch is written (``discard``: skip the queued ones, for
+        an upload that failed); re-raise a writer error."""
+        if discard:
+            self._discard = True
         self._queue.put(self._STOP)
         self._thread.join()
         if self.error is not None:
@@ -217,14 +238,23 @@ def _parse_in_child(
     tally: _Tally,
     ingestor: Ingestor,
 ) -> None:
-    """Parse in a child process; the batches are counted and written on a helper thread
-    in their order (the session is ours again when this returns or raises)."""
+    """Parse in a child process; the batches are counted as they arrive and written in their
+    order on a helper thread (the session is ours again when this returns or raises).
+
+    The thread receiving from the child only queues a batch for the writer: the child goes on
+    parsing while the database takes the batches before it, rather than waiting to send."""
+    writer = _Writer(ingestor.write, depth=WRITE_QUEUE_BATCHES)
 
     def consume(batch: Batch) -> None:
         tally.add(batch)
-        ingestor.write(batch)
+        writer.submit(batch)
 
-    parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume)
+    try:
+        parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume)
+    except BaseException:
+        writer.close(discard=True)
+        raise
+    writer.close()
 
 
 def check_value_filters(dataset: Dataset, options: UploadOptions) -> None:
