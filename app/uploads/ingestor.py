@@ -8,9 +8,10 @@ not later than its user's stored ones is read back whole."""
 from __future__ import annotations
 
 import base64
+import itertools
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,10 @@ class NewGridRows:
             if bounds[b] < bounds[b + 1]:
                 self._files[b].write(rows[order[bounds[b] : bounds[b + 1]]].tobytes())
 
+    @property
+    def in_memory(self) -> bool:
+        return self._dir is None
+
     def groups(self) -> Iterator[np.ndarray]:
         """The rows in parts that each hold whole grids (one part, or one per bucket).
         Each part is handed over without a reference kept here, to free it early."""
@@ -150,9 +155,12 @@ class Ingestor:
         self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
         self.inserted = 0
         self.duplicates = 0
+        self._ready: Iterator[GridSummary] | None = None  # summaries begun by prepare()
 
     # -------------------------------------------------------------- per batch
-    def write(self, batch: Batch) -> None:
+    def stage(self, batch: Batch) -> Callable[[], None]:
+        """Map a batch to ids and find its duplicates; storing its records is what it returns,
+        to be called before the next batch is staged."""
         if batch.new_users:
             hashes = [hash_user(self.secret, u) for u in batch.new_users]
             ids = self.bulk.user_ids(self.dataset.id, hashes)
@@ -162,7 +170,7 @@ class Ingestor:
         if batch.new_grids:
             self._add_grids(batch.new_grids)
         if not len(batch):
-            return
+            return _nothing
         keep = first_occurrences(batch.user_codes, batch.ts_us)
         codes, user_codes = batch.grid_codes[keep], batch.user_codes[keep]
         ts, values = batch.ts_us[keep], batch.values[keep]
@@ -170,9 +178,7 @@ class Ingestor:
         check = ts <= self.latest[user_codes]
         np.maximum.at(self.latest, user_codes, ts)
         users = self.user_ids[user_codes]
-        stored = self.bulk.insert_records(
-            self.dataset.id, self.grid_ids[codes], users, ts, values, check
-        )
+        stored = ~self.bulk.stored_already(self.dataset.id, users, ts, np.flatnonzero(check))
         n = int(np.count_nonzero(stored))
         self.inserted += n
         self.duplicates += len(batch) - n
@@ -181,6 +187,8 @@ class Ingestor:
         if n < len(stored):
             codes, users, ts, values = codes[stored], users[stored], ts[stored], values[stored]
         self.new_rows.add(codes, users, ts, values)
+        grid_ids, dataset_id = self.grid_ids[codes], self.dataset.id
+        return lambda: self.bulk.insert_records(dataset_id, grid_ids, users, ts, values)
 
     def _add_grids(self, keys: list[tuple[int, int]]) -> None:
         # Each slot's stored grids are loaded once per upload; a key not among them is
@@ -210,11 +218,23 @@ class Ingestor:
         self.reread = np.concatenate([self.reread, np.zeros(len(added), dtype=bool)])
 
     # ----------------------------------------------------------------- at end
+    def prepare(self) -> None:
+        """Sort the new rows into grids and start summarising them ahead of :meth:`finish`,
+        with no SQL (so while the last records are stored): when every grid is new and the
+        rows are in memory, as in a first upload of a period. Else :meth:`finish` does it."""
+        if self._ready is None and self.new_rows.in_memory and self.is_new.all():
+            rows = next(self.new_rows.groups(), None)
+            if rows is not None:
+                self._ready = _started(_extend(snapshot_records([]), rows, self.grid_ids))
+
     def finish(self) -> int:
         """Insert new grids and refresh changed ones (summary, snapshot, version + 1); how many. A
         grid whose every row was a duplicate is untouched."""
         by_id = {g.grid_id: g for g in self.grids}
         changed = 0
+        if self._ready is not None:
+            ready, self._ready = self._ready, None
+            changed += self._store(by_id, ready, overlap=True)
         reread_users: dict[int, list[np.ndarray]] = {}  # grid code -> users of its new rows
         for rows in self.new_rows.groups():
             old = self._stored_snapshots(rows["code"])
@@ -344,6 +364,16 @@ def _extend(old: RecordArrays, rows: np.ndarray, grid_ids: np.ndarray) -> Iterat
     else:
         order = np.lexsort((ts, users, gids))
     return summarise_grids(gids[order], users[order], values[order])
+
+
+def _started(summaries: Iterator[GridSummary]) -> Iterator[GridSummary]:
+    """``summaries`` with their first computed now (the arrays of them all with it)."""
+    first = next(summaries, None)
+    return iter(()) if first is None else itertools.chain([first], summaries)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _users_by_code(rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

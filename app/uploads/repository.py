@@ -188,41 +188,24 @@ class IngestRepository:
         user_ids: np.ndarray,
         ts_us: np.ndarray,
         values: np.ndarray,
-        check: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """Store the records whose (user, ts) is not stored yet; a bool per row (False: a
-        duplicate).
-
-        The rows must not repeat a (user, ts) (``app.uploads.ingestor.first_occurrences``), best
-        in key order. Rows marked by ``check`` are looked up (a temporary table, one semi-join,
-        exact under the dataset lock); then the new rows go in by one binary ``COPY``."""
-        stored = np.ones(len(grid_ids), dtype=bool)
-        if len(grid_ids) == 0:
-            return stored
-        checked = np.flatnonzero(stored if check is None else check)
-        with self.driver.cursor() as cur:
-            if checked.size:
-                repeated = self._stored_already(cur, dataset_id, user_ids, ts_us, checked)
-                stored[checked[repeated]] = False
-            new = stored if not stored.all() else slice(None)
-            ts_new = ts_us[new]
-            if ts_new.size:
-                self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
-                grids_new, users_new, values_new = grid_ids[new], user_ids[new], values[new]
-                with cur.copy(
-                    sql.SQL(
-                        "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN "
-                        "(FORMAT BINARY)"
-                    ).format(sql.Identifier(dataset_table(dataset_id)))
-                ) as copy:
-                    # in parts: Postgres stores one while the next is encoded
-                    for a in range(0, ts_new.size, COPY_PART_ROWS):
-                        b = min(a + COPY_PART_ROWS, ts_new.size)
-                        copy.write(_copy_data(b - a, [
-                            (">i4", dataset_id), (">i4", grids_new[a:b]), (">i4", users_new[a:b]),
-                            (">i8", ts_new[a:b] - PG_EPOCH_OFFSET_US), (">f8", values_new[a:b]),
-                        ], header=a == 0, trailer=b == ts_new.size))  # fmt: skip
-        return stored
+    ) -> None:
+        """Store records by one binary ``COPY``, sent in parts (Postgres stores one while the
+        next is encoded). None may repeat a stored or another's (user, ts): see
+        :meth:`stored_already` and ``app.uploads.ingestor.first_occurrences``; best in key
+        order."""
+        if not ts_us.size:
+            return
+        self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
+        statement = sql.SQL(
+            "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
+        ).format(sql.Identifier(dataset_table(dataset_id)))
+        with self.driver.cursor() as cur, cur.copy(statement) as copy:
+            for a in range(0, ts_us.size, COPY_PART_ROWS):
+                b = min(a + COPY_PART_ROWS, ts_us.size)
+                copy.write(_copy_data(b - a, [
+                    (">i4", dataset_id), (">i4", grid_ids[a:b]), (">i4", user_ids[a:b]),
+                    (">i8", ts_us[a:b] - PG_EPOCH_OFFSET_US), (">f8", values[a:b]),
+                ], header=a == 0, trailer=b == ts_us.size))  # fmt: skip
 
     def _ensure_months(self, dataset_id: int, first_us: int, last_us: int) -> None:
         """The month partitions of ``[first_us, last_us]`` (and the month after), made
@@ -235,7 +218,19 @@ class IngestRepository:
         ensure_months(self.session, dataset_id, us_to_datetime(lo), us_to_datetime(hi))
         self._months = (lo, hi)
 
-    def _stored_already(
+    def stored_already(
+        self, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """Which records repeat a stored record's (user, ts), a bool each; only ``rows``
+        (indices) are looked up (a temporary table, one semi-join, exact under the dataset
+        lock)."""
+        found = np.zeros(ts_us.size, dtype=bool)
+        if rows.size:
+            with self.driver.cursor() as cur:
+                found[rows[self._repeated(cur, dataset_id, user_ids, ts_us, rows)]] = True
+        return found
+
+    def _repeated(
         self, cur: Any, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
     ) -> np.ndarray:
         """Which of ``rows`` (indices) repeat a stored record's (user, ts): a bool each."""

@@ -9,8 +9,6 @@ snapshots."""
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,16 +34,17 @@ from app.time.slots import get_zone
 from app.uploads.ingestor import Ingestor
 from app.uploads.retention import apply_retention
 from app.uploads.schemas import RowError, UploadResult
+from app.uploads.writer import BatchWriter
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
 #: A body at least this large (its declared size; a feed's joined size) is parsed in a
 #: child process: below it, the process start would cost more than it saves.
 PARSE_PROCESS_MIN_BYTES = 4 << 20
-#: Parsed batches queued for the writer of a body parsed in a child process.
+#: Parsed batches queued for the writer.
 WRITE_QUEUE_BATCHES = 4
-#: Queued batches are joined into one write up to about this many kept rows.
-JOIN_ROWS = 4 * BATCH_ROWS
+#: Queued batches are joined into one write of up to about this many batches' rows.
+JOIN_BATCHES = 4
 
 #: The body's format: CSV text, or one serialized GTFS-Realtime ``FeedMessage``.
 RecordFormat = Literal["csv", "gtfs-rt"]
@@ -58,60 +57,6 @@ class UploadOptions:
     drop_zero: bool = False
     out_of_range: Literal["clamp", "reject"] = "clamp"
     delimiter: str = ","
-
-
-class _Writer:
-    """Writes batches on a helper thread while the caller parses the next (at most ``depth``
-    queued); the caller touches the session again only after :meth:`close`."""
-
-    _STOP = object()
-
-    def __init__(self, write: Callable[[Batch], None], depth: int = 2) -> None:
-        self._write = write
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self._discard = False
-        self._thread = threading.Thread(target=self._run, name="dpgate-ingest-writer", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        stopped = False
-        while not stopped:
-            item = self._queue.get()
-            if item is self._STOP:
-                return
-            # Batches that queued up while the last was written go in as one: fewer
-            # statements and waits between them when the database is the slower side.
-            batches = [item]
-            while sum(len(b) for b in batches) < JOIN_ROWS:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is self._STOP:
-                    stopped = True
-                    break
-                batches.append(item)
-            if self.error is None and not self._discard:
-                try:
-                    self._write(Batch.joined(batches))
-                except BaseException as exc:  # re-raised in the caller's thread
-                    self.error = exc
-
-    def submit(self, batch: Batch) -> None:
-        if self.error is not None:
-            raise self.error
-        self._queue.put(batch)
-
-    def close(self, *, discard: bool = False) -> None:
-        """Wait until every submitted batch is written (``discard``: skip the queued ones, for
-        an upload that failed); re-raise a writer error."""
-        if discard:
-            self._discard = True
-        self._queue.put(self._STOP)
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 @dataclass
@@ -221,14 +166,13 @@ def _parse_here(
     body: Iterable[bytes] | bytes, parse: ParseOptions, tally: _Tally, ingestor: Ingestor
 ) -> None:
     """Parse in this thread while a helper thread writes."""
-    writer = _Writer(ingestor.write)
-    try:
+
+    def parse_all(consume: Callable[[Batch], None]) -> None:
         reader = FeedReader(body, parse) if isinstance(body, bytes) else RecordReader(body, parse)
         for batch in reader.batches(BATCH_ROWS):
-            tally.add(batch)
-            writer.submit(batch)
-    finally:
-        writer.close()  # the session is ours again only after this
+            consume(batch)
+
+    _parse_and_write(parse_all, tally, ingestor)
 
 
 def _parse_in_child(
@@ -238,19 +182,35 @@ def _parse_in_child(
     tally: _Tally,
     ingestor: Ingestor,
 ) -> None:
-    """Parse in a child process; the batches are counted as they arrive and written in their
-    order on a helper thread (the session is ours again when this returns or raises).
+    """Parse in a child process while a helper thread writes. The thread receiving from the
+    child only queues each batch: the child goes on parsing while the database takes the
+    batches before it."""
+    _parse_and_write(
+        lambda consume: parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume),
+        tally,
+        ingestor,
+    )
 
-    The thread receiving from the child only queues a batch for the writer: the child goes on
-    parsing while the database takes the batches before it, rather than waiting to send."""
-    writer = _Writer(ingestor.write, depth=WRITE_QUEUE_BATCHES)
+
+def _parse_and_write(
+    parse_all: Callable[[Callable[[Batch], None]], None], tally: _Tally, ingestor: Ingestor
+) -> None:
+    """Run ``parse_all`` (it calls its argument with each batch in order): count the batches
+    and write them on a helper thread; once all are staged, sort the new rows into grids while
+    the last records are stored. The session is ours again when this returns or raises."""
+    writer = BatchWriter(
+        ingestor.stage, depth=WRITE_QUEUE_BATCHES, join_rows=JOIN_BATCHES * BATCH_ROWS
+    )
 
     def consume(batch: Batch) -> None:
         tally.add(batch)
         writer.submit(batch)
 
     try:
-        parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume)
+        parse_all(consume)
+        writer.finish_staging()
+        if writer.error is None:
+            ingestor.prepare()
     except BaseException:
         writer.close(discard=True)
         raise
