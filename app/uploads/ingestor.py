@@ -56,7 +56,7 @@ class _Grid:
     version: int
     n_records: int  # before this upload
     slot_us: int
-    cell: str | None = None  # the H3 cell of a grid not yet inserted
+    cell: int | None = None  # the H3 cell of a grid not yet inserted
 
 
 _NEVER = np.iinfo(np.int64).min
@@ -150,7 +150,7 @@ class Ingestor:
         self.grids: list[_Grid] = []  # by grid code
         self.is_new = np.empty(0, dtype=bool)  # grid not stored before this upload, by code
         self.reread = np.empty(0, dtype=bool)  # stored grid to read back whole, by code
-        self.slot_grids: dict[int, dict[str, _Grid]] = {}  # slot µs -> stored grids
+        self.slot_grids: dict[int, dict[int, _Grid]] = {}  # slot µs -> cell -> stored grid
         self.new_rows = NewGridRows()
         self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
         self.inserted = 0
@@ -201,14 +201,14 @@ class Ingestor:
             rows = self.grid_repo.in_slots(self.dataset.id, [us_to_datetime(s) for s in slots])
             for gid, cell_str, slot_start, version, n_records in rows:
                 slot = datetime_to_us(slot_start)
-                self.slot_grids[slot][cell_str] = _Grid(gid, version, n_records, slot)
-        grids: list[_Grid | None] = [
-            self.slot_grids[slot].get(h3.int_to_str(cell)) for cell, slot in keys
-        ]
+                self.slot_grids[slot][h3.str_to_int(cell_str)] = _Grid(
+                    gid, version, n_records, slot
+                )
+        grids: list[_Grid | None] = [self.slot_grids[slot].get(cell) for cell, slot in keys]
         fresh = [i for i, g in enumerate(grids) if g is None]
         for i, gid in zip(fresh, self.bulk.allocate_grid_ids(len(fresh)), strict=True):
             cell, slot = keys[i]
-            grids[i] = _Grid(gid, 0, 0, slot, cell=h3.int_to_str(cell))
+            grids[i] = _Grid(gid, 0, 0, slot, cell=cell)
         added = [g for g in grids if g is not None]
         self.grids.extend(added)
         self.grid_ids = np.concatenate(
@@ -331,10 +331,10 @@ class Ingestor:
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
         ids = public_ids(len(new_grids))
         # by (slot, cell): most of the grid indexes then take their entries in key order
-        new_grids = sorted(
-            ((g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)),
-            key=lambda g: (g[3], g[2]),
-        )
+        new_grids = [
+            (g[0], p, h3.int_to_str(g[2]), *g[3:])
+            for g, p in zip(sorted(new_grids, key=lambda g: (g[3], g[2])), ids, strict=True)
+        ]
         self.bulk.insert_grids(self.dataset.id, new_grids)
         self.bulk.write_snapshots(new_snaps, replace=False)
         self.bulk.update_grids(old_grids)
