@@ -1,11 +1,11 @@
 """Uploading raw records: one CSV stream or GTFS-Realtime feed, one transaction (the caller's:
 nothing is committed here), exact tallies.
 
-The caller parses batches while a helper thread maps and writes them
-(:class:`app.uploads.ingestor.Ingestor`); a body of at least :data:`PARSE_PROCESS_MIN_BYTES` is
-parsed in a child process (:mod:`app.ingest.parse_process`) with the same batches. Memory is
-bounded by a few batches, the distinct users and grids, and the rows kept for new grids'
-snapshots."""
+The caller parses batches while a helper thread (:class:`app.uploads.writer.BatchWriter`) maps
+and writes them (:class:`app.uploads.ingestor.Ingestor`), then sorts the new rows into grids while
+the last records go in; a body of at least :data:`PARSE_PROCESS_MIN_BYTES` is parsed in a child
+process (:mod:`app.ingest.parse_process`) with the same batches. Memory is bounded by a few
+batches, the distinct users and grids, and the rows kept for new grids' snapshots."""
 
 from __future__ import annotations
 
