@@ -230,6 +230,7 @@ class Ingestor:
     def finish(self) -> int:
         """Insert new grids and refresh changed ones (summary, snapshot, version + 1); how many. A
         grid whose every row was a duplicate is untouched."""
+        self.bulk.attach_months(self.dataset.id)  # every record visible from here on
         by_id = {g.grid_id: g for g in self.grids}
         changed = 0
         if self._ready is not None:

@@ -14,10 +14,16 @@ import numpy as np
 from psycopg import sql
 from sqlalchemy.orm import Session
 
-from app.datasets.partitions import dataset_table, ensure_months
+from app.datasets.partitions import (
+    attach_month,
+    dataset_table,
+    ensure_months,
+    month_table,
+    next_month,
+)
 from app.datasets.repository import PG_EPOCH_OFFSET_US
 from app.db.unit import driver_connection
-from app.time.slots import us_to_datetime
+from app.time.slots import datetime_to_us, us_to_datetime
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
@@ -75,6 +81,7 @@ class IngestRepository:
         self.driver: Any = driver_connection(session)
         self._staged = False
         self._months: tuple[int, int] | None = None  # the ts range (µs) whose months exist
+        self._detached: dict[datetime, tuple[int, int]] = {}  # month -> its [start, end) µs
         self._spare_ids: list[int] = []
         self._grid_sequence: int | None = None
 
@@ -196,9 +203,35 @@ class IngestRepository:
         if not ts_us.size:
             return
         self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
+        rest = np.ones(ts_us.size, dtype=bool)
+        for month, (start, end) in self._detached.items():
+            rows = np.flatnonzero((ts_us >= start) & (ts_us < end))
+            rest[rows] = False
+            self._copy(month_table(dataset_id, month), dataset_id, grid_ids[rows],
+                       user_ids[rows], ts_us[rows], values[rows])  # fmt: skip
+        if self._detached and not rest.all():
+            grid_ids, user_ids, ts_us, values = (
+                grid_ids[rest],
+                user_ids[rest],
+                ts_us[rest],
+                values[rest],
+            )
+        self._copy(dataset_table(dataset_id), dataset_id, grid_ids, user_ids, ts_us, values)
+
+    def _copy(
+        self,
+        table: str,
+        dataset_id: int,
+        grid_ids: np.ndarray,
+        user_ids: np.ndarray,
+        ts_us: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        if not ts_us.size:
+            return
         statement = sql.SQL(
             "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
-        ).format(sql.Identifier(dataset_table(dataset_id)))
+        ).format(sql.Identifier(table))
         with self.driver.cursor() as cur, cur.copy(statement) as copy:
             for a in range(0, ts_us.size, COPY_PART_ROWS):
                 b = min(a + COPY_PART_ROWS, ts_us.size)
@@ -209,14 +242,25 @@ class IngestRepository:
 
     def _ensure_months(self, dataset_id: int, first_us: int, last_us: int) -> None:
         """The month partitions of ``[first_us, last_us]`` (and the month after), made
-        where missing: looked up once per upload unless a batch reaches past them."""
+        where missing: looked up once per upload unless a batch reaches past them. A month
+        made here is filled detached (``ensure_months``) until :meth:`attach_months`."""
         known = self._months
         if known is not None and known[0] <= first_us and last_us <= known[1]:
             return
         lo = first_us if known is None else min(first_us, known[0])
         hi = last_us if known is None else max(last_us, known[1])
-        ensure_months(self.session, dataset_id, us_to_datetime(lo), us_to_datetime(hi))
+        made = ensure_months(
+            self.session, dataset_id, us_to_datetime(lo), us_to_datetime(hi), detached=True
+        )
+        for month in made:
+            self._detached[month] = (datetime_to_us(month), datetime_to_us(next_month(month)))
         self._months = (lo, hi)
+
+    def attach_months(self, dataset_id: int) -> None:
+        """Attach the months this upload filled detached (each index built in one pass)."""
+        for month in self._detached:
+            attach_month(self.session, dataset_id, month)
+        self._detached.clear()
 
     def stored_already(
         self, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
@@ -225,6 +269,11 @@ class IngestRepository:
         (indices) are looked up (a temporary table, one semi-join, exact under the dataset
         lock)."""
         found = np.zeros(ts_us.size, dtype=bool)
+        if rows.size and self._detached:
+            # a detached month has no index to look in: attach it first
+            t = ts_us[rows]
+            if any(((t >= a) & (t < b)).any() for a, b in self._detached.values()):
+                self.attach_months(dataset_id)
         if rows.size:
             with self.driver.cursor() as cur:
                 found[rows[self._repeated(cur, dataset_id, user_ids, ts_us, rows)]] = True
