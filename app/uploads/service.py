@@ -123,8 +123,14 @@ def upload_records(
             feed = b"".join(body) if options.format == "gtfs-rt" else None
             size = len(feed) if feed is not None else body_size
             if size is not None and size >= PARSE_PROCESS_MIN_BYTES:
-                _parse_in_child(
-                    body if feed is None else feed_pieces(feed), options, parse, tally, ingestor
+                # the batches are counted and written on a helper thread, in their order
+                pieces = body if feed is None else feed_pieces(feed)
+                _parse_and_write(
+                    lambda consume: parse_in_child(
+                        pieces, options.format, parse, BATCH_ROWS, consume
+                    ),
+                    tally,
+                    ingestor,
                 )
             else:
                 _parse_here(body if feed is None else feed, parse, tally, ingestor)
@@ -173,23 +179,6 @@ def _parse_here(
             consume(batch)
 
     _parse_and_write(parse_all, tally, ingestor)
-
-
-def _parse_in_child(
-    chunks: Iterable[bytes | memoryview],
-    options: UploadOptions,
-    parse: ParseOptions,
-    tally: _Tally,
-    ingestor: Ingestor,
-) -> None:
-    """Parse in a child process while a helper thread writes. The thread receiving from the
-    child only queues each batch: the child goes on parsing while the database takes the
-    batches before it."""
-    _parse_and_write(
-        lambda consume: parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume),
-        tally,
-        ingestor,
-    )
 
 
 def _parse_and_write(
