@@ -1,9 +1,9 @@
 """The raw records' partitions: ``records`` by ``LIST (dataset_id)``, each ``records_d{id}`` by
 ``RANGE (ts)``, one per UTC month (migration 0017).
 
-A dataset's partition is made with it, a month's (and the next) before its first record; retention
-drops whole months. Partitions are attached (``SHARE UPDATE EXCLUSIVE`` on the parent), so other
-datasets' work goes on."""
+A dataset's partition is made with it, a month's (and the next) before its first record (an
+upload fills a month it makes before attaching it); retention drops whole months. Partitions are
+attached (``SHARE UPDATE EXCLUSIVE`` on the parent), so other datasets' work goes on."""
 
 from __future__ import annotations
 
