@@ -4,10 +4,11 @@ accounts of many users in one budget window (issue 25: a day charges ~50,000 bus
 Run ``python benchmarks/ledger_accounts.py`` (``--users`` default 50,000; ``--repeats``
 default 5; ``--windows`` default 1). On a fresh Postgres schema, each repeat (its
 accounts in a new epoch) times ``app.ledger.service``'s set statements for every user
-in each window: ``create`` (the first lock: count, create the accounts in a
-transaction of their own, lock them), ``lock`` (the same accounts again, in a new
-transaction), ``charge`` (``charge_accounts``, one to three grids each) and ``read``
-(``read_accounts``, a preview's read); prints the median seconds of each.
+in each window, each step one transaction: ``new`` (a release's ledger work where no
+account exists yet: ``lock_accounts``, then ``charge_accounts``, one to three grids
+each), ``lock`` (the same accounts again, existing now), ``charge`` (lock and charge
+them again: a later release of the same window) and ``read`` (``read_accounts``, a
+preview's read); prints the median seconds of each.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from app.ledger.accounts import USER_BITS
 from benchmarks.postgres import PG_URL, fresh_database
 
 WINDOW = date(1, 1, 1)
-STEPS = ("create", "lock", "charge", "read")
+STEPS = ("new", "lock", "charge", "read")
 
 
 def main() -> None:
@@ -88,7 +89,7 @@ def main() -> None:
                             accounts = ledger.lock_accounts(
                                 session, dataset, epoch, windows, subjects
                             )
-                        if step == "charge":
+                        if step in ("new", "charge"):
                             ledger.charge_accounts(
                                 session, accounts, subjects, grids, Decimal("0.01"),
                                 key_id=key, reference_id=epoch,
@@ -101,7 +102,7 @@ def main() -> None:
     print(f"{args.users:,} users x {args.windows} window(s), median of {args.repeats}:")
     for step, t in times.items():
         print(f"{step:7s} {statistics.median(t):7.3f} s")
-    print("(charge includes its lock; read and lock find the accounts made by create)")
+    print("(new and charge include their lock; the others find the accounts new made)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ array operation (``app.budget.over_cap_counts``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import date
 from decimal import Decimal
 
@@ -30,7 +30,9 @@ def window_users(subjects: Int64s, index: int) -> Int64s:
 
 @dataclass(frozen=True)
 class Accounts:
-    """The accounts of some subjects of one dataset and epoch, locked or not."""
+    """The accounts of some subjects of one dataset and epoch, locked or not. Locked, they are
+    every subject's: ``absent`` those without an account yet (spent 0), which their first charge
+    creates (their windows' creation locks held)."""
 
     dataset_id: int
     epoch: int
@@ -38,6 +40,7 @@ class Accounts:
     windows: tuple[date, ...]  # distinct, ascending
     subjects: Int64s  # distinct, ascending
     spent: Int64s  # quanta, aligned with ``subjects``
+    absent: Int64s = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # ascending
 
     def spent_of(self, subjects: npt.ArrayLike) -> Int64s:
         """The spend (quanta) of each of ``subjects``; 0 for one without an account."""

@@ -19,15 +19,14 @@ class BudgetAccount(Base):
 
     __tablename__ = "budget_accounts"
 
-    dataset_id: Mapped[int] = mapped_column(
-        ForeignKey("datasets.id", ondelete="CASCADE"), primary_key=True
-    )
+    # no foreign keys (a trigger per inserted row): inserts hold the dataset's row, and a trigger
+    # on ``datasets`` deletes its accounts (docs/math.md §10.6)
+    dataset_id: Mapped[int] = mapped_column(Integer, primary_key=True)
     epoch: Mapped[int] = mapped_column(Integer, primary_key=True)
     window_start: Mapped[date] = mapped_column(
         Date, primary_key=True, default=ALL_TIME, server_default=ALL_TIME_SQL
     )
-    # dataset_users.id; no foreign key (a trigger per inserted row): docs/math.md §10.6
-    user_id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    user_id: Mapped[int] = mapped_column(Integer, primary_key=True)  # dataset_users.id
     spent: Mapped[Decimal] = mapped_column(Epsilon, default=Decimal(0))
 
 

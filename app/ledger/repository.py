@@ -1,6 +1,7 @@
-"""All SQL of the privacy-budget ledger. Lock order: the dataset row, then budget accounts by
-ascending (window, user id), then the key row; modes and epochs as in docs/math.md §10.5. Nothing
-here commits (``app.db.unit``)."""
+"""All SQL of the privacy-budget ledger. Lock order: the dataset row, then the windows where
+accounts are created (ascending), then budget accounts by ascending (window, user id), then the
+key row; modes and epochs as in docs/math.md §10.5–§10.6. Nothing here commits
+(``app.db.unit``)."""
 
 from __future__ import annotations
 
@@ -37,10 +38,6 @@ from app.ledger.models import BudgetAccount, BudgetReset, LedgerEntry
 Int64s = npt.NDArray[np.int64]
 
 
-_COUNT_PRESENT = (
-    "SELECT count(*) FROM budget_accounts WHERE dataset_id = %s AND epoch = %s "
-    "AND window_start = %s AND user_id = ANY(%s::integer[])"
-)
 #: The spends as quanta, clamped at ``app.budget.SPENT_CLAMP`` (2e6, 1e12 quanta each).
 _ACCOUNTS = (
     "SELECT string_agg(int4send(user_id), ''::bytea ORDER BY user_id), "
@@ -48,10 +45,25 @@ _ACCOUNTS = (
     "FROM (SELECT user_id, spent FROM budget_accounts WHERE dataset_id = %s AND epoch = %s "
     "AND window_start = %s AND user_id = ANY(%s::integer[]) ORDER BY user_id {lock}) AS a"
 )
+#: One advisory lock per (dataset, window), taken in the order given: whoever creates accounts
+#: in a window holds it to its commit (docs/math.md §10.6).
+_LOCK_WINDOWS = (
+    "SELECT pg_advisory_xact_lock(k) FROM "
+    "(SELECT k FROM unnest(%s::bigint[]) WITH ORDINALITY AS w(k, i) ORDER BY i) AS w"
+)
+#: Inserts hold the dataset's row (``FOR KEY SHARE``, as a foreign key's check would): a deleted
+#: dataset gets no accounts (its trigger deletes those it had; docs/math.md §10.6).
 _INSERT_ACCOUNTS = (
     "INSERT INTO budget_accounts (dataset_id, epoch, window_start, user_id, spent) "
-    "SELECT %s, %s, %s, u, 0 FROM unnest(%s::integer[]) WITH ORDINALITY AS t(u, i) "
-    "ORDER BY i ON CONFLICT DO NOTHING"
+    "SELECT d.id, %s, %s, t.u, 0 FROM (SELECT id FROM datasets WHERE id = %s FOR KEY SHARE) d, "
+    "unnest(%s::integer[]) WITH ORDINALITY AS t(u, i) ORDER BY t.i ON CONFLICT DO NOTHING"
+)
+#: New accounts with their first charge; ``spent`` is what ``_CHARGE_COUNTS`` would make of 0.
+_INSERT_CHARGED = (
+    "INSERT INTO budget_accounts (dataset_id, epoch, window_start, user_id, spent) "
+    "SELECT d.id, %s, %s, c.u, %s * c.k "
+    "FROM (SELECT id FROM datasets WHERE id = %s FOR KEY SHARE) d, "
+    "unnest(%s::integer[], %s::integer[]) AS c(u, k) WHERE %s * c.k <= %s"
 )
 _CHARGE_COUNTS = (
     "UPDATE budget_accounts AS a SET spent = a.spent + %s * c.k "
@@ -59,6 +71,12 @@ _CHARGE_COUNTS = (
     "WHERE a.dataset_id = %s AND a.epoch = %s AND a.window_start = %s AND a.user_id = c.u "
     "AND a.spent + %s * c.k <= %s"
 )
+
+
+def window_lock_key(dataset_id: int, window: date) -> int:
+    """The advisory lock key of one dataset's budget window (distinct for every pair: dataset
+    ids are 31-bit, a date's ordinal 22-bit)."""
+    return dataset_id << 32 | window.toordinal()
 
 
 def _users_in(user_ids: Iterable[int]) -> Any:
@@ -106,13 +124,41 @@ class LedgerRepository(Repository):
         out.update({u: s for u, s in rows})
         return out
 
+    def lock_windows(self, dataset_id: int, windows: Sequence[date]) -> None:
+        """Hold the right to create accounts in ``windows`` (in this order) until commit."""
+        keys = [window_lock_key(dataset_id, w) for w in windows]
+        if not keys:
+            return
+        with driver_connection(self.session).cursor() as cursor:
+            cursor.execute(_LOCK_WINDOWS, (int_array(keys),))
+
     def insert_accounts(
         self, dataset_id: int, epoch: int, user_ids: npt.ArrayLike, *, window: date
     ) -> int:
         """Zero accounts for ``user_ids`` (ascending) where missing; how many."""
-        params = (dataset_id, epoch, window, int_array(np.asarray(user_ids, dtype=np.int64)))
+        params = (epoch, window, dataset_id, int_array(np.asarray(user_ids, dtype=np.int64)))
         with driver_connection(self.session).cursor() as cursor:
             cursor.execute(_INSERT_ACCOUNTS, params)
+            return int(cursor.rowcount)
+
+    def insert_charged(
+        self,
+        dataset_id: int,
+        epoch: int,
+        users: Int64s,
+        grids: Int64s,
+        epsilon: Decimal,
+        cap: Decimal,
+        *,
+        window: date,
+    ) -> int:
+        """New accounts for ``users`` (none has one; the window's lock held), each charged
+        ``grids[i] × epsilon`` unless that passes ``cap``; the rows made."""
+        params = (
+            epoch, window, epsilon, dataset_id, int_array(users), int_array(grids), epsilon, cap,
+        )  # fmt: skip
+        with driver_connection(self.session).cursor() as cursor:
+            cursor.execute(_INSERT_CHARGED, params)
             return int(cursor.rowcount)
 
     def analyze_after_growth(self, added: int) -> None:
@@ -168,13 +214,6 @@ class LedgerRepository(Repository):
         for (release, _), cost in per_user.items():
             largest[release] = max(largest[release], cost)
         return Decimal(queries or 0) + sum(largest.values(), Decimal(0))
-
-    def count_present(self, dataset_id: int, epoch: int, users: Int64s, *, window: date) -> int:
-        """How many of ``users`` (distinct) have an account in the window."""
-        rows = binary_rows(
-            self.session, _COUNT_PRESENT, (dataset_id, epoch, window, int_array(users))
-        )
-        return int(rows[0][0])
 
     def account_arrays(
         self, dataset_id: int, epoch: int, users: Int64s, *, window: date, lock: bool

@@ -5,6 +5,7 @@ The rule is ``app.ledger.rule``'s; the query writes are ``app.ledger.committer``
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal
 
@@ -17,7 +18,6 @@ from sqlalchemy.orm import Session
 from app import budget
 from app.datasets.models import Dataset
 from app.datasets.repository import DatasetRepository
-from app.db.unit import separate_transaction
 from app.keys.models import ApiKey
 from app.keys.service import KeyIdentity
 from app.kit.errors import BudgetExhausted, Conflict, InvalidRequest, NotFound
@@ -71,33 +71,30 @@ def lock_accounts(
     *,
     known: Accounts | None = None,
 ) -> Accounts:
-    """Lock the accounts of ``subjects`` (windows, then users, ascending: the lock order) for this
-    transaction; missing ones are first created in a transaction of their own, so no insert lock is
-    held out of order. ``known``: the same subjects' accounts as read earlier in this epoch; those
-    it holds exist still (an epoch's accounts are never deleted), so only the others are looked
-    for (and created where missing)."""
+    """Lock the accounts of ``subjects`` for this transaction: first the right to create accounts
+    in the windows where some may be missing (ascending), then the accounts there are (windows,
+    then users, ascending: the lock order). Those missing stay missing until this transaction's
+    charge creates them with their charge (:func:`charge_accounts`; docs/math.md §10.6): nothing
+    is created before. ``known``: the same subjects' accounts as read earlier in this epoch, each
+    of which exists still (an epoch's accounts are never deleted), so only windows with others
+    are locked."""
     repo = LedgerRepository(session)
     users = [window_users(subjects, i) for i in range(len(windows))]
-    if known is not None and known.epoch == epoch and known.windows == windows:
-        new = subjects[~np.isin(subjects, known.subjects, assume_unique=True)]
-        create = [window_users(new, i) for i in range(len(windows))]
+    if known is not None and (known.epoch, known.windows) == (epoch, windows):
+        was_found = np.isin(subjects, known.subjects, assume_unique=True)
     else:
-        create = [
-            users[i] if repo.count_present(dataset.id, epoch, users[i], window=w) < users[i].size
-            else users[i][:0]
-            for i, w in enumerate(windows)
-        ]  # fmt: skip
-    if any(c.size for c in create):
-        with separate_transaction(session) as own:
-            own_repo = LedgerRepository(own)
-            added = sum(
-                own_repo.insert_accounts(dataset.id, epoch, c, window=windows[i])
-                for i, c in enumerate(create)
-                if c.size
-            )
-            if added:  # statistics once for all the windows
-                own_repo.analyze_after_growth(added)
-    return _accounts(repo, dataset, epoch, windows, users, lock=True)
+        was_found = np.zeros(subjects.size, dtype=bool)
+    unknown_windows = np.unique(subjects[~was_found] >> USER_BITS)
+    repo.lock_windows(dataset.id, [windows[i] for i in unknown_windows.tolist()])
+    locked = _accounts(repo, dataset, epoch, windows, users, lock=True)
+    found = np.isin(subjects, locked.subjects, assume_unique=True)
+    if (was_found & ~found).any():
+        raise RuntimeError("budget accounts vanished while locking them")
+    if found.all():
+        return locked
+    spent = np.zeros(subjects.size, dtype=np.int64)
+    spent[found] = locked.spent  # both ascending
+    return replace(locked, subjects=subjects, spent=spent, absent=subjects[~found])
 
 
 def read_accounts(
@@ -122,8 +119,6 @@ def _accounts(
         if not users[i].size:
             continue
         ids, quanta = repo.account_arrays(dataset.id, epoch, users[i], window=w, lock=lock)
-        if lock and ids.size != users[i].size:
-            raise RuntimeError("budget accounts vanished while locking them")
         subjects.append((i << USER_BITS) | ids)
         spent.append(quanta)
     return Accounts(
@@ -152,8 +147,10 @@ def exhausted_now(
 def create_accounts(
     session: Session, dataset_id: int, epoch: int, user_ids: Iterable[int], *, window: date
 ) -> None:
-    """Create the missing accounts of ``user_ids`` in ``window``, ascending."""
+    """Create the missing accounts of ``user_ids`` in ``window``, ascending, holding the window's
+    creation lock to commit."""
     repo = LedgerRepository(session)
+    repo.lock_windows(dataset_id, [window])
     added = repo.insert_accounts(
         dataset_id, epoch, np.unique(np.fromiter(user_ids, dtype=np.int64)), window=window
     )
@@ -172,24 +169,33 @@ def charge_accounts(
     reference_id: int,
 ) -> None:
     """Charge ``grids[i] × epsilon`` to each of ``subjects[i]`` (locked in ``accounts``) for a
-    release: one ``UPDATE`` per window, one ``INSERT`` of ledger entries. The caller's plan already
-    left out users who cannot pay, so a refusal here is a bug."""
+    release: per window one ``UPDATE`` of the accounts there are and one ``INSERT`` of the absent
+    ones with their charge, then one ``INSERT`` of ledger entries. The caller's plan already left
+    out users who cannot pay, so a refusal here is a bug."""
     if accounts.over_cap(subjects, grids, epsilon).size:
         raise rule.refusal(rule.Verdict.EXHAUSTED, scope="this charge", over=None)
     repo = LedgerRepository(session)
     entries: list[dict[str, object]] = []
     window_index = subjects >> USER_BITS
+    absent = accounts.absent
+    new = np.isin(subjects, absent) if absent.size else np.zeros(subjects.size, dtype=bool)
+    added = 0
     for i, window in enumerate(accounts.windows):
         here = window_index == i
         users, counts = subjects[here] & USER_MASK, grids[here]
         if not users.size:
             continue
+        fresh = new[here]
+        args = (accounts.dataset_id, accounts.epoch)
         changed = repo.charge_counts(
-            accounts.dataset_id, accounts.epoch, users, counts, epsilon, accounts.cap,
-            window=window,
-        )  # fmt: skip
-        if changed != users.size:
-            raise RuntimeError(f"charged {changed} accounts, expected {users.size}")
+            *args, users[~fresh], counts[~fresh], epsilon, accounts.cap, window=window
+        ) if not fresh.all() else 0  # fmt: skip
+        made = repo.insert_charged(
+            *args, users[fresh], counts[fresh], epsilon, accounts.cap, window=window
+        ) if fresh.any() else 0  # fmt: skip
+        if changed + made != users.size:
+            raise RuntimeError(f"charged {changed + made} accounts, expected {users.size}")
+        added += made
         for k in np.unique(counts).tolist():
             charged = users[counts == k].tolist()
             entries.append(
@@ -201,6 +207,8 @@ def charge_accounts(
                 }
             )  # fmt: skip
     repo.add_entries(entries)
+    if added:  # statistics once for all the windows
+        repo.analyze_after_growth(added)
 
 
 def parse_window_param(dataset: Dataset, text: str | None) -> date | None:

@@ -9,7 +9,7 @@ from alembic import command
 from sqlalchemy import text
 
 from app.db.engine import make_engine
-from app.db.migrate import alembic_config, upgrade
+from app.db.migrate import alembic_config
 from tests.unit.migration_support import seed_key_and_dataset
 
 USER_FK = "fk_budget_accounts_user_id_dataset_users"
@@ -52,7 +52,7 @@ def test_account_user_key_dropped_and_restored(postgres_url: str) -> None:
             )
             before = _accounts(conn)
             assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True, USER_FK: True}
-        upgrade(postgres_url)
+        command.upgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:
             assert _accounts(conn) == before
             assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True}
@@ -60,7 +60,7 @@ def test_account_user_key_dropped_and_restored(postgres_url: str) -> None:
         with engine.begin() as conn:
             assert _accounts(conn) == before
             assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True, USER_FK: True}
-        upgrade(postgres_url)
+        command.upgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:  # an account naming no user: the key cannot come back
             conn.execute(
                 text(
