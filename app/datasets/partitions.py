@@ -1,9 +1,9 @@
 """The raw records' partitions: ``records`` by ``LIST (dataset_id)``, each ``records_d{id}`` by
 ``RANGE (ts)``, one per UTC month (migration 0017).
 
-A dataset's partition is made with it, a month's (and the next) before its first record; retention
-drops whole months. Partitions are attached (``SHARE UPDATE EXCLUSIVE`` on the parent), so other
-datasets' work goes on."""
+A dataset's partition is made with it, a month's (and the next) before its first record (an
+upload fills a month it makes before attaching it); retention drops whole months. Partitions are
+attached (``SHARE UPDATE EXCLUSIVE`` on the parent), so other datasets' work goes on."""
 
 from __future__ import annotations
 
@@ -69,25 +69,44 @@ def ensure_dataset_partition(session: Session, dataset_id: int) -> None:
         )
 
 
-def ensure_months(session: Session, dataset_id: int, first: datetime, last: datetime) -> None:
+def ensure_months(
+    session: Session, dataset_id: int, first: datetime, last: datetime, *, detached: bool = False
+) -> list[datetime]:
     """The month partitions of the dataset from ``first``'s month to the month after
-    ``last``'s (and the dataset's own), made where missing."""
+    ``last``'s (and the dataset's own), made where missing; the months left detached.
+
+    With ``detached``, a missing month up to ``last``'s is made but not attached: an upload
+    fills it by ``COPY`` and then :func:`attach_month` builds its key's index in one sorted
+    pass, where each record would otherwise go into the index one at a time."""
     ensure_dataset_partition(session, dataset_id)
     months = months_between(first, next_month(month_of(last)))
     names = [month_table(dataset_id, m) for m in months]
     have = _existing(session, names)
-    parent = sql.Identifier(dataset_table(dataset_id))
+    made = []
     with driver_connection(session).cursor() as cur:
         for month, name in zip(months, names, strict=True):
             if name in have:
                 continue
-            table = sql.Identifier(name)
-            cur.execute(sql.SQL("CREATE TABLE {} (LIKE records)").format(table))
-            cur.execute(
-                sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
-                    parent, table, sql.Literal(month), sql.Literal(next_month(month))
-                )
+            cur.execute(sql.SQL("CREATE TABLE {} (LIKE records)").format(sql.Identifier(name)))
+            if detached and month <= last:
+                made.append(month)
+            else:
+                attach_month(session, dataset_id, month)
+    return made
+
+
+def attach_month(session: Session, dataset_id: int, month: datetime) -> None:
+    """Attach a month's table to the dataset's partition (building its index, checking that
+    every row is of the month)."""
+    with driver_connection(session).cursor() as cur:
+        cur.execute(
+            sql.SQL("ALTER TABLE {} ATTACH PARTITION {} FOR VALUES FROM ({}) TO ({})").format(
+                sql.Identifier(dataset_table(dataset_id)),
+                sql.Identifier(month_table(dataset_id, month)),
+                sql.Literal(month),
+                sql.Literal(next_month(month)),
             )
+        )
 
 
 def stored_months(session: Session, dataset_id: int) -> list[datetime]:

@@ -38,6 +38,26 @@ class Batch:
     def __len__(self) -> int:
         return len(self.ts_us)
 
+    @classmethod
+    def joined(cls, batches: Sequence[Batch]) -> Batch:
+        """One batch of ``batches`` in their order (codes are the upload's, so they join as
+        they are)."""
+        if len(batches) == 1:
+            return batches[0]
+        return cls(
+            np.concatenate([b.user_codes for b in batches]),
+            np.concatenate([b.grid_codes for b in batches]),
+            np.concatenate([b.ts_us for b in batches]),
+            np.concatenate([b.values for b in batches]),
+            [u for b in batches for u in b.new_users],
+            [g for b in batches for g in b.new_grids],
+            sum(b.rows for b in batches),
+            sum(b.rejected for b in batches),
+            sum(b.clamped for b in batches),
+            sum(b.dropped_zero for b in batches),
+            [e for b in batches for e in b.errors],
+        )
+
 
 class GridCoder:
     """Numbers the grids ``(h3 cell, slot start)`` of one upload in order of first

@@ -157,9 +157,13 @@ class RecordReader:
         except csv.Error as exc:
             raise CsvFormatError(f"malformed CSV after line {self._line_no}: {exc}") from None
 
-    def batches(self, batch_rows: int) -> Iterator[Batch]:
+    def batches(self, batch_rows: int, first_rows: int | None = None) -> Iterator[Batch]:
+        """Batches of ``batch_rows`` kept rows (the first of ``first_rows``: its writer
+        starts sooner)."""
+        size = batch_rows if first_rows is None else first_rows
         while not self._done:
-            batch = self._read_batch(batch_rows)
+            batch = self._read_batch(size)
+            size = batch_rows
             if batch.rows:
                 yield batch
 

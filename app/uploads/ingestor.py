@@ -8,9 +8,10 @@ not later than its user's stored ones is read back whole."""
 from __future__ import annotations
 
 import base64
+import itertools
 import secrets
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,12 @@ STORE_GRIDS = 5000
 
 def first_occurrences(user_ids: np.ndarray, ts_us: np.ndarray) -> np.ndarray:
     """Indices of the first row of every (user, ts) pair, in (user, ts) order."""
-    order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
-    u, t = user_ids[order], ts_us[order]
+    u, t = user_ids, ts_us
+    if np.all((u[1:] > u[:-1]) | ((u[1:] == u[:-1]) & (t[1:] >= t[:-1]))):
+        order = np.arange(u.size)  # already in (user, ts) order, as most files come
+    else:
+        order = np.lexsort((ts_us, user_ids))  # stable: equal keys keep their order
+        u, t = user_ids[order], ts_us[order]
     keep = np.ones(order.size, dtype=bool)
     keep[1:] = (u[1:] != u[:-1]) | (t[1:] != t[:-1])
     return order[keep]
@@ -51,7 +56,7 @@ class _Grid:
     version: int
     n_records: int  # before this upload
     slot_us: int
-    cell: str | None = None  # the H3 cell of a grid not yet inserted
+    cell: int | None = None  # the H3 cell of a grid not yet inserted
 
 
 _NEVER = np.iinfo(np.int64).min
@@ -95,6 +100,10 @@ class NewGridRows:
         for b in range(SPILL_BUCKETS):
             if bounds[b] < bounds[b + 1]:
                 self._files[b].write(rows[order[bounds[b] : bounds[b + 1]]].tobytes())
+
+    @property
+    def in_memory(self) -> bool:
+        return self._dir is None
 
     def groups(self) -> Iterator[np.ndarray]:
         """The rows in parts that each hold whole grids (one part, or one per bucket).
@@ -141,14 +150,17 @@ class Ingestor:
         self.grids: list[_Grid] = []  # by grid code
         self.is_new = np.empty(0, dtype=bool)  # grid not stored before this upload, by code
         self.reread = np.empty(0, dtype=bool)  # stored grid to read back whole, by code
-        self.slot_grids: dict[int, dict[str, _Grid]] = {}  # slot µs -> stored grids
+        self.slot_grids: dict[int, dict[int, _Grid]] = {}  # slot µs -> cell -> stored grid
         self.new_rows = NewGridRows()
         self.latest = np.empty(0, dtype=np.int64)  # latest stored time, by user code
         self.inserted = 0
         self.duplicates = 0
+        self._ready: Iterator[GridSummary] | None = None  # summaries begun by prepare()
 
     # -------------------------------------------------------------- per batch
-    def write(self, batch: Batch) -> None:
+    def stage(self, batch: Batch) -> Callable[[], None]:
+        """Map a batch to ids and find its duplicates; storing its records is what it returns,
+        to be called before the next batch is staged."""
         if batch.new_users:
             hashes = [hash_user(self.secret, u) for u in batch.new_users]
             ids = self.bulk.user_ids(self.dataset.id, hashes)
@@ -158,7 +170,7 @@ class Ingestor:
         if batch.new_grids:
             self._add_grids(batch.new_grids)
         if not len(batch):
-            return
+            return _nothing
         keep = first_occurrences(batch.user_codes, batch.ts_us)
         codes, user_codes = batch.grid_codes[keep], batch.user_codes[keep]
         ts, values = batch.ts_us[keep], batch.values[keep]
@@ -166,9 +178,7 @@ class Ingestor:
         check = ts <= self.latest[user_codes]
         np.maximum.at(self.latest, user_codes, ts)
         users = self.user_ids[user_codes]
-        stored = self.bulk.insert_records(
-            self.dataset.id, self.grid_ids[codes], users, ts, values, check
-        )
+        stored = ~self.bulk.stored_already(self.dataset.id, users, ts, np.flatnonzero(check))
         n = int(np.count_nonzero(stored))
         self.inserted += n
         self.duplicates += len(batch) - n
@@ -177,6 +187,8 @@ class Ingestor:
         if n < len(stored):
             codes, users, ts, values = codes[stored], users[stored], ts[stored], values[stored]
         self.new_rows.add(codes, users, ts, values)
+        grid_ids, dataset_id = self.grid_ids[codes], self.dataset.id
+        return lambda: self.bulk.insert_records(dataset_id, grid_ids, users, ts, values)
 
     def _add_grids(self, keys: list[tuple[int, int]]) -> None:
         # Each slot's stored grids are loaded once per upload; a key not among them is
@@ -189,14 +201,14 @@ class Ingestor:
             rows = self.grid_repo.in_slots(self.dataset.id, [us_to_datetime(s) for s in slots])
             for gid, cell_str, slot_start, version, n_records in rows:
                 slot = datetime_to_us(slot_start)
-                self.slot_grids[slot][cell_str] = _Grid(gid, version, n_records, slot)
-        grids: list[_Grid | None] = [
-            self.slot_grids[slot].get(h3.int_to_str(cell)) for cell, slot in keys
-        ]
+                self.slot_grids[slot][h3.str_to_int(cell_str)] = _Grid(
+                    gid, version, n_records, slot
+                )
+        grids: list[_Grid | None] = [self.slot_grids[slot].get(cell) for cell, slot in keys]
         fresh = [i for i, g in enumerate(grids) if g is None]
         for i, gid in zip(fresh, self.bulk.allocate_grid_ids(len(fresh)), strict=True):
             cell, slot = keys[i]
-            grids[i] = _Grid(gid, 0, 0, slot, cell=h3.int_to_str(cell))
+            grids[i] = _Grid(gid, 0, 0, slot, cell=cell)
         added = [g for g in grids if g is not None]
         self.grids.extend(added)
         self.grid_ids = np.concatenate(
@@ -206,11 +218,24 @@ class Ingestor:
         self.reread = np.concatenate([self.reread, np.zeros(len(added), dtype=bool)])
 
     # ----------------------------------------------------------------- at end
+    def prepare(self) -> None:
+        """Sort the new rows into grids and start summarising them ahead of :meth:`finish`,
+        with no SQL (so while the last records are stored): when every grid is new and the
+        rows are in memory, as in a first upload of a period. Else :meth:`finish` does it."""
+        if self._ready is None and self.new_rows.in_memory and self.is_new.all():
+            rows = next(self.new_rows.groups(), None)
+            if rows is not None:
+                self._ready = _started(_extend(snapshot_records([]), rows, self.grid_ids))
+
     def finish(self) -> int:
         """Insert new grids and refresh changed ones (summary, snapshot, version + 1); how many. A
         grid whose every row was a duplicate is untouched."""
+        self.bulk.attach_months(self.dataset.id)  # every record visible from here on
         by_id = {g.grid_id: g for g in self.grids}
         changed = 0
+        if self._ready is not None:
+            ready, self._ready = self._ready, None
+            changed += self._store(by_id, ready, overlap=True)
         reread_users: dict[int, list[np.ndarray]] = {}  # grid code -> users of its new rows
         for rows in self.new_rows.groups():
             old = self._stored_snapshots(rows["code"])
@@ -307,10 +332,10 @@ class Ingestor:
     def _flush(self, new_grids: list, new_snaps: list, old_grids: list, old_snaps: list) -> int:
         ids = public_ids(len(new_grids))
         # by (slot, cell): most of the grid indexes then take their entries in key order
-        new_grids = sorted(
-            ((g[0], p, *g[2:]) for g, p in zip(new_grids, ids, strict=True)),
-            key=lambda g: (g[3], g[2]),
-        )
+        new_grids = [
+            (g[0], p, h3.int_to_str(g[2]), *g[3:])
+            for g, p in zip(sorted(new_grids, key=lambda g: (g[3], g[2])), ids, strict=True)
+        ]
         self.bulk.insert_grids(self.dataset.id, new_grids)
         self.bulk.write_snapshots(new_snaps, replace=False)
         self.bulk.update_grids(old_grids)
@@ -340,6 +365,16 @@ def _extend(old: RecordArrays, rows: np.ndarray, grid_ids: np.ndarray) -> Iterat
     else:
         order = np.lexsort((ts, users, gids))
     return summarise_grids(gids[order], users[order], values[order])
+
+
+def _started(summaries: Iterator[GridSummary]) -> Iterator[GridSummary]:
+    """``summaries`` with their first computed now (the arrays of them all with it)."""
+    first = next(summaries, None)
+    return iter(()) if first is None else itertools.chain([first], summaries)
+
+
+def _nothing() -> None:
+    return None
 
 
 def _users_by_code(rows: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:

@@ -14,13 +14,21 @@ import numpy as np
 from psycopg import sql
 from sqlalchemy.orm import Session
 
-from app.datasets.partitions import dataset_table, ensure_months
+from app.datasets.partitions import (
+    attach_month,
+    dataset_table,
+    ensure_months,
+    month_table,
+    next_month,
+)
 from app.datasets.repository import PG_EPOCH_OFFSET_US
 from app.db.unit import driver_connection
-from app.time.slots import us_to_datetime
+from app.time.slots import datetime_to_us, us_to_datetime
 
 #: Grid ids drawn from the Postgres sequence per round trip (unused ones are a harmless gap).
 ID_BLOCK = 4096
+#: Records encoded per part of a ``COPY`` stream.
+COPY_PART_ROWS = 20_000
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ONE_US = timedelta(microseconds=1)
@@ -28,8 +36,11 @@ _PG_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _PG_COPY_TRAILER = struct.pack(">h", -1)
 
 
-def _copy_data(count: int, columns: Sequence[tuple[str, Any]]) -> bytes:
-    """Binary ``COPY`` data of ``count`` tuples, each field ``(big-endian dtype, values)``."""
+def _copy_data(
+    count: int, columns: Sequence[tuple[str, Any]], *, header: bool = True, trailer: bool = True
+) -> bytes:
+    """Binary ``COPY`` data of ``count`` tuples, each field ``(big-endian dtype, values)``; a
+    part of a longer stream leaves out the header or the trailer."""
     fields: list[tuple[str, str]] = [("n", ">i2")]
     for i, (kind, _) in enumerate(columns):
         fields += [(f"l{i}", ">i4"), (f"c{i}", kind)]
@@ -38,7 +49,8 @@ def _copy_data(count: int, columns: Sequence[tuple[str, Any]]) -> bytes:
     for i, (kind, values) in enumerate(columns):
         rows[f"l{i}"] = np.dtype(kind).itemsize
         rows[f"c{i}"] = values
-    return _PG_COPY_HEADER + rows.tobytes() + _PG_COPY_TRAILER
+    head = _PG_COPY_HEADER if header else b""
+    return head + rows.tobytes() + (_PG_COPY_TRAILER if trailer else b"")
 
 
 def _snapshot_tuples(rows: Sequence[tuple[int, int, bytes, bytes, bytes]]) -> bytes:
@@ -69,6 +81,7 @@ class IngestRepository:
         self.driver: Any = driver_connection(session)
         self._staged = False
         self._months: tuple[int, int] | None = None  # the ts range (µs) whose months exist
+        self._detached: dict[datetime, tuple[int, int]] = {}  # month -> its [start, end) µs
         self._spare_ids: list[int] = []
         self._grid_sequence: int | None = None
 
@@ -182,51 +195,91 @@ class IngestRepository:
         user_ids: np.ndarray,
         ts_us: np.ndarray,
         values: np.ndarray,
-        check: np.ndarray | None = None,
-    ) -> np.ndarray:
-        """Store the records whose (user, ts) is not stored yet; a bool per row (False: a
-        duplicate).
+    ) -> None:
+        """Store records by one binary ``COPY``, sent in parts (Postgres stores one while the
+        next is encoded). None may repeat a stored or another's (user, ts): see
+        :meth:`stored_already` and ``app.uploads.ingestor.first_occurrences``; best in key
+        order."""
+        if not ts_us.size:
+            return
+        self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
+        rest = np.ones(ts_us.size, dtype=bool)
+        for month, (start, end) in self._detached.items():
+            rows = np.flatnonzero((ts_us >= start) & (ts_us < end))
+            rest[rows] = False
+            self._copy(month_table(dataset_id, month), dataset_id, grid_ids[rows],
+                       user_ids[rows], ts_us[rows], values[rows])  # fmt: skip
+        if self._detached and not rest.all():
+            grid_ids, user_ids, ts_us, values = (
+                grid_ids[rest],
+                user_ids[rest],
+                ts_us[rest],
+                values[rest],
+            )
+        self._copy(dataset_table(dataset_id), dataset_id, grid_ids, user_ids, ts_us, values)
 
-        The rows must not repeat a (user, ts) (``app.uploads.ingestor.first_occurrences``), best
-        in key order. Rows marked by ``check`` are looked up (a temporary table, one semi-join,
-        exact under the dataset lock); then the new rows go in by one binary ``COPY``."""
-        stored = np.ones(len(grid_ids), dtype=bool)
-        if len(grid_ids) == 0:
-            return stored
-        checked = np.flatnonzero(stored if check is None else check)
-        with self.driver.cursor() as cur:
-            if checked.size:
-                repeated = self._stored_already(cur, dataset_id, user_ids, ts_us, checked)
-                stored[checked[repeated]] = False
-            new = stored if not stored.all() else slice(None)
-            ts_new = ts_us[new]
-            if ts_new.size:
-                self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
-                data = _copy_data(ts_new.size, [
-                    (">i4", dataset_id), (">i4", grid_ids[new]), (">i4", user_ids[new]),
-                    (">i8", ts_new - PG_EPOCH_OFFSET_US), (">f8", values[new]),
-                ])  # fmt: skip
-                with cur.copy(
-                    sql.SQL(
-                        "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN "
-                        "(FORMAT BINARY)"
-                    ).format(sql.Identifier(dataset_table(dataset_id)))
-                ) as copy:
-                    copy.write(data)
-        return stored
+    def _copy(
+        self,
+        table: str,
+        dataset_id: int,
+        grid_ids: np.ndarray,
+        user_ids: np.ndarray,
+        ts_us: np.ndarray,
+        values: np.ndarray,
+    ) -> None:
+        if not ts_us.size:
+            return
+        statement = sql.SQL(
+            "COPY {} (dataset_id, grid_id, user_id, ts, value) FROM STDIN (FORMAT BINARY)"
+        ).format(sql.Identifier(table))
+        with self.driver.cursor() as cur, cur.copy(statement) as copy:
+            for a in range(0, ts_us.size, COPY_PART_ROWS):
+                b = min(a + COPY_PART_ROWS, ts_us.size)
+                copy.write(_copy_data(b - a, [
+                    (">i4", dataset_id), (">i4", grid_ids[a:b]), (">i4", user_ids[a:b]),
+                    (">i8", ts_us[a:b] - PG_EPOCH_OFFSET_US), (">f8", values[a:b]),
+                ], header=a == 0, trailer=b == ts_us.size))  # fmt: skip
 
     def _ensure_months(self, dataset_id: int, first_us: int, last_us: int) -> None:
         """The month partitions of ``[first_us, last_us]`` (and the month after), made
-        where missing: looked up once per upload unless a batch reaches past them."""
+        where missing: looked up once per upload unless a batch reaches past them. A month
+        made here is filled detached (``ensure_months``) until :meth:`attach_months`."""
         known = self._months
         if known is not None and known[0] <= first_us and last_us <= known[1]:
             return
         lo = first_us if known is None else min(first_us, known[0])
         hi = last_us if known is None else max(last_us, known[1])
-        ensure_months(self.session, dataset_id, us_to_datetime(lo), us_to_datetime(hi))
+        made = ensure_months(
+            self.session, dataset_id, us_to_datetime(lo), us_to_datetime(hi), detached=True
+        )
+        for month in made:
+            self._detached[month] = (datetime_to_us(month), datetime_to_us(next_month(month)))
         self._months = (lo, hi)
 
-    def _stored_already(
+    def attach_months(self, dataset_id: int) -> None:
+        """Attach the months this upload filled detached (each index built in one pass)."""
+        for month in self._detached:
+            attach_month(self.session, dataset_id, month)
+        self._detached.clear()
+
+    def stored_already(
+        self, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
+    ) -> np.ndarray:
+        """Which records repeat a stored record's (user, ts), a bool each; only ``rows``
+        (indices) are looked up (a temporary table, one semi-join, exact under the dataset
+        lock)."""
+        found = np.zeros(ts_us.size, dtype=bool)
+        if rows.size and self._detached:
+            # a detached month has no index to look in: attach it first
+            t = ts_us[rows]
+            if any(((t >= a) & (t < b)).any() for a, b in self._detached.values()):
+                self.attach_months(dataset_id)
+        if rows.size:
+            with self.driver.cursor() as cur:
+                found[rows[self._repeated(cur, dataset_id, user_ids, ts_us, rows)]] = True
+        return found
+
+    def _repeated(
         self, cur: Any, dataset_id: int, user_ids: np.ndarray, ts_us: np.ndarray, rows: np.ndarray
     ) -> np.ndarray:
         """Which of ``rows`` (indices) repeat a stored record's (user, ts): a bool each."""

@@ -1,16 +1,14 @@
 """Uploading raw records: one CSV stream or GTFS-Realtime feed, one transaction (the caller's:
 nothing is committed here), exact tallies.
 
-The caller parses batches while a helper thread maps and writes them
-(:class:`app.uploads.ingestor.Ingestor`); a body of at least :data:`PARSE_PROCESS_MIN_BYTES` is
-parsed in a child process (:mod:`app.ingest.parse_process`) with the same batches. Memory is
-bounded by a few batches, the distinct users and grids, and the rows kept for new grids'
-snapshots."""
+The caller parses batches while a helper thread (:class:`app.uploads.writer.BatchWriter`) maps
+and writes them (:class:`app.uploads.ingestor.Ingestor`), then sorts the new rows into grids while
+the last records go in; a body of at least :data:`PARSE_PROCESS_MIN_BYTES` is parsed in a child
+process (:mod:`app.ingest.parse_process`) with the same batches. Memory is bounded by a few
+batches, the distinct users and grids, and the rows kept for new grids' snapshots."""
 
 from __future__ import annotations
 
-import queue
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,12 +34,17 @@ from app.time.slots import get_zone
 from app.uploads.ingestor import Ingestor
 from app.uploads.retention import apply_retention
 from app.uploads.schemas import RowError, UploadResult
+from app.uploads.writer import BatchWriter
 
 #: Kept rows per batch (parsed, then written with one bulk statement).
 BATCH_ROWS = 50_000
 #: A body at least this large (its declared size; a feed's joined size) is parsed in a
 #: child process: below it, the process start would cost more than it saves.
 PARSE_PROCESS_MIN_BYTES = 4 << 20
+#: Parsed batches queued for the writer.
+WRITE_QUEUE_BATCHES = 4
+#: Queued batches are joined into one write of up to about this many batches' rows.
+JOIN_BATCHES = 4
 
 #: The body's format: CSV text, or one serialized GTFS-Realtime ``FeedMessage``.
 RecordFormat = Literal["csv", "gtfs-rt"]
@@ -54,43 +57,6 @@ class UploadOptions:
     drop_zero: bool = False
     out_of_range: Literal["clamp", "reject"] = "clamp"
     delimiter: str = ","
-
-
-class _Writer:
-    """Writes batches on a helper thread while the caller parses the next (at most ``depth``
-    queued); the caller touches the session again only after :meth:`close`."""
-
-    _STOP = object()
-
-    def __init__(self, write: Callable[[Batch], None], depth: int = 2) -> None:
-        self._write = write
-        self._queue: queue.Queue[Any] = queue.Queue(maxsize=depth)
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="dpgate-ingest-writer", daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is self._STOP:
-                return
-            if self.error is None:
-                try:
-                    self._write(item)
-                except BaseException as exc:  # re-raised in the caller's thread
-                    self.error = exc
-
-    def submit(self, batch: Batch) -> None:
-        if self.error is not None:
-            raise self.error
-        self._queue.put(batch)
-
-    def close(self) -> None:
-        """Wait until every submitted batch is written; re-raise a writer error."""
-        self._queue.put(self._STOP)
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 @dataclass
@@ -109,15 +75,6 @@ class _Tally:
         self.clamped += batch.clamped
         self.dropped += batch.dropped_zero
         self.errors.extend(batch.errors[: MAX_REPORTED_ERRORS - len(self.errors)])
-
-    def and_write(self, ingestor: Ingestor) -> Callable[[Batch], None]:
-        """Count each batch, then write it."""
-
-        def consume(batch: Batch) -> None:
-            self.add(batch)
-            ingestor.write(batch)
-
-        return consume
 
 
 def upload_records(
@@ -168,7 +125,13 @@ def upload_records(
             if size is not None and size >= PARSE_PROCESS_MIN_BYTES:
                 # the batches are counted and written on a helper thread, in their order
                 pieces = body if feed is None else feed_pieces(feed)
-                parse_in_child(pieces, options.format, parse, BATCH_ROWS, tally.and_write(ingestor))
+                _parse_and_write(
+                    lambda consume: parse_in_child(
+                        pieces, options.format, parse, BATCH_ROWS, consume
+                    ),
+                    tally,
+                    ingestor,
+                )
             else:
                 _parse_here(body if feed is None else feed, parse, tally, ingestor)
         finally:
@@ -209,14 +172,38 @@ def _parse_here(
     body: Iterable[bytes] | bytes, parse: ParseOptions, tally: _Tally, ingestor: Ingestor
 ) -> None:
     """Parse in this thread while a helper thread writes."""
-    writer = _Writer(ingestor.write)
-    try:
+
+    def parse_all(consume: Callable[[Batch], None]) -> None:
         reader = FeedReader(body, parse) if isinstance(body, bytes) else RecordReader(body, parse)
         for batch in reader.batches(BATCH_ROWS):
-            tally.add(batch)
-            writer.submit(batch)
-    finally:
-        writer.close()  # the session is ours again only after this
+            consume(batch)
+
+    _parse_and_write(parse_all, tally, ingestor)
+
+
+def _parse_and_write(
+    parse_all: Callable[[Callable[[Batch], None]], None], tally: _Tally, ingestor: Ingestor
+) -> None:
+    """Run ``parse_all`` (it calls its argument with each batch in order): count the batches
+    and write them on a helper thread; once all are staged, sort the new rows into grids while
+    the last records are stored. The session is ours again when this returns or raises."""
+    writer = BatchWriter(
+        ingestor.stage, depth=WRITE_QUEUE_BATCHES, join_rows=JOIN_BATCHES * BATCH_ROWS
+    )
+
+    def consume(batch: Batch) -> None:
+        tally.add(batch)
+        writer.submit(batch)
+
+    try:
+        parse_all(consume)
+        writer.finish_staging()
+        if writer.error is None:
+            ingestor.prepare()
+    except BaseException:
+        writer.close(discard=True)
+        raise
+    writer.close()
 
 
 def check_value_filters(dataset: Dataset, options: UploadOptions) -> None:

@@ -164,6 +164,12 @@ def test_naive_times_are_local_and_codes_span_batches() -> None:
     assert batches[0].new_grids[0][1] == batches[0].ts_us[0]  # 09:00 local = slot start
 
 
+def test_a_smaller_first_batch() -> None:
+    text = HEADER + "".join(f"u{i},2016-11-25T09:{i:02d}:00,12.97,77.59,1\n" for i in range(10))
+    reader = RecordReader(chunked(text.encode(), 7), OPTS)
+    assert [len(b) for b in reader.batches(4, first_rows=1)] == [1, 4, 4, 1]
+
+
 def test_row_accounting_identity() -> None:
     batches: list[Batch] = read_all(HEADER + "a,x,0,0,1\n" * 5 + "a,2016-01-01,0,0,1\n", batch=2)
     assert sum(b.rows for b in batches) == 6
@@ -175,6 +181,8 @@ def test_first_occurrences_keeps_the_first_of_each_user_time() -> None:
     ts = np.array([5, 5, 5, 6, 4])
     keep = first_occurrences(users, ts)
     assert keep.tolist() == [1, 3, 4, 0]  # (1,5) (1,6) (2,4) (2,5): row 2 repeats row 0
+    in_order = first_occurrences(np.array([1, 1, 1, 2, 2, 3]), np.array([3, 3, 4, 1, 1, 0]))
+    assert in_order.tolist() == [0, 2, 3, 5]
 
 
 def test_summarise_grids() -> None:
