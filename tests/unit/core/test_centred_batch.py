@@ -44,7 +44,6 @@ def _grid(rng: np.random.Generator, users: int) -> tuple[GridData, np.ndarray]:
     return GridData.from_counts_and_values(counts, values), caps.astype(np.int64)
 
 
-
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("statistics", [("mean",), ("variance",), ("mean", "variance")])
 def test_batched_centred_releases_are_the_per_grid_releases_bit_for_bit(

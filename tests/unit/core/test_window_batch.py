@@ -37,7 +37,6 @@ def _grid(rng: np.random.Generator, users: int) -> tuple[GridData, np.ndarray]:
     return GridData.from_counts_and_values(counts, values), caps.astype(np.int64)
 
 
-
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("statistics", [("mean", "variance"), ("mean",), ("variance",)])
 def test_batched_windows_are_the_per_grid_releases_bit_for_bit(
