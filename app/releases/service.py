@@ -255,9 +255,12 @@ def preview_slot(session: Session, dataset_id: int | str, body: ReleaseIn) -> di
     dataset = get_dataset(session, dataset_id)
     req = parse_release(body, dataset)
     inp = profile_input(session, req) if req.profile else release_input(session, req)
-    plan = choose_plan(inp, req, None)
-    rb = release_budget(
-        session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+    # the accounts read while the plan (public counts only) is made on the second thread
+    rb, plan = in_parallel(
+        lambda: release_budget(
+            session, dataset, dataset.epoch, inp.grids, inp.occ, lock=False, windows=inp.windows
+        ),
+        lambda: choose_plan(inp, req, None),
     )
     grids = []
     first = req.statistics[0]

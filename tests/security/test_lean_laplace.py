@@ -1,4 +1,4 @@
-"""Audit of the lean Laplace vector invocation (app/core/noise/noisy_max_invoke.py,
+"""Audit of the lean Laplace invocations, scalar and vector (app/core/noise/noisy_max_invoke.py,
 docs/math.md §9.4.7–§9.4.8) and of the draws shared between two threads.
 
 A slot release draws its Laplace noise through ``OpenDPNoise.laplace_many``: one call of
@@ -20,7 +20,7 @@ from scipy import stats
 
 from app.core.noise import laplace as noise_mod
 from app.core.noise.laplace import OpenDPNoise
-from app.core.noise.noisy_max_invoke import invoke_vector
+from app.core.noise.noisy_max_invoke import invoke_scalar, invoke_vector
 from tests.unseeded import laws_hold
 
 N = 4000
@@ -85,3 +85,32 @@ def test_a_broken_copy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     values, scales, out = _draws()
     noise = _noise(out, values, scales, 0.5)
     assert stats.kstest(noise, stats.laplace(scale=0.5).cdf).pvalue < 1e-12
+
+
+def test_the_lean_scalar_path_matches_opendp_without_noise() -> None:
+    meas = dp.m.make_laplace(
+        dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float), 0.0,
+        k=noise_mod.LAPLACE_K,
+    )  # fmt: skip
+    for value in (0.0, -3.5, 0.1, 29.999, 2.0**-60, 1e300):
+        assert invoke_scalar(meas, value) == meas(value)
+
+
+def _scalar_law(draw: object) -> dict[str, float]:
+    """A query's single draws (the scalar path): value plus Laplace at the scale."""
+    noise = np.array([draw(7.25, 1.5) for _ in range(N)]) - 7.25  # type: ignore[operator]
+    return {"KS": stats.kstest(noise, stats.laplace(scale=1.5).cdf).pvalue}
+
+
+def test_a_single_draw_is_its_value_plus_laplace_at_its_scale() -> None:
+    source = OpenDPNoise()
+    laws_hold(lambda: _scalar_law(lambda v, s: source.laplace_many([v], [s])[0]))
+    laws_hold(lambda: _scalar_law(source.laplace))
+
+
+def test_a_broken_scalar_copy_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
+    def doubled(meas: dp.Measurement, value: float) -> float:  # the noise's scale doubled
+        return 2.0 * invoke_scalar(meas, value) - value
+
+    monkeypatch.setattr(noise_mod, "invoke_scalar", doubled)
+    assert _scalar_law(OpenDPNoise().laplace)["KS"] < 1e-12

@@ -26,6 +26,7 @@ from app.core.noise.measurement_cache import MeasurementCache
 from app.core.noise.noisy_max_invoke import (
     invoke_noisy_max,
     invoke_noisy_max_rows,
+    invoke_scalar,
     invoke_vector,
     lean_invoke_works,
 )
@@ -79,6 +80,13 @@ MIN_SPLIT = 256
 _DOMAIN = dp.atom_domain(T=float, nan=False)
 _METRIC = dp.absolute_distance(T=float)
 _SCORE_SPACE = (dp.vector_domain(dp.atom_domain(T="i64")), dp.linf_distance(T="i64"))
+_L1 = dp.l1_distance(T=float)
+
+
+@functools.lru_cache(maxsize=1024)
+def _vector_domain(size: int) -> dp.Domain:
+    """Float vectors of ``size`` (a release's scale groups repeat their sizes)."""
+    return dp.vector_domain(_DOMAIN, size=size)
 
 
 def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
@@ -96,8 +104,7 @@ def _make_laplace_vector(key: tuple[float, int]) -> dp.Measurement:
     iid noise per coordinate, each with the law of :func:`_make_laplace` at ``scale``
     (docs/math.md §9.4.7)."""
     scale, size = key
-    domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=size)
-    return dp.m.make_laplace(domain, dp.l1_distance(T=float), scale, k=LAPLACE_K)
+    return dp.m.make_laplace(_vector_domain(size), _L1, scale, k=LAPLACE_K)
 
 
 def _make_noisy_max(key: tuple[float, int, float]) -> dp.Measurement:
@@ -248,7 +255,8 @@ class OpenDPNoise:
         scale = _check_scale(scale)
         if scale == 0.0:
             return float(value)
-        return float(_MEASUREMENTS.get(scale)(float(value)))
+        one = _MEASUREMENTS.get(scale)
+        return invoke_scalar(one, float(value)) if _LEAN else float(one(float(value)))
 
     def laplace_many(self, values: Sequence[float], scales: Sequence[float]) -> list[float]:
         """``values[i] + Lap(scales[i])``, all independent: the draws that share a scale
@@ -281,7 +289,9 @@ class OpenDPNoise:
     def _vector(scale: float, values: np.ndarray) -> np.ndarray:
         """``values + Lap(scale)`` iid: OpenDP's vector measurement at ``scale``."""
         if values.size == 1:  # the scalar measurement is cheaper for one draw
-            return np.array([_MEASUREMENTS.get(scale)(float(values[0]))])
+            one = _MEASUREMENTS.get(scale)
+            value = float(values[0])
+            return np.array([invoke_scalar(one, value) if _LEAN else one(value)])
         meas = _VECTORS.get((scale, values.size))
         if _LEAN:  # the same library calls, the array's own buffer (docs/math.md §9.4.8)
             return invoke_vector(meas, values)

@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 import opendp.prelude as dp
 
-__all__ = ["invoke_noisy_max", "invoke_noisy_max_rows", "invoke_vector", "lean_invoke_works"]
+__all__ = [
+    "invoke_noisy_max",
+    "invoke_noisy_max_rows",
+    "invoke_scalar",
+    "invoke_vector",
+    "lean_invoke_works",
+]
 
 try:  # OpenDP's ctypes bindings (not public API: checked below, with a fallback)
     from opendp._convert import _wrap_in_slice
@@ -51,6 +57,7 @@ except (ImportError, AttributeError):  # pragma: no cover - another OpenDP layou
 
 _VEC_I64 = b"Vec<i64>"
 _VEC_F64 = b"Vec<f64>"
+_F64_TYPE = b"f64"
 _USIZE = ctypes.POINTER(ctypes.c_size_t)
 _F64 = ctypes.POINTER(ctypes.c_double)
 
@@ -134,6 +141,27 @@ def invoke_vector(meas: dp.Measurement, values: np.ndarray) -> np.ndarray:
     return got
 
 
+def invoke_scalar(meas: dp.Measurement, value: float) -> float:
+    """``meas(value)`` for a measurement on ``f64`` with an ``f64`` answer (the scalar
+    Laplace measurement): OpenDP's own conversion of a scalar (a one-element slice of
+    ``f64``, ``slice_as_object``, ``measurement_invoke``, ``object_as_slice``) with the
+    types fixed once instead of parsed per call."""
+    data = ctypes.c_double(value)
+    arg_slice = FfiSlice(ctypes.addressof(data), 1)
+    arg = _ok(_RAW_SLICE_AS_OBJECT(ctypes.addressof(arg_slice), _F64_TYPE))
+    try:
+        answer = _ok(_RAW_INVOKE(ctypes.cast(meas, ctypes.c_void_p).value, arg))
+    finally:
+        _ok(_RAW_OBJECT_FREE(arg))
+    try:
+        view = _ok(_RAW_OBJECT_AS_SLICE(answer))
+        got = float(ctypes.c_double.from_address(FfiSlice.from_address(view).ptr).value)
+        _ok(_RAW_SLICE_FREE(view))
+    finally:
+        _ok(_RAW_OBJECT_FREE(answer))
+    return got
+
+
 def _usize_at(address: int) -> Any:
     return ctypes.c_size_t.from_address(address)
 
@@ -167,6 +195,11 @@ def lean_invoke_works() -> bool:
         values = np.array([0.1, 30.0, 7.25, 2.0**-60, 1e300, 0.0, 3.0])
         domain = dp.vector_domain(dp.atom_domain(T=float, nan=False), size=values.size)
         lap = dp.m.make_laplace(domain, dp.l1_distance(T=float), 0.0, k=-100)
-        return bool(invoke_vector(lap, values).tolist() == lap(values.tolist()))
+        if invoke_vector(lap, values).tolist() != lap(values.tolist()):
+            return False
+        one = dp.m.make_laplace(
+            dp.atom_domain(T=float, nan=False), dp.absolute_distance(T=float), 0.0, k=-100
+        )
+        return all(invoke_scalar(one, v) == one(v) for v in values.tolist())
     except Exception:  # pragma: no cover - any surprise: use the public call
         return False
