@@ -4,6 +4,7 @@ dpgate's own sampler, once per process, on first use."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from app import core
@@ -26,7 +27,9 @@ class _ExampleGrid:
     version: int = 1
 
 
-def _release_example(statistic: str) -> dict[str, Any]:
+@cache
+def example_answer(statistic: str) -> dict[str, Any]:
+    """A real ``auto`` answer (ε = 1) of the example grid, made once per process."""
     grid = core.GridData.from_user_values(EXAMPLE_USERS)
     release = core.release(statistic, grid, EXAMPLE_U, EXAMPLE_EPSILON, "auto")
     eps = parse_epsilon(EXAMPLE_EPSILON)
@@ -43,13 +46,3 @@ def _release_example(statistic: str) -> dict[str, Any]:
         unit="m/s",
         where=EXAMPLE_WHERE,
     )
-
-
-_EXAMPLES: dict[str, dict[str, Any]] = {}
-
-
-def example_answer(statistic: str) -> dict[str, Any]:
-    """A real ``auto`` answer (ε = 1) of the example grid, made once per process."""
-    if statistic not in _EXAMPLES:
-        _EXAMPLES[statistic] = _release_example(statistic)
-    return _EXAMPLES[statistic]

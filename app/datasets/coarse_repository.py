@@ -45,15 +45,13 @@ class CoarseRow:
 
 
 _Query = TypeVar("_Query", bound=Select)
-_GRID_COLUMNS = (
-    "public_id",
-    "h3_cell",
-    "slot_start",
-    "n_users",
-    "n_records",
-    "max_user_records",
-    "version",
-)
+_OCCUPANCY_COLUMNS = ("n_users", "n_records", "max_user_records", "version")
+_GRID_COLUMNS = ("public_id", "h3_cell", "slot_start", *_OCCUPANCY_COLUMNS)
+_SNAPSHOT_COLUMNS = ("version", "user_ids", "counts", "values")
+
+
+def _columns(row: CoarseRow, names: tuple[str, ...]) -> dict[str, object]:
+    return {c: getattr(row, c) for c in names}
 
 
 def _starting_in(q: _Query, start: datetime | None, end: datetime | None) -> _Query:
@@ -108,61 +106,32 @@ class CoarseGridRepository(Repository):
 
     def insert_missing(self, dataset_id: int, slot_minutes: int, rows: Sequence[CoarseRow]) -> None:
         """Insert coarser grids not stored yet (a concurrent twin is kept as it is)."""
+        key = {"dataset_id": dataset_id, "slot_minutes": slot_minutes}
         for part in chunks(rows):
-            stmt = (
-                insert(Grid)
-                .values(
-                    [
-                        {
-                            **{c: getattr(r, c) for c in _GRID_COLUMNS},
-                            "dataset_id": dataset_id,
-                            "slot_minutes": slot_minutes,
-                        }
-                        for r in part
-                    ]
-                )
-                .on_conflict_do_nothing(
+            stmt = insert(Grid).values([{**_columns(r, _GRID_COLUMNS), **key} for r in part])
+            self.session.execute(
+                stmt.on_conflict_do_nothing(
                     index_elements=["dataset_id", "slot_minutes", "h3_cell", "slot_start"]
                 )
             )
-            self.session.execute(stmt)
 
     def refresh(self, grid_id: int, row: CoarseRow) -> None:
         """Bring a stored coarser grid to ``row``'s version (never backwards)."""
         self.session.execute(
             update(Grid)
             .where(Grid.id == grid_id, Grid.version < row.version)
-            .values(
-                n_users=row.n_users,
-                n_records=row.n_records,
-                max_user_records=row.max_user_records,
-                version=row.version,
-            )
+            .values(_columns(row, _OCCUPANCY_COLUMNS))
         )
 
     def write_snapshots(self, rows: Sequence[tuple[int, CoarseRow]]) -> None:
         """Store ``(grid id, row)`` snapshots, replacing older versions only."""
         for part in chunks(rows):
             stmt = insert(GridSnapshot).values(
-                [
-                    {
-                        "grid_id": gid,
-                        "version": r.version,
-                        "user_ids": r.user_ids,
-                        "counts": r.counts,
-                        "values": r.values,
-                    }
-                    for gid, r in part
-                ]
+                [{"grid_id": gid, **_columns(r, _SNAPSHOT_COLUMNS)} for gid, r in part]
             )
             stmt = stmt.on_conflict_do_update(
                 index_elements=["grid_id"],
-                set_={
-                    "version": stmt.excluded.version,
-                    "user_ids": stmt.excluded.user_ids,
-                    "counts": stmt.excluded.counts,
-                    "values": stmt.excluded["values"],
-                },
+                set_={c: stmt.excluded[c] for c in _SNAPSHOT_COLUMNS},
                 where=GridSnapshot.version < stmt.excluded.version,
             )
             self.session.execute(stmt)

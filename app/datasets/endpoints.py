@@ -5,22 +5,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query, status
 
 from app.datasets import service
-from app.datasets.schemas import (
-    DatasetCreate,
-    DatasetDetail,
-    DatasetList,
-    DatasetOut,
-    GridList,
-)
+from app.datasets.schemas import DatasetCreate, DatasetDetail, DatasetList, DatasetOut, GridList
 from app.http.deps import AdminKey, ReaderKey, SessionDep
 from app.http.query_params import CheckedRoute
-from app.kit.errors import (
-    Forbidden,
-    InvalidRequest,
-    NotFound,
-    Unauthenticated,
-    responses,
-)
+from app.kit.errors import Forbidden, InvalidRequest, NotFound, Unauthenticated, responses
 from app.kit.ids import DatasetId
 
 router = APIRouter(tags=["datasets"], route_class=CheckedRoute)

@@ -101,12 +101,6 @@ def _not_found_message(request: Request) -> str:
     return "no such route: /docs lists every path of this API"
 
 
-#: Driver exceptions as raised by raw DBAPI cursors (bulk ingestion uses them directly,
-#: so they arrive without SQLAlchemy's DBAPIError wrapper).
-_DRIVER_UNAVAILABLE = psycopg.OperationalError
-_DRIVER_DATA = psycopg.DataError
-
-
 def _is_unavailable(exc: DBAPIError) -> bool:
     if isinstance(exc, OperationalError) or exc.connection_invalidated:
         return True
@@ -114,7 +108,7 @@ def _is_unavailable(exc: DBAPIError) -> bool:
 
 
 def _driver_is_unavailable(orig: BaseException) -> bool:
-    if isinstance(orig, _DRIVER_UNAVAILABLE):
+    if isinstance(orig, psycopg.OperationalError):
         return True
     text = str(orig).lower()
     return any(s in text for s in ("read-only", "readonly", "disk", "no space", "locked"))
@@ -200,10 +194,11 @@ def install_error_handlers(app: FastAPI) -> None:
             exc.orig, unavailable=_is_unavailable(exc), data=isinstance(exc, DataError)
         )
 
+    # raised by raw DBAPI cursors (bulk ingestion), without SQLAlchemy's DBAPIError wrapper
     @app.exception_handler(psycopg.Error)
     async def _driver(_: Request, exc: Exception):
         return _database_error(
-            exc, unavailable=_driver_is_unavailable(exc), data=isinstance(exc, _DRIVER_DATA)
+            exc, unavailable=_driver_is_unavailable(exc), data=isinstance(exc, psycopg.DataError)
         )
 
     @app.exception_handler(PoolTimeout)

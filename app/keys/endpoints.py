@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from decimal import Decimal
 from functools import partial
 
 from fastapi import APIRouter, Response, status
@@ -26,13 +27,8 @@ def create_key(body: KeyCreate, _: AdminKey, session: SessionDep) -> KeyCreated:
     key, secret = service.create_key(
         session, name=body.name, role=body.role, epsilon_quota=body.epsilon_quota
     )
-    return KeyCreated(
-        id=key.id,
-        key=secret,
-        role=key.role,
-        name=key.name,
-        epsilon_quota=None if key.epsilon_quota is None else float(key.epsilon_quota),
-    )
+    shown = service.key_out(key, Decimal(0)).model_dump(include=set(KeyCreated.model_fields))
+    return KeyCreated(key=secret, **shown)
 
 
 @router.get(

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from app.datasets.models import Dataset, Grid
+from app.db.base import Repository
 from app.queries.models import QueryAnswer
 from app.queries.schemas import StoredAnswer, StoredAnswerList
 from app.time.budget_windows import privacy_unit
@@ -33,11 +33,8 @@ class StoredRow:
     budget_window: str
 
 
-class StoredAnswerRepository:
+class StoredAnswerRepository(Repository):
     """All SQL of the listing (index ``ix_query_answers_key_id_id``, migration 0007)."""
-
-    def __init__(self, session: Session) -> None:
-        self.session = session
 
     def _select(self) -> Any:
         reusable = (QueryAnswer.epoch == Dataset.epoch) & (QueryAnswer.grid_version == Grid.version)
@@ -62,10 +59,6 @@ class StoredAnswerRepository:
         return [StoredRow(*row) for row in rows], int(total)
 
 
-def _local(moment: datetime, timezone: str) -> str:
-    return format_local(datetime_to_us(moment), get_zone(timezone))
-
-
 def stored_answer(row: StoredRow) -> StoredAnswer:
     a = row.answer
     return StoredAnswer(
@@ -76,7 +69,7 @@ def stored_answer(row: StoredRow) -> StoredAnswer:
         mechanism=a.mechanism,
         epsilon=float(a.epsilon),
         epoch=a.epoch,
-        created_at=_local(a.created_at, row.timezone),
+        created_at=format_local(datetime_to_us(a.created_at), get_zone(row.timezone)),
         reusable=bool(row.reusable),
         answer={"privacy_unit": privacy_unit(row), **a.answer, "cached": True},
     )
@@ -98,7 +91,4 @@ def list_stored_answers(
     )
 
 
-__all__: Sequence[str] = [
-    "StoredAnswerRepository",
-    "list_stored_answers",
-]
+__all__: Sequence[str] = ["StoredAnswerRepository", "list_stored_answers"]

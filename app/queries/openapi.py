@@ -15,10 +15,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 from app import core
-from app.answers.epsilon import MIN_EPSILON
 from app.answers.examples import EXAMPLE_GRID_ID, EXAMPLE_U, EXAMPLE_USERS
 from app.core.mechanisms.option_spec import MechanismSpec, OptionSpec
 
@@ -159,29 +159,10 @@ def option_parameters(statistic: str) -> list[dict[str, Any]]:
 # ---- example: a real quote of the example grid (app.answers.examples) -----------------
 
 
-def _quote_example() -> dict[str, Any]:
-    counts = [len(u) for u in EXAMPLE_USERS]
-    found = core.quote_epsilon(counts, EXAMPLE_U, 5.0, "mean", max_epsilon=10.0)
-    auto_eps = core.auto_epsilon(
-        "mean", counts, EXAMPLE_U, 5.0, max_epsilon=10.0, min_epsilon=float(MIN_EPSILON)
-    )
-    return {
-        "grid_id": EXAMPLE_GRID_ID,
-        "statistic": "mean",
-        "target_error": 5.0,
-        "achievable": found is not None,
-        "epsilon": None if found is None else float(found[0]),
-        "mechanism": None if found is None else found[1],
-        "auto_epsilon": auto_eps,
-        "max_epsilon_per_query": 10.0,
-    }
-
-
-_QUOTE: list[dict[str, Any]] = []
-
-
+@cache
 def example_quote() -> dict[str, Any]:
     """A real quote (target error 5 km/h) for the example grid."""
-    if not _QUOTE:
-        _QUOTE.append(_quote_example())
-    return _QUOTE[0]
+    from app.queries.service import quote_answer
+
+    counts = [len(u) for u in EXAMPLE_USERS]
+    return quote_answer(EXAMPLE_GRID_ID, "mean", 5.0, counts, EXAMPLE_U, 10.0)

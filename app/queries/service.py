@@ -1,15 +1,8 @@
-"""Answering one DP statistic of one grid, charged before the answer leaves.
-
-Order of work: find the grid, its dataset's epoch and any stored identical answer
-(one read; a stored answer is served and costs nothing) → decide who is exhausted
-(``exclude`` datasets; ledger only, never values) → release with the vetted
-sampler from the grid's snapshot → commit: lock the dataset row and the users'
-accounts, re-check epoch, caps, twin answer and quota, charge and store. Only an
-``ok`` commit returns the fresh answer; that commit is one atomic statement sent
-from the event loop (``app.queries.store``). A
-release whose commit fails is discarded unseen, and a retry draws fresh noise
-(except on a grid's first query, whose release is committed again once its users'
-accounts exist: the only thing that failed was their absence, a public fact).
+"""Answering one DP statistic of one grid, charged before the answer leaves (the steps:
+docs/architecture.md, "A query"). Only an ``ok`` commit returns the fresh answer. A release
+whose commit fails is discarded unseen, and a retry draws fresh noise (except on a grid's first
+query, whose release is committed again once its users' accounts exist: the only thing that
+failed was their absence, a public fact).
 """
 
 from __future__ import annotations
@@ -115,6 +108,7 @@ async def answer_statistic(
             arrays = await store.snapshot(ctx)
         except GridChanged:  # an upload committed since the look-up: look again
             continue
+        plan_id = options.get("plan")  # its Γ caps: users it suppressed are not charged again
         step = ReleaseStep(
             ctx=ctx,
             key=key,
@@ -124,7 +118,7 @@ async def answer_statistic(
             options=options,
             fingerprint=fp,
             arrays=arrays,
-            caps=await _plan_caps_of(store, ctx, options, arrays),
+            caps=None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays),
         )
         try:
             if ctx.on_exhausted == "exclude" and attempt >= OPTIMISTIC_ATTEMPTS:
@@ -148,14 +142,6 @@ async def answer_statistic(
             raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the grid or its budget epoch kept changing during this query; retry")
-
-
-async def _plan_caps_of(
-    store: QueryStore, ctx: GridContext, options: dict[str, Any], arrays: GridArrays
-) -> np.ndarray | None:
-    """A plan's Γ caps (its suppressed users are not charged again), else none."""
-    plan_id = options.get("plan")
-    return None if plan_id is None else await store.run(_plan_caps, plan_id, ctx, arrays)
 
 
 def _without_exhausted(
@@ -306,27 +292,23 @@ def quote(session: Session, grid_public_id: str, statistic: str, target_error: f
     dataset = get_dataset(session, grid.dataset_id)
     arrays = load_grid_snapshot(session, grid)
     max_eps = float(dataset.max_epsilon_per_query)
+    return quote_answer(
+        grid.public_id, statistic, target_error, arrays.counts, dataset.value_bound, max_eps
+    )
+
+
+def quote_answer(
+    grid_id: str, statistic: str, target_error: float, counts: Any, U: float, max_eps: float
+) -> dict[str, Any]:
+    """The quote of a grid with these public ``counts`` (also the OpenAPI example's)."""
+    limits = {"max_epsilon": max_eps, "min_epsilon": float(MIN_EPSILON)}
     try:
-        found = core.quote_epsilon(
-            arrays.counts,
-            dataset.value_bound,
-            target_error,
-            statistic,
-            max_epsilon=max_eps,
-            min_epsilon=float(MIN_EPSILON),
-        )
-        auto_eps = core.auto_epsilon(
-            statistic,
-            arrays.counts,
-            dataset.value_bound,
-            target_error,
-            max_epsilon=max_eps,
-            min_epsilon=float(MIN_EPSILON),
-        )
+        found = core.quote_epsilon(counts, U, target_error, statistic, **limits)
+        auto_eps = core.auto_epsilon(statistic, counts, U, target_error, **limits)
     except ValueError as exc:
         raise InvalidRequest(str(exc)) from exc
     return {
-        "grid_id": grid.public_id,
+        "grid_id": grid_id,
         "statistic": statistic,
         "target_error": target_error,
         "achievable": found is not None,

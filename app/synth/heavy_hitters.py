@@ -11,11 +11,7 @@ from app.synth.random_source import SynthRandom
 
 
 def heavy_hitter_occupancy(
-    gamma: float,
-    rng: SynthRandom,
-    *,
-    G: int = 12,
-    q: float = 0.01,
+    gamma: float, rng: SynthRandom, *, G: int = 12, q: float = 0.01
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Draw one heavy-hitter occupancy (004 §VI-A2 steps i–iii, docs/math.md §7.2).
 

@@ -110,6 +110,15 @@ class _Tally:
         self.dropped += batch.dropped_zero
         self.errors.extend(batch.errors[: MAX_REPORTED_ERRORS - len(self.errors)])
 
+    def and_write(self, ingestor: Ingestor) -> Callable[[Batch], None]:
+        """Count each batch, then write it."""
+
+        def consume(batch: Batch) -> None:
+            self.add(batch)
+            ingestor.write(batch)
+
+        return consume
+
 
 def upload_records(
     session: Session,
@@ -157,9 +166,9 @@ def upload_records(
             feed = b"".join(body) if options.format == "gtfs-rt" else None
             size = len(feed) if feed is not None else body_size
             if size is not None and size >= PARSE_PROCESS_MIN_BYTES:
-                _parse_in_child(
-                    body if feed is None else feed_pieces(feed), options, parse, tally, ingestor
-                )
+                # the batches are counted and written on a helper thread, in their order
+                pieces = body if feed is None else feed_pieces(feed)
+                parse_in_child(pieces, options.format, parse, BATCH_ROWS, tally.and_write(ingestor))
             else:
                 _parse_here(body if feed is None else feed, parse, tally, ingestor)
         finally:
@@ -208,23 +217,6 @@ def _parse_here(
             writer.submit(batch)
     finally:
         writer.close()  # the session is ours again only after this
-
-
-def _parse_in_child(
-    chunks: Iterable[bytes | memoryview],
-    options: UploadOptions,
-    parse: ParseOptions,
-    tally: _Tally,
-    ingestor: Ingestor,
-) -> None:
-    """Parse in a child process; the batches are counted and written on a helper thread
-    in their order (the session is ours again when this returns or raises)."""
-
-    def consume(batch: Batch) -> None:
-        tally.add(batch)
-        ingestor.write(batch)
-
-    parse_in_child(chunks, options.format, parse, BATCH_ROWS, consume)
 
 
 def check_value_filters(dataset: Dataset, options: UploadOptions) -> None:

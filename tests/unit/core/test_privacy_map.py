@@ -196,11 +196,19 @@ def test_release_path_draws_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
         made.append(scale)
         return _SpyMeasurement(real(domain, metric, scale, k=k), calls)
 
+    real_invoke = noise_module.invoke_scalar
+
+    def invoke(meas: _SpyMeasurement, value: float) -> float:  # the lean call, on the real one
+        out = real_invoke(meas.inner, value)
+        calls.append((value, out))
+        return out
+
     monkeypatch.setattr(dp.m, "make_laplace", spy)
+    monkeypatch.setattr(noise_module, "invoke_scalar", invoke)
     monkeypatch.setattr(
         noise_module, "_MEASUREMENTS", noise_module.MeasurementCache(noise_module._make_laplace)
     )
-    assert isinstance(default_noise(), OpenDPNoise)
+    assert isinstance(default_noise(), OpenDPNoise) and noise_module._LEAN
     grid = GridData.from_user_values([[10.0, 20.0, 30.0], [40.0], [50.0, 60.0]])
     rel = release_mean(grid, U, 1.0, "baseline")
     assert rel.noise_scale in made

@@ -35,8 +35,8 @@ U = 30.0
 # ------------------------------------------------------------------ the split
 def test_optimal_split_never_charges_more_than_eps() -> None:
     """20,000 random cases: ε1 + ε2 <= ε as computed in floats, both shares positive, and
-    within a few ulps of ε. The old ε2 = ε - ε1 made the exact sum exceed ε on 4,034 of
-    these cases (the rounded sum shows only 166 of them)."""
+    within a few ulps of ε. The old ε2 = ε - ε1 made the exact sum exceed ε on about a fifth
+    of these cases (4,031–4,034 with numpy's pow; the rounded sum shows only ~166)."""
     n = 20_000
     rng = np.random.default_rng(20261123)
     a = rng.exponential(size=n) * 10.0 ** rng.uniform(-4, 4, n)
@@ -51,7 +51,7 @@ def test_optimal_split_never_charges_more_than_eps() -> None:
         r1, r2 = math.sqrt(x), math.sqrt(y)
         old1 = e * r1 / (r1 + r2)
         old_over += Fraction(old1) + Fraction(e - old1) > Fraction(e)
-    assert old_over == 4034  # the cases the step-down repairs are common
+    assert old_over > n // 10  # the cases the step-down repairs are common (about a fifth)
 
 
 def test_sum_exceeds_is_exact() -> None:
