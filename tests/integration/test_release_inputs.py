@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 import h3
 import numpy as np
 import pytest
-from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -55,17 +54,27 @@ def _csv(seed: int = 7) -> str:
     return make_csv(rows)
 
 
+@pytest.fixture(scope="module")
+def buses(shared_client: TestClient) -> tuple[TestClient, int]:
+    """The module's client and the dataset of the buses, uploaded once: the tests only read it
+    (the coarser grids an adaptive input makes stay in the test's session, rolled back)."""
+    ds = make_dataset(shared_client)
+    assert upload_csv(shared_client, ds, _csv())["rejected"] == 0
+    return shared_client, ds
+
+
 @pytest.fixture
-def city(client: TestClient, app: FastAPI) -> Iterator[tuple[Session, Dataset]]:
-    """A session and the dataset of the buses, the grid cache empty (and restored)."""
-    ds = make_dataset(client)
-    assert upload_csv(client, ds, _csv())["rejected"] == 0
+def city(buses: tuple[TestClient, int]) -> Iterator[tuple[Session, Dataset]]:
+    """A session (never committed) and the dataset of the buses, the grid cache empty (and
+    restored)."""
+    client, ds = buses
     clear_grid_cache()
     try:
-        with app.state.sessionmaker() as session:
+        with client.app.state.sessionmaker() as session:
             dataset = session.get(Dataset, ds)
             assert dataset is not None
             yield session, dataset
+            session.rollback()
     finally:
         configure_grid_cache(DEFAULT_CACHE_BYTES)
         clear_grid_cache()

@@ -22,6 +22,7 @@ from tests.operations.test_cli_signals import signal_when_waiting
 from tests.operations.test_ingest_pull import CAPMETRICS_DATASET, ROOT
 
 TRICKLE_SECONDS = 0.5  # between two bytes: each read is quick, the body never ends
+TIMEOUT = 1  # --timeout: twice the time between two bytes, so no single read reaches it
 TRICKLE_FOR = 60.0  # the server gives up after this (the test never waits that long)
 
 
@@ -89,16 +90,16 @@ def test_a_trickling_feed_ends_the_poll_within_its_timeout(pg_client, cli_env) -
     ds = create_dataset(pg_client, **CAPMETRICS_DATASET)["id"]
     with trickling_feed() as (url, asked):
         done = subprocess.run(
-            _command(url, ds, "--timeout", "2"),
+            _command(url, ds, "--timeout", str(TIMEOUT)),
             cwd=ROOT, env=cli_env, capture_output=True, text=True, timeout=60,
         )  # fmt: skip
     assert done.returncode == 1, done.stderr  # the only poll failed
     assert "Traceback" not in done.stderr
     (line,) = [ln for ln in done.stderr.splitlines() if "did not arrive whole" in ln]
-    assert "(--timeout 2 s)" in line
+    assert f"(--timeout {TIMEOUT} s)" in line
     gave_up = datetime.fromisoformat(line.split()[0]).timestamp()
     # the poll began before the request reached the feed, and ended when it gave up
-    assert asked.is_set() and gave_up - asked.at <= 2 + 1, gave_up - asked.at
+    assert asked.is_set() and gave_up - asked.at <= TIMEOUT + 1, gave_up - asked.at
 
 
 # the CLI's two signal paths are both in tests/operations/test_cli_signals.py
