@@ -10,7 +10,8 @@ against the public call at import, and the noise source falls back to the public
 from __future__ import annotations
 
 import ctypes
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import numpy as np
 import opendp.prelude as dp
@@ -54,6 +55,8 @@ try:  # OpenDP's ctypes bindings (not public API: checked below, with a fallback
     _BINDINGS = True
 except (ImportError, AttributeError):  # pragma: no cover - another OpenDP layout
     _BINDINGS = False
+
+T = TypeVar("T")
 
 _VEC_I64 = b"Vec<i64>"
 _VEC_F64 = b"Vec<f64>"
@@ -115,51 +118,53 @@ def invoke_noisy_max_rows(meas: dp.Measurement, rows: Any) -> list[int]:
     return out
 
 
-def invoke_vector(meas: dp.Measurement, values: np.ndarray) -> np.ndarray:
-    """``meas(values)`` for a measurement on ``Vec<f64>`` with a ``Vec<f64>`` answer (the
-    Laplace vector measurement): the same library calls as the public call
-    (``slice_as_object``, ``measurement_invoke``, ``object_as_slice``) on the array's own
-    buffer instead of a Python list converted element by element; the answer copied out."""
-    data = np.ascontiguousarray(values, dtype=np.float64)
-    if data.size == 0:
-        return data.copy()
-    arg_slice = FfiSlice(data.ctypes.data, data.size)
-    arg = _ok(_RAW_SLICE_AS_OBJECT(ctypes.addressof(arg_slice), _VEC_F64))
+def _invoke_on_slice(
+    meas: dp.Measurement, address: int, size: int, type_name: bytes, read: Callable[[Any], T]
+) -> T:
+    """``meas`` invoked on the ``size`` values at ``address`` as ``type_name`` (the library
+    calls of the public call: ``slice_as_object``, ``measurement_invoke``,
+    ``object_as_slice``), the answer's slice handed to ``read``; every object freed."""
+    arg_slice = FfiSlice(address, size)
+    arg = _ok(_RAW_SLICE_AS_OBJECT(ctypes.addressof(arg_slice), type_name))
     try:
         answer = _ok(_RAW_INVOKE(ctypes.cast(meas, ctypes.c_void_p).value, arg))
     finally:
         _ok(_RAW_OBJECT_FREE(arg))
     try:
         view = _ok(_RAW_OBJECT_AS_SLICE(answer))
-        out = FfiSlice.from_address(view)
-        if out.len != data.size:
-            raise RuntimeError("OpenDP's answer has another length")
-        got = np.ctypeslib.as_array(ctypes.cast(out.ptr, _F64), shape=(out.len,)).copy()
+        got = read(FfiSlice.from_address(view))
         _ok(_RAW_SLICE_FREE(view))
     finally:
         _ok(_RAW_OBJECT_FREE(answer))
     return got
+
+
+def invoke_vector(meas: dp.Measurement, values: np.ndarray) -> np.ndarray:
+    """``meas(values)`` for a measurement on ``Vec<f64>`` with a ``Vec<f64>`` answer (the
+    Laplace vector measurement): the public call's library calls on the array's own buffer
+    instead of a Python list converted element by element; the answer copied out."""
+    data = np.ascontiguousarray(values, dtype=np.float64)
+    if data.size == 0:
+        return data.copy()
+
+    def read(out: Any) -> np.ndarray:
+        if out.len != data.size:
+            raise RuntimeError("OpenDP's answer has another length")
+        got: np.ndarray = np.ctypeslib.as_array(ctypes.cast(out.ptr, _F64), shape=(out.len,))
+        return got.copy()
+
+    return _invoke_on_slice(meas, data.ctypes.data, data.size, _VEC_F64, read)
 
 
 def invoke_scalar(meas: dp.Measurement, value: float) -> float:
     """``meas(value)`` for a measurement on ``f64`` with an ``f64`` answer (the scalar
-    Laplace measurement): OpenDP's own conversion of a scalar (a one-element slice of
-    ``f64``, ``slice_as_object``, ``measurement_invoke``, ``object_as_slice``) with the
-    types fixed once instead of parsed per call."""
+    Laplace measurement): OpenDP's own conversion of a scalar (a one-element ``f64``
+    slice) with the types fixed once instead of parsed per call."""
     data = ctypes.c_double(value)
-    arg_slice = FfiSlice(ctypes.addressof(data), 1)
-    arg = _ok(_RAW_SLICE_AS_OBJECT(ctypes.addressof(arg_slice), _F64_TYPE))
-    try:
-        answer = _ok(_RAW_INVOKE(ctypes.cast(meas, ctypes.c_void_p).value, arg))
-    finally:
-        _ok(_RAW_OBJECT_FREE(arg))
-    try:
-        view = _ok(_RAW_OBJECT_AS_SLICE(answer))
-        got = float(ctypes.c_double.from_address(FfiSlice.from_address(view).ptr).value)
-        _ok(_RAW_SLICE_FREE(view))
-    finally:
-        _ok(_RAW_OBJECT_FREE(answer))
-    return got
+    return _invoke_on_slice(
+        meas, ctypes.addressof(data), 1, _F64_TYPE,
+        lambda out: float(ctypes.c_double.from_address(out.ptr).value),
+    )  # fmt: skip
 
 
 def _usize_at(address: int) -> Any:
