@@ -13,10 +13,9 @@ import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 from tqdm import tqdm
 
 __all__ = [
@@ -29,6 +28,17 @@ __all__ = [
     "panel_plot",
     "seed_for",
 ]
+
+
+def _figure(width: float, height: float) -> Any:
+    """A matplotlib figure on the Agg backend (imported here: a run that plots nothing, such
+    as a test importing the data readers, does not load matplotlib)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height))
+    FigureCanvasAgg(fig)
+    return fig
 
 
 @dataclass
@@ -134,8 +144,7 @@ def line_plot(
     step: bool = False,
 ) -> Path:
     """One PNG line plot on the Agg backend (no pyplot global state)."""
-    fig = Figure(figsize=(6.4, 4.2))
-    FigureCanvasAgg(fig)
+    fig = _figure(6.4, 4.2)
     ax = fig.subplots()
     for label, ys in series.items():
         style = (styles or {}).get(label, "o-")
@@ -171,8 +180,7 @@ def panel_plot(
 ) -> Path:
     """Several line plots side by side in one PNG (Agg backend)."""
     n = len(panels)
-    fig = Figure(figsize=(4.6 * n, 4.0))
-    FigureCanvasAgg(fig)
+    fig = _figure(4.6 * n, 4.0)
     axes = fig.subplots(1, n, squeeze=False)[0]
     for ax, (title, series) in zip(axes, panels.items(), strict=True):
         for label, ys in series.items():
