@@ -18,3 +18,25 @@ def seed_key_and_dataset(conn: Connection) -> None:
             " created_at) values (1, 'd', 1, 8, 60, 'UTC', 1, 1, 'refuse', 1, now())"
         )
     )
+
+
+def account_keys(conn: Connection) -> dict[str, bool]:
+    """The foreign keys of ``budget_accounts``: name → validated."""
+    rows = conn.execute(
+        text(
+            "SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' "
+            "AND conrelid = 'budget_accounts'::regclass"
+        )
+    ).all()
+    return {name: valid for name, valid in rows}
+
+
+def account_rows(conn: Connection) -> list[tuple]:
+    """Every budget account, in key order, its date and spend as text."""
+    rows = conn.execute(
+        text(
+            "SELECT dataset_id, epoch, window_start::text, user_id, spent::text "
+            "FROM budget_accounts ORDER BY 1, 2, 3, 4"
+        )
+    ).all()
+    return [tuple(r) for r in rows]

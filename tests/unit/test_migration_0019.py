@@ -10,30 +10,10 @@ from sqlalchemy import text
 
 from app.db.engine import make_engine
 from app.db.migrate import alembic_config
-from tests.unit.migration_support import seed_key_and_dataset
+from tests.unit.migration_support import account_keys, account_rows, seed_key_and_dataset
 
 USER_FK = "fk_budget_accounts_user_id_dataset_users"
-
-
-def _keys(conn) -> dict[str, bool]:
-    """The foreign keys of ``budget_accounts``: name → validated."""
-    rows = conn.execute(
-        text(
-            "SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' "
-            "AND conrelid = 'budget_accounts'::regclass"
-        )
-    ).all()
-    return {name: valid for name, valid in rows}
-
-
-def _accounts(conn) -> list[tuple]:
-    rows = conn.execute(
-        text(
-            "SELECT dataset_id, epoch, window_start::text, user_id, spent::text "
-            "FROM budget_accounts ORDER BY 1, 2, 3, 4"
-        )
-    ).all()
-    return [tuple(r) for r in rows]
+DATASET_FK = "fk_budget_accounts_dataset_id_datasets"
 
 
 def test_account_user_key_dropped_and_restored(postgres_url: str) -> None:
@@ -50,16 +30,16 @@ def test_account_user_key_dropped_and_restored(postgres_url: str) -> None:
                     " values (1, 1, '0001-01-01', 7, 0.5), (1, 1, '2024-03-01', 9, 0.25)"
                 )
             )
-            before = _accounts(conn)
-            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True, USER_FK: True}
+            before = account_rows(conn)
+            assert account_keys(conn) == {DATASET_FK: True, USER_FK: True}
         command.upgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:
-            assert _accounts(conn) == before
-            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True}
+            assert account_rows(conn) == before
+            assert account_keys(conn) == {DATASET_FK: True}
         command.downgrade(alembic_config(postgres_url), "0018")
         with engine.begin() as conn:
-            assert _accounts(conn) == before
-            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True, USER_FK: True}
+            assert account_rows(conn) == before
+            assert account_keys(conn) == {DATASET_FK: True, USER_FK: True}
         command.upgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:  # an account naming no user: the key cannot come back
             conn.execute(
@@ -71,9 +51,9 @@ def test_account_user_key_dropped_and_restored(postgres_url: str) -> None:
         with pytest.raises(Exception, match=USER_FK):
             command.downgrade(alembic_config(postgres_url), "0018")
         with engine.begin() as conn:
-            assert _keys(conn) == {"fk_budget_accounts_dataset_id_datasets": True}
+            assert account_keys(conn) == {DATASET_FK: True}
             conn.execute(text("DELETE FROM datasets WHERE id = 1"))
-            assert _accounts(conn) == []
+            assert account_rows(conn) == []
             assert conn.execute(text("SELECT count(*) FROM dataset_users")).scalar() == 0
     finally:
         engine.dispose()

@@ -10,36 +10,15 @@ from sqlalchemy import text
 
 from app.db.engine import make_engine
 from app.db.migrate import alembic_config, upgrade
-from tests.unit.migration_support import seed_key_and_dataset
+from tests.unit.migration_support import account_keys, account_rows, seed_key_and_dataset
 
 DATASET_FK = "fk_budget_accounts_dataset_id_datasets"
-
-
-def _keys(conn) -> dict[str, bool]:
-    """The foreign keys of ``budget_accounts``: name → validated."""
-    rows = conn.execute(
-        text(
-            "SELECT conname, convalidated FROM pg_constraint WHERE contype = 'f' "
-            "AND conrelid = 'budget_accounts'::regclass"
-        )
-    ).all()
-    return {name: valid for name, valid in rows}
 
 
 def _fillfactor(conn) -> list[str] | None:
     return conn.execute(
         text("SELECT reloptions FROM pg_class WHERE oid = 'budget_accounts'::regclass")
     ).scalar()
-
-
-def _accounts(conn) -> list[tuple]:
-    rows = conn.execute(
-        text(
-            "SELECT dataset_id, epoch, window_start::text, user_id, spent::text "
-            "FROM budget_accounts ORDER BY 1, 2, 3, 4"
-        )
-    ).all()
-    return [tuple(r) for r in rows]
 
 
 def _second_dataset(conn) -> None:
@@ -66,23 +45,23 @@ def test_account_dataset_key_becomes_a_trigger_and_back(postgres_url: str) -> No
                     " (2, 1, '0001-01-01', 7, 0.125)"
                 )
             )
-            before = _accounts(conn)
-            assert _keys(conn) == {DATASET_FK: True}
+            before = account_rows(conn)
+            assert account_keys(conn) == {DATASET_FK: True}
             assert _fillfactor(conn) == ["fillfactor=60"]
         upgrade(postgres_url)
         with engine.begin() as conn:
-            assert _accounts(conn) == before
-            assert _keys(conn) == {}
+            assert account_rows(conn) == before
+            assert account_keys(conn) == {}
             assert _fillfactor(conn) == ["fillfactor=50"]
         command.downgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:
-            assert _accounts(conn) == before
-            assert _keys(conn) == {DATASET_FK: True}
+            assert account_rows(conn) == before
+            assert account_keys(conn) == {DATASET_FK: True}
             assert _fillfactor(conn) == ["fillfactor=60"]
         upgrade(postgres_url)
         with engine.begin() as conn:  # the trigger deletes a dataset's accounts, only its own
             conn.execute(text("DELETE FROM datasets WHERE id = 2"))
-            assert _accounts(conn) == before[:2]
+            assert account_rows(conn) == before[:2]
             conn.execute(  # an account of no dataset (written past the ledger)
                 text(
                     "insert into budget_accounts (dataset_id, epoch, window_start, user_id, spent)"
@@ -91,9 +70,9 @@ def test_account_dataset_key_becomes_a_trigger_and_back(postgres_url: str) -> No
             )
         command.downgrade(alembic_config(postgres_url), "0019")
         with engine.begin() as conn:
-            assert _accounts(conn) == before[:2]
-            assert _keys(conn) == {DATASET_FK: True}
+            assert account_rows(conn) == before[:2]
+            assert account_keys(conn) == {DATASET_FK: True}
             conn.execute(text("DELETE FROM datasets WHERE id = 1"))
-            assert _accounts(conn) == []
+            assert account_rows(conn) == []
     finally:
         engine.dispose()
