@@ -63,15 +63,16 @@ _INSERT_ACCOUNTS = (
 #: New accounts with their first charge; ``spent`` is what ``_CHARGE_COUNTS`` would make of 0.
 _INSERT_CHARGED = (
     "INSERT INTO budget_accounts (dataset_id, epoch, window_start, user_id, spent) "
-    "SELECT d.id, %s, %s, c.u, %s * c.k "
-    "FROM (SELECT id FROM datasets WHERE id = %s FOR KEY SHARE) d, "
-    "unnest(%s::integer[], %s::integer[]) AS c(u, k) WHERE %s * c.k <= %s"
+    "SELECT d.id, %(epoch)s, %(window)s, c.u, %(eps)s * c.k "
+    "FROM (SELECT id FROM datasets WHERE id = %(dataset)s FOR KEY SHARE) d, "
+    "unnest(%(users)s::integer[], %(grids)s::integer[]) AS c(u, k) "
+    "WHERE %(eps)s * c.k <= %(cap)s"
 )
 _CHARGE_COUNTS = (
-    "UPDATE budget_accounts AS a SET spent = a.spent + %s * c.k "
-    "FROM unnest(%s::integer[], %s::integer[]) AS c(u, k) "
-    "WHERE a.dataset_id = %s AND a.epoch = %s AND a.window_start = %s AND a.user_id = c.u "
-    "AND a.spent + %s * c.k <= %s"
+    "UPDATE budget_accounts AS a SET spent = a.spent + %(eps)s * c.k "
+    "FROM unnest(%(users)s::integer[], %(grids)s::integer[]) AS c(u, k) "
+    "WHERE a.dataset_id = %(dataset)s AND a.epoch = %(epoch)s AND a.window_start = %(window)s "
+    "AND a.user_id = c.u AND a.spent + %(eps)s * c.k <= %(cap)s"
 )
 
 
@@ -142,26 +143,6 @@ class LedgerRepository(Repository):
         params = (epoch, window, dataset_id, int_array(np.asarray(user_ids, dtype=np.int64)))
         with driver_connection(self.session).cursor() as cursor:
             cursor.execute(_INSERT_ACCOUNTS, params)
-            return int(cursor.rowcount)
-
-    def insert_charged(
-        self,
-        dataset_id: int,
-        epoch: int,
-        users: Int64s,
-        grids: Int64s,
-        epsilon: Decimal,
-        cap: Decimal,
-        *,
-        window: date,
-    ) -> int:
-        """New accounts for ``users`` (none has one; the window's lock held), each charged
-        ``grids[i] × epsilon`` unless that passes ``cap``; the rows made."""
-        params = (
-            epoch, window, epsilon, dataset_id, int_array(users), int_array(grids), epsilon, cap,
-        )  # fmt: skip
-        with driver_connection(self.session).cursor() as cursor:
-            cursor.execute(_INSERT_CHARGED, params)
             return int(cursor.rowcount)
 
     def analyze_after_growth(self, added: int) -> None:
@@ -250,21 +231,17 @@ class LedgerRepository(Repository):
         cap: Decimal,
         *,
         window: date,
+        new: bool = False,
     ) -> int:
         """Add ``grids[i] × epsilon`` to each ``users[i]``'s locked account unless that passes
-        ``cap``; the rows changed."""
-        params = (
-            epsilon,
-            int_array(users),
-            int_array(grids),
-            dataset_id,
-            epoch,
-            window,
-            epsilon,
-            cap,
-        )
+        ``cap``; ``new``: the users have no account yet (the window's creation lock held), each
+        is made with that charge. The rows changed or made."""
+        params = {
+            "dataset": dataset_id, "epoch": epoch, "window": window, "eps": epsilon, "cap": cap,
+            "users": int_array(users), "grids": int_array(grids),
+        }  # fmt: skip
         with driver_connection(self.session).cursor() as cursor:
-            cursor.execute(_CHARGE_COUNTS, params)
+            cursor.execute(_INSERT_CHARGED if new else _CHARGE_COUNTS, params)
             return int(cursor.rowcount)
 
     def add_entries(self, entries: list[dict[str, Any]]) -> None:

@@ -190,8 +190,8 @@ def charge_accounts(
         changed = repo.charge_counts(
             *args, users[~fresh], counts[~fresh], epsilon, accounts.cap, window=window
         ) if not fresh.all() else 0  # fmt: skip
-        made = repo.insert_charged(
-            *args, users[fresh], counts[fresh], epsilon, accounts.cap, window=window
+        made = repo.charge_counts(
+            *args, users[fresh], counts[fresh], epsilon, accounts.cap, window=window, new=True
         ) if fresh.any() else 0  # fmt: skip
         if changed + made != users.size:
             raise RuntimeError(f"charged {changed + made} accounts, expected {users.size}")

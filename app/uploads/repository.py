@@ -203,20 +203,15 @@ class IngestRepository:
         if not ts_us.size:
             return
         self._ensure_months(dataset_id, int(ts_us.min()), int(ts_us.max()))
+        columns: tuple[np.ndarray, ...] = (grid_ids, user_ids, ts_us, values)
         rest = np.ones(ts_us.size, dtype=bool)
         for month, (start, end) in self._detached.items():
             rows = np.flatnonzero((ts_us >= start) & (ts_us < end))
             rest[rows] = False
-            self._copy(month_table(dataset_id, month), dataset_id, grid_ids[rows],
-                       user_ids[rows], ts_us[rows], values[rows])  # fmt: skip
-        if self._detached and not rest.all():
-            grid_ids, user_ids, ts_us, values = (
-                grid_ids[rest],
-                user_ids[rest],
-                ts_us[rest],
-                values[rest],
-            )
-        self._copy(dataset_table(dataset_id), dataset_id, grid_ids, user_ids, ts_us, values)
+            self._copy(month_table(dataset_id, month), dataset_id, *(c[rows] for c in columns))
+        if not rest.all():
+            columns = tuple(c[rest] for c in columns)
+        self._copy(dataset_table(dataset_id), dataset_id, *columns)
 
     def _copy(
         self,
