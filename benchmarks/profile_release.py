@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -210,7 +212,9 @@ def _month(c: httpx.Client, n_days: int, records: int) -> int:
     return ds
 
 
-def speed(url: str, n_days: int, records: int, repeats: int, parts: list[str]) -> None:
+def speed(
+    url: str, n_days: int, records: int, repeats: int, parts: list[str], profile: Path | None
+) -> None:
     """Upload (or reuse) the month with one server, then time the profile on a fresh one
     (its own process, one worker) and read its peak RSS per case."""
     headers = {"Authorization": f"Bearer {ADMIN_KEY}"}
@@ -223,11 +227,37 @@ def speed(url: str, n_days: int, records: int, repeats: int, parts: list[str]) -
                 if phase == "upload":
                     ds = _month(c, n_days, records)
                 else:
-                    _time_profile(c, server.process.pid, ds, n_days, repeats, parts)
+                    pid = server.process.pid
+                    _time_profile(c, pid, ds, n_days, repeats, parts, profile)
+
+
+@contextmanager
+def _sampled(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy samples ``pid`` (native frames, raw format) into ``out`` while the block runs."""
+    if out is None:
+        yield
+        return
+    spy = subprocess.Popen(
+        ["py-spy", "record", "--pid", str(pid), "--native", "--format", "raw", "-o", str(out),
+         "--rate", "50"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    time.sleep(1.0)  # attached before the request starts
+    try:
+        yield
+    finally:
+        spy.send_signal(signal.SIGINT)
+        spy.wait(timeout=120)
 
 
 def _time_profile(
-    c: httpx.Client, pid: int, ds: int, n_days: int, repeats: int, parts: list[str]
+    c: httpx.Client,
+    pid: int,
+    ds: int,
+    n_days: int,
+    repeats: int,
+    parts: list[str],
+    spy: Path | None = None,
 ) -> None:
     last = (FIRST + timedelta(days=n_days - 1)).isoformat()
     profile = {"from": FIRST.isoformat(), "to": last, "days": "all"}
@@ -246,10 +276,12 @@ def _time_profile(
                 # a new epoch: the release creates its 10⁶ bus-days' accounts, as a first would
                 c.post(f"/datasets/{ds}/budget/reset", json={"reason": "bench"}).raise_for_status()
                 _peak_rss_reset(pid)
-                start, used = time.perf_counter(), _cpu_seconds(pid)
-                resp = c.post(f"/datasets/{ds}/{path}", json=body)
-                times[what].append(time.perf_counter() - start)
-                cpu[what].append(_cpu_seconds(pid) - used)
+                out = None if spy is None else spy / f"{part}-{what}-{i}.txt"
+                with _sampled(pid, out):
+                    start, used = time.perf_counter(), _cpu_seconds(pid)
+                    resp = c.post(f"/datasets/{ds}/{path}", json=body)
+                    times[what].append(time.perf_counter() - start)
+                    cpu[what].append(_cpu_seconds(pid) - used)
                 if resp.status_code != 200:
                     raise RuntimeError(f"{path}: {resp.status_code} {resp.text[:300]}")
                 peak = max(peak, _peak_rss_mib(pid))
@@ -280,6 +312,10 @@ def main() -> None:
         "--schema", help="speed part: keep the month in this Postgres schema (made if missing, "
         "reused if it holds it already, never dropped)",
     )  # fmt: skip
+    parser.add_argument(
+        "--profile", type=Path, help="speed part: py-spy the server during each request "
+        "into this folder (raw collapsed stacks, native frames; py-spy on the PATH)",
+    )  # fmt: skip
     args = parser.parse_args()
     if not args.speed_only:
         missing = [d for d in DAYS if not (DATA / f"{d}.csv").exists()]
@@ -294,12 +330,15 @@ def main() -> None:
         with engine.begin() as conn:
             conn.exec_driver_sql(f'CREATE SCHEMA IF NOT EXISTS "{args.schema}"')
         engine.dispose()
-        speed(schema_url(args.url, args.schema), args.days, args.records, args.repeats, args.parts)
+        speed(
+            schema_url(args.url, args.schema), args.days, args.records, args.repeats,
+            args.parts, args.profile,
+        )  # fmt: skip
         return
     with tempfile.TemporaryDirectory() as tmp:
         url, drop = fresh_database("postgres", Path(tmp), args.url)
         try:
-            speed(url, args.days, args.records, args.repeats, args.parts)
+            speed(url, args.days, args.records, args.repeats, args.parts, args.profile)
         finally:
             drop()
 

@@ -96,7 +96,8 @@ def spliced_release_json(answer: dict[str, Any], grids_json: bytes | None) -> by
 def preview_release(
     dataset_id: str, body: ReleaseIn, _: AnalystKey, session: HeavySessionDep
 ) -> dict:
-    return service.preview_slot(session, dataset_id, body)
+    with gc_paused():  # as a release: no collector walks over its many objects
+        return service.preview_slot(session, dataset_id, body)
 
 
 @router.get(

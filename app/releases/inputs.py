@@ -39,11 +39,12 @@ from app.releases.per_cell import WidthRule
 from app.releases.planning import (
     LivePairs,
     Occupancy,
+    Planned,
     PlanOptions,
     SlotPlan,
+    draft_at,
     grids_per_user,
     live_pairs,
-    plan_at,
     plan_for_cost,
 )
 from app.releases.refine import Candidates, refine
@@ -80,6 +81,14 @@ def plan_maker(
     inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | None
 ) -> Callable[[EpsilonAmount], SlotPlan]:
     """The plan at a given epsilon, with the ``excluded`` pairs left out."""
+    draft = draft_maker(inp, req, excluded)
+    return lambda eps: draft(eps).done()
+
+
+def draft_maker(
+    inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | None
+) -> Callable[[EpsilonAmount], Planned]:
+    """:func:`plan_maker`'s plans as drafts, finished when kept (a cost search's)."""
     opts = PlanOptions(
         clip_user=req.clip_user and not req.for_intervals,
         split=req.split,
@@ -88,10 +97,10 @@ def plan_maker(
     )
     made: list[LivePairs] = []  # read once, on the first plan asked
 
-    def make(eps: EpsilonAmount) -> SlotPlan:
+    def make(eps: EpsilonAmount) -> Planned:
         if not made:
             made.append(LivePairs.of(inp.occ, excluded))
-        return plan_at(inp.occ, excluded, inp.dataset.value_bound, eps, opts, made[0])
+        return draft_at(inp.occ, excluded, inp.dataset.value_bound, eps, opts, made[0])
 
     return make
 
@@ -111,9 +120,9 @@ def choose_plan(inp: ReleaseInput, req: ReleaseRequest, excluded: np.ndarray | N
             useful_width=req.useful_width,
             rule=width_rule(req),
         )
-    make = plan_maker(inp, req, excluded)
+    make = draft_maker(inp, req, excluded)
     if req.eps is not None:
-        return make(req.eps)
+        return make(req.eps).done()
     if req.cost_cap is None:  # a request has one of the two
         raise InvalidRequest("give epsilon or max_user_cost")
     live = inp.occ.user[live_pairs(inp.occ, excluded)]

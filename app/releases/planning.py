@@ -22,7 +22,7 @@ from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.data.occupancy import Occupancy as CheckedOccupancy
 from app.core.data.occupancy import validate_occupancy
 from app.core.noise.threads import in_parallel
-from app.core.planning.clip_user import clip_user_kept
+from app.core.planning.clip_user import Suppressed, clip_user_suppressed
 from app.kit.errors import InvalidRequest
 from app.ledger.accounts import Accounts
 
@@ -117,6 +117,9 @@ class SlotPlan:
     def max_cost(self) -> Decimal:
         return self.eps.charged * self.K
 
+    def done(self) -> SlotPlan:
+        return self
+
     @property
     def top_eps(self) -> Decimal:
         """The largest per-grid epsilon charged (a release's ``epsilon``)."""
@@ -178,6 +181,30 @@ class LivePairs:
         return cls(live, occ.grid[live], u, occ.count[live], G1)
 
 
+@dataclass(frozen=True)
+class PlanDraft:
+    """Clip-User's stages at ``eps`` with their ``K`` (final: the pseudo-user step that
+    :meth:`done` adds removes nobody, docs/math.md §6.3)."""
+
+    eps: EpsilonAmount
+    K: int
+    finish: Callable[[], SlotPlan]
+
+    @property
+    def max_cost(self) -> Decimal:
+        return self.eps.charged * self.K
+
+    def done(self) -> SlotPlan:
+        plan = self.finish()
+        if plan.K != self.K:
+            raise RuntimeError("a finished plan's K differs from its stages'")
+        return plan
+
+
+#: A plan a search compares by its cost; a draft's kept counts are made if it is kept.
+Planned = SlotPlan | PlanDraft
+
+
 def plan_at(
     occ: Occupancy,
     excluded: np.ndarray | None,
@@ -188,17 +215,29 @@ def plan_at(
 ) -> SlotPlan:
     """The plan at ``eps`` with the ``excluded`` pairs left out (:func:`live_pairs`);
     ``pairs``: ``LivePairs.of(occ, excluded)``, kept between calls (made here if None)."""
+    return draft_at(occ, excluded, U, eps, opts, pairs).done()
+
+
+def draft_at(
+    occ: Occupancy,
+    excluded: np.ndarray | None,
+    U: float,
+    eps: EpsilonAmount,
+    opts: PlanOptions,
+    pairs: LivePairs | None = None,
+) -> Planned:
+    """:func:`plan_at`'s plan, as a :class:`PlanDraft` when Clip-User plans it."""
     p = LivePairs.of(occ, excluded) if pairs is None else pairs
-    kept = np.zeros(occ.user.size, dtype=np.int64)
     if p.u.size == 0:
-        return SlotPlan(eps, 0, 0, kept)
+        return SlotPlan(eps, 0, 0, np.zeros(occ.user.size, dtype=np.int64))
     if not opts.clip_user:
+        kept = np.zeros(occ.user.size, dtype=np.int64)
         kept[p.live] = p.c
         return SlotPlan(eps, p.G1, p.G1, kept)
     try:
         if p.checked is None:
             p.checked = validate_occupancy(p.g, p.u, p.c)
-        kept[p.live] = clip_user_kept(
+        stages = clip_user_suppressed(
             p.g,
             p.u,
             p.c,
@@ -211,7 +250,16 @@ def plan_at(
         )
     except ValueError as exc:
         raise InvalidRequest(f"cannot plan this release: {exc}") from exc
-    return SlotPlan(eps, p.G1, grids_per_user(occ.user[kept > 0]), kept)
+
+    def finish(stages: Suppressed = stages) -> SlotPlan:
+        kept = np.zeros(occ.user.size, dtype=np.int64)
+        try:
+            kept[p.live] = stages.kept()
+        except ValueError as exc:
+            raise InvalidRequest(f"cannot plan this release: {exc}") from exc
+        return SlotPlan(eps, p.G1, grids_per_user(occ.user[kept > 0]), kept)
+
+    return PlanDraft(eps, stages.K, finish)
 
 
 def exact_amount(value: Decimal) -> EpsilonAmount:
@@ -220,7 +268,7 @@ def exact_amount(value: Decimal) -> EpsilonAmount:
 
 
 def plan_for_cost(
-    make: Callable[[EpsilonAmount], SlotPlan],
+    make: Callable[[EpsilonAmount], Planned],
     cost_cap: Decimal,
     max_epsilon: Decimal,
     G1: int,
@@ -229,7 +277,7 @@ def plan_for_cost(
     most ``C``: a search over ``k`` for the smallest ``k`` with ``K(C/k) <= k``
     (``k = G1`` always qualifies; every ``k`` when ``G1`` is small), each candidate's
     plan computed and checked. The search follows the plans' ``K`` (an interpolation
-    search, safeguarded by bisection)."""
+    search, safeguarded by bisection). Only the plan returned is finished (``done``)."""
 
     def candidate(k: int) -> EpsilonAmount:
         value = min(budget.per_part(cost_cap, k), max_epsilon)
@@ -245,8 +293,8 @@ def plan_for_cost(
         for k in range(1, G1):
             plan = make(candidate(k))
             if plan.max_cost <= cost_cap:
-                return plan
-        return make(candidate(G1))
+                return plan.done()
+        return make(candidate(G1)).done()
     started = time.perf_counter()
     best = make(candidate(G1))
     pairs = time.perf_counter() - started > PAIR_PLAN_SECONDS  # a second thread pays off
@@ -282,12 +330,12 @@ def plan_for_cost(
             elif k > fail_k:
                 fail_k, fail_K = k, plan.K
         slow = slow + 1 if 2 * (fit_k - fail_k) > width else 0
-    return best
+    return best.done()
 
 
 def _plan_all(
-    make: Callable[[EpsilonAmount], SlotPlan], amounts: list[EpsilonAmount]
-) -> list[SlotPlan]:
+    make: Callable[[EpsilonAmount], Planned], amounts: list[EpsilonAmount]
+) -> list[Planned]:
     """``make`` of each amount, the second one on the second thread (at most two)."""
     if len(amounts) == 1:
         return [make(amounts[0])]

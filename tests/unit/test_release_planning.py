@@ -9,7 +9,7 @@ import pytest
 
 from app.answers.epsilon import EpsilonAmount
 from app.kit.errors import InvalidRequest
-from app.releases.planning import SlotPlan, plan_for_cost
+from app.releases.planning import PlanDraft, SlotPlan, plan_for_cost
 
 
 def _maker(K_of_k: dict[int, int], cap: Decimal, calls: list[Decimal]):
@@ -112,3 +112,21 @@ def test_cost_cap_search_finds_the_smallest_fitting_k_on_monotone_curves(
     plan = plan_for_cost(_maker(city, cap, calls), cap, Decimal(10), 288)
     assert plan.eps.charged == (cap / 44).quantize(Decimal("1e-12"), "ROUND_FLOOR")
     assert len(calls) <= 5
+
+
+@pytest.mark.parametrize("G1", [5, 40])
+def test_cost_cap_search_finishes_only_the_plan_it_returns(G1: int) -> None:
+    """Drafts are compared by their stages' K; one is finished, the one returned."""
+    cap = Decimal("2")
+    K_of_k = {k: max(3, G1 - k) for k in range(1, G1 + 1)}
+    finished: list[Decimal] = []
+    make_plan = _maker(K_of_k, cap, [])
+
+    def draft(eps: EpsilonAmount) -> PlanDraft:
+        plan = make_plan(eps)
+        return PlanDraft(eps, plan.K, lambda: finished.append(eps.charged) or plan)
+
+    plan = plan_for_cost(draft, cap, Decimal(10), G1)
+    assert finished == [plan.eps.charged] and plan.max_cost <= cap
+    with pytest.raises(RuntimeError):  # a finished plan must keep the draft's K
+        PlanDraft(plan.eps, plan.K + 1, lambda: plan).done()

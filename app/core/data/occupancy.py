@@ -6,7 +6,8 @@ every occupied ``(grid, user)`` pair and nothing else (docs/math.md §6.2, §1.4
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import njit
@@ -54,6 +55,8 @@ class Occupancy:
         ginv, uinv: each row's index into ``grid_ids`` / ``user_ids``.
         n_per_grid: each grid's record count ``n_g``, indexed like ``grid_ids``.
         order_u: the rows sorted by (user, grid).
+        memo: what planners derive from it whatever ``ε`` (Clip-User's
+            :func:`~app.core.planning.clip_user_greedy.greedy_prep`), made once.
     """
 
     counts: np.ndarray
@@ -63,6 +66,7 @@ class Occupancy:
     uinv: np.ndarray
     n_per_grid: np.ndarray
     order_u: np.ndarray
+    memo: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
 
 
 def unique_inverse(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

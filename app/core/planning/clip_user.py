@@ -33,8 +33,10 @@ from app.core.planning.pseudo_user import pseudo_user_step
 __all__ = [
     "ClipUserPlan",
     "FrozenMap",
+    "Suppressed",
     "clip_user",
     "clip_user_kept",
+    "clip_user_suppressed",
     "load_clip_user_kernels",
     "plan_kept",
 ]
@@ -171,6 +173,67 @@ class _Run:
     errs_bar: np.ndarray
 
 
+def _suppressed(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    error_target: float | None,
+    protect_min_error_grid: bool,
+    split: str,
+    checked: Occupancy | None = None,
+) -> Suppressed:
+    U = check_bound(U)
+    eps = check_epsilon(eps)
+    check_split(split)
+    occ = validate_occupancy(grids, users, counts) if checked is None else checked
+    target = None if error_target is None else _check_target(error_target)
+    sup = suppress_users(
+        occ, U, eps, split, error_target=target, protect_min_error_grid=protect_min_error_grid
+    )
+    return Suppressed(occ, sup, sup.K, U, eps, split)
+
+
+@dataclass(frozen=True)
+class Suppressed:
+    """Clip-User's stages run on ``occ`` (004 Alg. 1), the pseudo-user step not yet:
+    ``K`` is already final, as that step removes nobody (docs/math.md §6.3), so a
+    search over ``ε`` reads ``K`` here and finishes only the plan it keeps."""
+
+    occ: Occupancy
+    sup: Suppression
+    K: int
+    U: float
+    eps: float
+    split: str
+
+    def run(self, pseudo_user: bool = True) -> _Run:
+        occ, sup, U, eps, split = self.occ, self.sup, self.U, self.eps, self.split
+        c, ginv, order_u, n_per_grid = occ.counts, occ.ginv, occ.order_u, occ.n_per_grid
+        # Kept state after Clip-User.
+        removed_rows = order_u[np.asarray(sup.removed_pos, dtype=np.int64)]
+        kept_mask = np.ones(c.size, dtype=bool)
+        kept_mask[removed_rows] = False
+        S_a = np.asarray(sup.kept_total, dtype=np.int64)
+        top1_a = np.asarray(sup.kept_max, dtype=np.int64)
+        errs = joint_clip_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
+        if pseudo_user:
+            m_a, errs_bar = pseudo_user_step(
+                U, eps, ginv[kept_mask], c[kept_mask], n_per_grid, split=split
+            )
+        else:
+            m_a, errs_bar = top1_a, errs
+        return _Run(occ, sup, removed_rows, m_a, errs, errs_bar)
+
+    def kept(self) -> np.ndarray:
+        """:func:`clip_user_kept`'s answer: each input row's kept count ``Γ``."""
+        run = self.run()
+        kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
+        kept[run.removed_rows] = 0
+        return kept
+
+
 def _run(
     grids: object,
     users: object,
@@ -181,33 +244,10 @@ def _run(
     protect_min_error_grid: bool,
     split: str,
     pseudo_user: bool,
-    checked: Occupancy | None = None,
 ) -> _Run:
-    U = check_bound(U)
-    eps = check_epsilon(eps)
-    check_split(split)
-    occ = validate_occupancy(grids, users, counts) if checked is None else checked
-    target = None if error_target is None else _check_target(error_target)
-    sup = suppress_users(
-        occ, U, eps, split, error_target=target, protect_min_error_grid=protect_min_error_grid
-    )
-    c, ginv, order_u, n_per_grid = occ.counts, occ.ginv, occ.order_u, occ.n_per_grid
-
-    # Kept state after Clip-User.
-    removed_rows = order_u[np.asarray(sup.removed_pos, dtype=np.int64)]
-    kept_mask = np.ones(c.size, dtype=bool)
-    kept_mask[removed_rows] = False
-    S_a = np.asarray(sup.kept_total, dtype=np.int64)
-    top1_a = np.asarray(sup.kept_max, dtype=np.int64)
-    errs = joint_clip_errors(U, eps, top1_a, S_a, n_per_grid, split=split)
-
-    if pseudo_user:
-        m_a, errs_bar = pseudo_user_step(
-            U, eps, ginv[kept_mask], c[kept_mask], n_per_grid, split=split
-        )
-    else:
-        m_a, errs_bar = top1_a, errs
-    return _Run(occ, sup, removed_rows, m_a, errs, errs_bar)
+    return _suppressed(
+        grids, users, counts, U, eps, error_target, protect_min_error_grid, split
+    ).run(pseudo_user)
 
 
 def clip_user_kept(
@@ -227,12 +267,29 @@ def clip_user_kept(
     without building the plan's per-pair tuples and maps (a day release has 10⁶ pairs).
     ``checked``: ``validate_occupancy(grids, users, counts)`` when the caller has it (a
     search over epsilon plans one occupancy many times; nothing here changes it)."""
-    run = _run(
-        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, True, checked
+    return clip_user_suppressed(
+        grids, users, counts, U, eps, error_target=error_target,
+        protect_min_error_grid=protect_min_error_grid, split=split, checked=checked,
+    ).kept()  # fmt: skip
+
+
+def clip_user_suppressed(
+    grids: object,
+    users: object,
+    counts: object,
+    U: float,
+    eps: float,
+    *,
+    error_target: float | None = None,
+    protect_min_error_grid: bool = False,
+    split: str = "half",
+    checked: Occupancy | None = None,
+) -> Suppressed:
+    """Clip-User's stages only (:class:`Suppressed`: ``K``, and ``kept()`` on demand),
+    with :func:`clip_user_kept`'s arguments."""
+    return _suppressed(
+        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, checked
     )
-    kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
-    kept[run.removed_rows] = 0
-    return kept
 
 
 def _check_target(error_target: float) -> float:

@@ -29,7 +29,7 @@ from app.core.mechanisms.bounds import joint_clip_errors
 from app.core.planning.clip_user_kernel import greedy_half
 from app.core.planning.grid_errors import scalar_error_fn
 
-__all__ = ["Suppression", "suppress_users"]
+__all__ = ["GreedyPrep", "Suppression", "greedy_prep", "suppress_users"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,65 @@ class Suppression:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class GreedyPrep:
+    """What the stages read of a checked occupancy whatever ``ε``, ``U`` and the target
+    (docs/math.md §6.4): per grid its distinct counts in descending order with their
+    multiplicities (flat: ``dval``/``dmult``, grid ``g`` at ``gfirst[g]:gend[g]``), the
+    next distinct count ``p2``/``top2`` and its user count ``NK``; per user its grid
+    count ``Gl`` and its pairs' start ``ustart`` in the rows sorted by (user, grid),
+    whose grid, count and distinct-count index are ``pg``, ``pm``, ``pd``. Read only:
+    the stages work on copies of what they change. Made once per occupancy
+    (:func:`greedy_prep`): a search over ``ε`` plans one occupancy many times."""
+
+    dval: np.ndarray
+    dmult: np.ndarray
+    gfirst: np.ndarray
+    gend: np.ndarray
+    p2: np.ndarray
+    top2: np.ndarray
+    NK: np.ndarray
+    Gl: np.ndarray
+    ustart: np.ndarray
+    G1: int
+    pg: np.ndarray
+    pm: np.ndarray
+    pd: np.ndarray
+
+
+def greedy_prep(occ: Occupancy) -> GreedyPrep:
+    """:class:`GreedyPrep` of ``occ``, kept in ``occ.memo`` (two threads may both make
+    it: the same arrays)."""
+    found = occ.memo.get("greedy")
+    if isinstance(found, GreedyPrep):
+        return found
+    c, ginv, uinv, order_u = occ.counts, occ.ginv, occ.uinv, occ.order_u
+    n_grids = occ.grid_ids.size
+    # Per grid: distinct counts in descending order, flat, with multiplicities: the
+    # distinct keys (grid, cmax - count) ascending, and each pair's index among them.
+    cmax = np.int64(c.max())
+    dkey, dpos_a = unique_inverse(ginv * (cmax + 1) + (cmax - c))
+    dgrid_a, rest = np.divmod(dkey, cmax + 1)
+    dval_a = cmax - rest
+    dmult_a = np.bincount(dpos_a, minlength=dkey.size)
+    gfirst = np.searchsorted(dgrid_a, np.arange(n_grids), side="left")
+    gend_a = np.searchsorted(dgrid_a, np.arange(n_grids), side="right")
+    p2_a = gfirst + 1  # next distinct count (all multiplicities are >= 1 initially)
+    top2 = np.where(p2_a < gend_a, dval_a[np.minimum(p2_a, dval_a.size - 1)], 0)
+    NK_a = np.bincount(ginv, minlength=n_grids)  # kept users per grid
+    # Per user: its pairs at positions ustart[u]..ustart[u+1]-1 of the rows sorted by
+    # (user, grid), i.e. in ascending grid id.
+    Gl = np.bincount(uinv, minlength=occ.user_ids.size)
+    ustart_a = np.zeros(occ.user_ids.size + 1, dtype=np.int64)
+    np.cumsum(Gl, out=ustart_a[1:])
+    prep = GreedyPrep(
+        dval_a, dmult_a, gfirst, gend_a, p2_a, top2, NK_a, Gl, ustart_a, int(Gl.max()),
+        ginv[order_u], c[order_u], dpos_a[order_u],
+    )  # fmt: skip
+    occ.memo["greedy"] = prep
+    return prep
+
+
 def suppress_users(
     occ: Occupancy,
     U: float,
@@ -77,37 +136,17 @@ def suppress_users(
 
     ``split="half"`` runs compiled (:mod:`app.core.planning.clip_user_kernel`, the same decisions);
     ``compiled=False`` keeps the Python loop (the reference the tests compare with)."""
-    c, ginv, uinv, order_u = occ.counts, occ.ginv, occ.uinv, occ.order_u
-    n_per_grid = occ.n_per_grid
-    n_grids = occ.grid_ids.size
-    n_users = occ.user_ids.size
-
-    # Per grid: distinct counts in descending order, flat, with multiplicities: the
-    # distinct keys (grid, cmax - count) ascending, and each pair's index among them.
-    cmax = np.int64(c.max())
-    dkey, dpos_a = unique_inverse(ginv * (cmax + 1) + (cmax - c))
-    dgrid_a, rest = np.divmod(dkey, cmax + 1)
-    dval_a = cmax - rest
-    dmult_a = np.bincount(dpos_a, minlength=dkey.size)
-    gfirst = np.searchsorted(dgrid_a, np.arange(n_grids), side="left")
-    gend_a = np.searchsorted(dgrid_a, np.arange(n_grids), side="right")
-
-    p2_a = gfirst + 1  # next distinct count (all multiplicities are >= 1 initially)
-    top2 = np.where(p2_a < gend_a, dval_a[np.minimum(p2_a, dval_a.size - 1)], 0)
-    NK_a = np.bincount(ginv, minlength=n_grids)  # kept users per grid
+    prep = greedy_prep(occ)
+    c, n_per_grid = occ.counts, occ.n_per_grid
+    dval_a, dmult_a, gfirst, gend_a = prep.dval, prep.dmult, prep.gfirst, prep.gend
+    p2_a, top2, NK_a, Gl, ustart_a, G1 = prep.p2, prep.top2, prep.NK, prep.Gl, prep.ustart, prep.G1
 
     # Initial errors (004 eq. 12 = eq. 13 with nothing clipped).
     init_err = joint_clip_errors(U, eps, dval_a[gfirst], n_per_grid, n_per_grid, split=split)
-
-    # Per user: its pairs at positions ustart[u]..ustart[u+1]-1 of the rows sorted by
-    # (user, grid), i.e. in ascending grid id; removed ones are flagged.
-    Gl = np.bincount(uinv, minlength=n_users)
-    ustart_a = np.zeros(n_users + 1, dtype=np.int64)
-    np.cumsum(Gl, out=ustart_a[1:])
-    G1 = int(Gl.max())
     E = float(init_err.max()) if error_target is None else error_target
     protected = int(np.argmin(init_err)) if protect_min_error_grid else -1
-    # the same stages, compiled (app.core.planning.clip_user_kernel)
+    # the same stages, compiled (app.core.planning.clip_user_kernel); it changes the
+    # multiplicities, pointers, totals and maxima it is given: copies of the prepared ones
     if split == "half" and compiled:
         blocked_a = NK_a == 1
         if protected >= 0:
@@ -116,15 +155,16 @@ def suppress_users(
         top1_a = dval_a[gfirst]
         removed_a = np.empty(c.size, dtype=np.int64)
         K, n_removed = greedy_half(
-            float(U), float(eps), float(E), dval_a, dmult_a, gend_a, gfirst, top1_a,
-            dmult_a[gfirst], p2_a, top2, S_a, n_per_grid, NK_a, blocked_a, ustart_a,
-            ginv[order_u], c[order_u], dpos_a[order_u], Gl, G1, removed_a,
+            float(U), float(eps), float(E), dval_a, dmult_a.copy(), gend_a, gfirst.copy(),
+            top1_a, dmult_a[gfirst], p2_a.copy(), top2, S_a, n_per_grid, NK_a, blocked_a,
+            ustart_a, prep.pg, prep.pm, prep.pd, Gl, G1, removed_a,
         )  # fmt: skip
         return Suppression(G1, int(K), E, removed_a[:n_removed].copy(), S_a, top1_a)
+    pg_a, pm_a, pd_a = prep.pg, prep.pm, prep.pd
     ustart = ustart_a.tolist()
-    pg = ginv[order_u].tolist()
-    pm = c[order_u].tolist()
-    pd = dpos_a[order_u].tolist()
+    pg = pg_a.tolist()
+    pm = pm_a.tolist()
+    pd = pd_a.tolist()
     removed_flag = bytearray(c.size)
     dval = dval_a.tolist()
     dmult = dmult_a.tolist()

@@ -5,10 +5,13 @@ integer ``m ∈ [Γ_*, Γ*]`` minimising ``E_g(m)``, which gives the new largest
 ``Ē``. Since ``m >= Γ_*`` no user leaves a grid, so ``K`` does not change. The
 kept counts are sorted once and ``E_g(m)`` is evaluated for every integer ``m``
 in range with numpy and prefix sums (:func:`pseudo_user_step` says why every
-integer, not only the distinct counts).
+integer, not only the distinct counts); where counts are small the sums come from a
+(grid, count) table of the kept users instead of a sort, the same integers.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -49,17 +52,10 @@ def pseudo_user_step(
     """
     n_grids = n_per_grid.size
     width = np.int64(kc.max()) + 2
-    keys = kg * width + kc  # sorted keys = pairs by (grid, kept count)
-    order = np.argsort(keys, kind="stable")
-    keys = keys[order]
-    sg = kg[order]
-    sc = kc[order]
-    start = np.searchsorted(sg, np.arange(n_grids), side="left")
-    end = np.searchsorted(sg, np.arange(n_grids), side="right")
-    lo = sc[start]
-    hi = sc[end - 1]
-    prefix = np.zeros(sc.size + 1, dtype=np.int64)
-    np.cumsum(sc, out=prefix[1:])
+    if n_grids * int(width) <= 2 * kg.size + _CHUNK:
+        lo, hi, kept_sum = _by_table(kg, kc, n_grids, int(width))
+    else:
+        lo, hi, kept_sum = _by_sort(kg, kc, n_grids, width)
 
     # Segments of at most _CHUNK candidates (a grid may span several, in m order).
     n_seg = (hi - lo) // _CHUNK + 1
@@ -82,9 +78,7 @@ def pseudo_user_step(
         m = np.repeat(seg_lo_a[i:j], lens) + (
             np.arange(int(lens.sum()), dtype=np.int64) - np.repeat(offs, lens)
         )
-        pos = np.searchsorted(keys, sgid * width + m, side="right")
-        gs = start[sgid]
-        s = prefix[pos] - prefix[gs] + m * (end[sgid] - pos)
+        s = kept_sum(sgid, m)
         e = joint_clip_errors(U, eps, m, s, n_per_grid[sgid], split=split)
         seg_min = np.minimum.reduceat(e, offs)
         hit = np.flatnonzero(e == np.repeat(seg_min, lens))
@@ -99,3 +93,52 @@ def pseudo_user_step(
     seg_hit = np.flatnonzero(seg_best_e == best_e[seg_grid_a])
     first_seg = seg_hit[np.searchsorted(seg_hit, gstart, side="left")]
     return seg_best_m[first_seg], best_e
+
+
+#: ``ΣΓ(m)`` of grids ``g`` at clips ``m`` (arrays of one length): ``Σ_l min(Γ_l, m)``.
+KeptSum = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _by_sort(
+    kg: np.ndarray, kc: np.ndarray, n_grids: int, width: np.int64
+) -> tuple[np.ndarray, np.ndarray, KeptSum]:
+    """Each grid's smallest and largest kept count and ``ΣΓ(m)``, from the pairs sorted
+    by (grid, count) and their prefix sums."""
+    keys = kg * width + kc  # sorted keys = pairs by (grid, kept count)
+    order = np.argsort(keys, kind="stable")
+    keys = keys[order]
+    sg = kg[order]
+    sc = kc[order]
+    start = np.searchsorted(sg, np.arange(n_grids), side="left")
+    end = np.searchsorted(sg, np.arange(n_grids), side="right")
+    prefix = np.zeros(sc.size + 1, dtype=np.int64)
+    np.cumsum(sc, out=prefix[1:])
+
+    def kept_sum(g: np.ndarray, m: np.ndarray) -> np.ndarray:
+        pos = np.searchsorted(keys, g * width + m, side="right")
+        out: np.ndarray = prefix[pos] - prefix[start[g]] + m * (end[g] - pos)
+        return out
+
+    return sc[start], sc[end - 1], kept_sum
+
+
+def _by_table(
+    kg: np.ndarray, kc: np.ndarray, n_grids: int, width: int
+) -> tuple[np.ndarray, np.ndarray, KeptSum]:
+    """:func:`_by_sort`'s figures from a (grid, count) table of kept users, where it is
+    small (counts are bounded): per grid and ``m``, the users and the records of counts
+    ``<= m``, so ``ΣΓ(m)`` is the same integer without a sort of the pairs."""
+    table = np.bincount(kg * width + kc, minlength=n_grids * width).reshape(n_grids, width)
+    held = table > 0
+    lo = np.argmax(held, axis=1).astype(np.int64)
+    hi = (width - 1 - np.argmax(held[:, ::-1], axis=1)).astype(np.int64)
+    users_le = np.cumsum(table, axis=1).reshape(-1)
+    records_le = np.cumsum(table * np.arange(width, dtype=np.int64), axis=1).reshape(-1)
+    users = users_le[width - 1 :: width]
+
+    def kept_sum(g: np.ndarray, m: np.ndarray) -> np.ndarray:
+        at = g * width + m
+        out: np.ndarray = records_le[at] + m * (users[g] - users_le[at])
+        return out
+
+    return lo, hi, kept_sum
