@@ -178,7 +178,7 @@ def charge_accounts(
     entries: list[dict[str, object]] = []
     window_index = subjects >> USER_BITS
     absent = accounts.absent
-    new = np.isin(subjects, absent) if absent.size else np.zeros(subjects.size, dtype=bool)
+    new = _members(subjects, absent)
     added = 0
     for i, window in enumerate(accounts.windows):
         here = window_index == i
@@ -209,6 +209,16 @@ def charge_accounts(
     repo.add_entries(entries)
     if added:  # statistics once for all the windows
         repo.analyze_after_growth(added)
+
+
+def _members(subjects: Int64s, ascending: Int64s) -> np.ndarray:
+    """``np.isin(subjects, ascending)`` by binary search in the ascending array (a month's
+    release: 10⁶ subjects in 10⁶ absent ones, no hash table or sort of both)."""
+    if not ascending.size:
+        return np.zeros(subjects.size, dtype=bool)
+    at = np.minimum(np.searchsorted(ascending, subjects), ascending.size - 1)
+    found: np.ndarray = ascending[at] == subjects
+    return found
 
 
 def parse_window_param(dataset: Dataset, text: str | None) -> date | None:

@@ -176,9 +176,11 @@ class LivePairs:
     @classmethod
     def of(cls, occ: Occupancy, excluded: np.ndarray | None) -> LivePairs:
         live = live_pairs(occ, excluded)
-        u = occ.user[live]
-        G1 = grids_per_user(u) if u.size else 0
-        return cls(live, occ.grid[live], u, occ.count[live], G1)
+        if excluded is None:  # every pair: the occupancy's own columns, not copies
+            g, u, c = occ.grid, occ.user, occ.count
+        else:
+            g, u, c = occ.grid[live], occ.user[live], occ.count[live]
+        return cls(live, g, u, c, grids_per_user(u) if u.size else 0)
 
 
 @dataclass(frozen=True)

@@ -92,6 +92,11 @@ def pool(
     counts = cols.counts.astype(np.int64, copy=False)
     # where each pair's values start: its grid's first record, then the counts before it
     before = offsets(counts)
+    if _in_order(target, pair_target, unit) and np.array_equal(cols.records, before[cols.pairs]):
+        # each pair its own pooled pair, its records where pooling would put them: no copy
+        per_target = np.bincount(pair_target, minlength=n_targets).astype(np.int64)
+        records = np.bincount(pair_target, weights=counts, minlength=n_targets).astype(np.int64)
+        return GridColumns(unit, counts, cols.values, offsets(per_target), offsets(records))
     start = np.repeat(cols.records[:-1] - before[cols.pairs[:-1]], sizes) + before[:-1]
     keep = np.flatnonzero(pair_target >= 0)
     # by (target, unit), source order within: two stable counting sorts (pairs are in
@@ -107,6 +112,16 @@ def pool(
     per_target = np.bincount(t[heads], minlength=n_targets).astype(np.int64)
     records = np.bincount(t, weights=c, minlength=n_targets).astype(np.int64)
     return GridColumns(u[heads], pooled_counts, values, offsets(per_target), offsets(records))
+
+
+def _in_order(target: np.ndarray, pair_target: np.ndarray, unit: np.ndarray) -> bool:
+    """Whether every source grid goes into some target and the pairs are by (target,
+    unit) strictly ascending: no unit twice in one target (nothing to add up), and the
+    pooled order is the pairs' own."""
+    if not pair_target.size or int(target.min()) < 0:
+        return False
+    step_t, step_u = np.diff(pair_target), np.diff(unit)
+    return bool(np.all((step_t > 0) | ((step_t == 0) & (step_u > 0))))
 
 
 def arrays_of(cols: GridColumns, versions: Sequence[int] | None = None) -> list[GridArrays]:

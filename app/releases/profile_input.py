@@ -102,15 +102,21 @@ def profile_input(session: Session, req: ReleaseRequest) -> ReleaseInput:
             f"{profile.time_of_day(0)} on any chosen date from {profile.date_from} to "
             f"{profile.date_to} ({dataset.timezone})"
         )
-    batch = load_grid_batch(session, daily)
     keys = sorted({(j, g.h3_cell) for j, g in zip(slots, daily, strict=True)})
     index = {k: i for i, k in enumerate(keys)}
     target = np.array([index[(j, g.h3_cell)] for j, g in zip(slots, daily, strict=True)])
-    sources = tuple((g.id, a.version) for g, a in zip(daily, batch.arrays, strict=True))
+    # read grouped by pooled grid, in date order within (a stable sort): the pooled grids'
+    # records then lie in the order pooling puts them, and need no copy (app.releases.pooling)
+    by_target = np.argsort(target, kind="stable")
+    batch = load_grid_batch(session, [daily[i] for i in by_target.tolist()])
+    versions = np.empty(len(daily), dtype=np.int64)
+    versions[by_target] = [a.version for a in batch.arrays]
+    sources = tuple(zip([g.id for g in daily], versions.tolist(), strict=True))
     windowed = dataset.budget_window != "none"
-    units, subjects = units_of(batch.columns, np.array(windows) if windowed else None)
-    cols = pool(batch.columns, target, units, len(keys))
-    del batch, units  # the pooled copy is what is released (2·10⁷ records: 160 MB each)
+    window = np.array(windows, dtype=np.int64)[by_target] if windowed else None
+    units, subjects = units_of(batch.columns, window)
+    cols = pool(batch.columns, target[by_target], units, len(keys))
+    del batch, units  # the pooled columns are what is released (2·10⁷ records: 160 MB)
     grids = _grids(req, profile, keys, cols)
     end = profile.first_start + req.slots * timedelta(minutes=req.slot_minutes)
     span = SpanGrids(profile.first_start, end, req.slots, req.level, req.h3_resolution,

@@ -115,3 +115,27 @@ def test_records_are_gathered_run_by_run_or_at_once_alike(seed: int) -> None:
     want = np.concatenate([values[a : a + b] for a, b in zip(first, counts, strict=True)])
     assert np.array_equal(_gathered(values, first, counts), want)
     assert _gathered(values, first[:0], counts[:0]).size == 0
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_sources_read_by_target_pool_in_place_as_in_date_order(seed: int) -> None:
+    """A profile reads its day grids grouped by pooled grid (a stable sort: dates in order
+    within); each unit then lies in one grid of its target, and pooling keeps the columns
+    as they are (no copy of the values) with the same result as the date order gives."""
+    rng = np.random.default_rng(seed)  # test data
+    n_grids, n_targets = int(rng.integers(2, 12)), int(rng.integers(1, 4))
+    grids = [
+        {int(u): rng.uniform(0, 10, int(rng.integers(1, 4))).round(2).tolist()
+         for u in rng.choice(6, size=int(rng.integers(1, 5)), replace=False)}
+        for _ in range(n_grids)
+    ]  # fmt: skip
+    target = rng.integers(0, n_targets, size=n_grids)
+    window = np.arange(n_grids)  # one window per day grid: a unit is in one source grid
+    cols = _columns(grids)
+    want = pool(cols, target, units_of(cols, window)[0], n_targets)
+    by = np.argsort(target, kind="stable")
+    cols = _columns([grids[i] for i in by.tolist()])
+    got = pool(cols, target[by], units_of(cols, window[by])[0], n_targets)
+    assert np.shares_memory(got.values, cols.values)
+    for field in ("user_ids", "counts", "values", "pairs", "records"):
+        assert np.array_equal(getattr(got, field), getattr(want, field)), field

@@ -145,15 +145,33 @@ def kept_records(
     (the grids' records lie user after user, grid after grid: :func:`fits`). ``users``:
     when ``wg`` holds some of ``joined``'s grids (:meth:`JoinedGrids.take_counts`), their
     users' positions in ``joined``."""
-    start = offsets(joined.counts)[:-1]
+    ends = offsets(joined.counts)
+    start = ends[:-1]
     eff = np.minimum(joined.counts, joined.caps)
-    if users is not None:
-        start, eff = start[users], eff[users]
-    user_start = start[eff > 0]
     first = np.zeros(wg.m.size, dtype=np.int64)
     np.cumsum(wg.m[:-1], out=first[1:])
+    if users is None:  # every user: all records but each one's dropped tail, in order
+        return _without_tails(joined.values[: ends[-1]], start, eff, joined.counts), first
+    start, eff = start[users], eff[users]
+    user_start = start[eff > 0]
     idx = np.repeat(user_start - first, wg.m) + np.arange(int(wg.m.sum()))
     return joined.values[idx], first
+
+
+def _without_tails(
+    values: np.ndarray, start: np.ndarray, eff: np.ndarray, counts: np.ndarray
+) -> np.ndarray:
+    """``values`` (user ``l``'s ``counts[l]`` records from ``start[l]``, user after user)
+    without each user's records after its first ``eff[l]``: the same records as a gather
+    of the kept ones, by a mask over the few dropped runs (no index per record)."""
+    short = np.flatnonzero(eff < counts)
+    if not short.size:
+        return values
+    marks = np.zeros(values.size + 1, dtype=np.int8)  # +1 where a dropped run starts
+    marks[start[short] + np.maximum(eff[short], 0)] = 1  # disjoint runs: distinct starts
+    marks[start[short] + counts[short]] -= 1
+    kept: np.ndarray = values[np.cumsum(marks[:-1], dtype=np.int8) == 0]
+    return kept
 
 
 def fits(joined: JoinedGrids, U: float) -> bool:

@@ -94,3 +94,21 @@ def test_batch_scores_are_each_grids_own_scores() -> None:
         lo, hi = mc.centred_window(m[mine][:, None], U, c[g], R[g][None, :])
         outside = (v[mine][:, None] < lo) | (v[mine][:, None] > hi)
         assert clipped[g].tolist() == outside.sum(axis=0).tolist()
+
+
+def test_kept_records_by_mask_are_the_gathered_ones() -> None:
+    """Every user's first ``eff`` records (none where ``eff <= 0``), as a gather takes them."""
+    from app.core.data.joined import offsets
+    from app.core.data.window_grids import _without_tails
+
+    rng = np.random.default_rng(3)
+    for _ in range(300):
+        n = int(rng.integers(1, 50))
+        counts = rng.integers(1, 6, n)
+        caps = np.where(rng.random(n) < 0.5, counts, rng.integers(-1, 6, n))
+        values = rng.random(int(counts.sum()))
+        start, eff = offsets(counts)[:-1], np.minimum(counts, caps)
+        on = eff > 0
+        runs = [values[s : s + e] for s, e in zip(start[on], eff[on], strict=True)]
+        want = np.concatenate(runs) if runs else values[:0]
+        assert np.array_equal(_without_tails(values, start, eff, counts), want)
