@@ -26,7 +26,9 @@ profile over them (``--parts``: fixed res 8, adaptive res 8 to 5) over HTTP, med
 ``--repeats``, and the server's peak RSS (its ``VmHWM``, reset before each request). A
 budget reset before each request: every release creates its bus-days' accounts. Also
 printed: the server's CPU seconds per request (all its threads; the rest of the wall time
-is Postgres and, on a shared machine, waiting for a core).
+is Postgres and, on a shared machine, waiting for a core). ``--profile DIR``: py-spy
+samples the server during each request (raw collapsed stacks with native frames, one
+file per request; py-spy on the PATH).
 Targets at ``--days 20 --records 1000000`` (2·10⁷ records, 10⁶ bus-days): preview <= 5 s,
 release <= 20 s, peak RSS <= 2 GiB.
 """
