@@ -63,6 +63,8 @@ def _subjects(
     windows = tuple(sorted(set(grid_windows)))
     index = {w: i for i, w in enumerate(windows)}
     of_grid = np.array([index[w] for w in grid_windows], dtype=np.int64)
+    if len(windows) == 1:  # window index 0: a subject is its user id
+        return windows, occ.user, distinct(occ.user)
     pair_window = of_grid[occ.grid] if occ.grid.size else np.empty(0, dtype=np.int64)
     width = int(occ.user.max()) + 1 if occ.user.size else 1
     seen = distinct(pair_window * width + occ.user)

@@ -156,3 +156,7 @@ def test_a_releases_distinct_subjects_are_numpy_unique_of_the_packed_subjects() 
     assert len(windows) == 7
     assert np.array_equal(subjects, (pair_window << USER_BITS) | user)
     assert np.array_equal(wanted, np.unique(subjects))
+    one_day = [SimpleNamespace(slot_start=DAY0)] * 7  # every grid in one window: index 0
+    windows, subjects, wanted = charges._subjects(DAILY, one_day, occ)  # type: ignore[arg-type]
+    assert len(windows) == 1 and np.array_equal(subjects, user)
+    assert np.array_equal(wanted, np.unique(user))
