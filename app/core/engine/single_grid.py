@@ -18,13 +18,13 @@ from app.core.data.checks import check_bound, check_epsilon
 from app.core.data.counts import CountsInfo, prepare_counts
 from app.core.data.grid import GridData
 from app.core.data.results import Plan, Release
-from app.core.engine.batch import PendingBatch, finish_batch, plain_details
+from app.core.engine.batch import PendingBatch, finish_batch
 from app.core.mechanisms import registry
 from app.core.mechanisms.draft import Draft, PendingRelease
 from app.core.mechanisms.option_spec import OptionValue
 from app.core.mechanisms.registry import validate_options
 from app.core.mechanisms.variance import joint_drafts
-from app.core.noise.laplace import NoiseSource, calibrate_scale, default_noise, laplace_many
+from app.core.noise.laplace import NoiseSource, calibrate_scale, default_noise
 
 __all__ = [
     "PendingRelease",
@@ -156,26 +156,8 @@ def finish_releases(
     pending: Sequence[PendingRelease], noise: NoiseSource | None = None
 ) -> list[Release]:
     """Add each pending release's Laplace noise and finish it: :func:`finish_batch` of
-    their rows (docs/math.md §9.4.7), each release with the law it would have drawn alone.
-    One release (a query's) is finished without the batch's columns: :func:`_finish_one`."""
-    if len(pending) == 1:
-        return [_finish_one(pending[0], noise)]
+    their rows (docs/math.md §9.4.7), each release with the law it would have drawn alone."""
     return finish_batch(PendingBatch.of(pending), noise).releases()
-
-
-def _finish_one(p: PendingRelease, noise: NoiseSource | None) -> Release:
-    """``finish_batch(PendingBatch.of([p])).releases()[0]``: the same one draw
-    (``laplace_many`` of one value), the same fields, finished by the same rule
-    (:class:`Release` calls :func:`~app.core.data.results.finished_value`)."""
-    d, est = p.draft, p.estimate
-    (raw,) = laplace_many(default_noise() if noise is None else noise, [est.value], [p.scale])
-    return Release(
-        statistic=d.statistic, mechanism=d.mechanism, epsilon=d.epsilon, estimate=raw,
-        sensitivity=est.sensitivity, noise_scale=p.scale, worst_case_bias=d.bias,
-        worst_case_error=None if d.bias is None else d.bias + p.scale, kept=d.kept,
-        value_bound=p.U, details=plain_details({**d.details, **est.details, **(p.extra or {})}),
-        bias_spread=est.spread,
-    )  # fmt: skip
 
 
 def _joint(

@@ -19,8 +19,6 @@ from scipy import stats
 
 from app.core import (
     GridData,
-    PendingBatch,
-    finish_batch,
     finish_releases,
     release_mean,
     release_variance,
@@ -32,7 +30,6 @@ from app.core.mechanisms import registry
 from app.core.noise import laplace as noise_mod
 from app.core.noise.laplace import OpenDPNoise, calibrate_scale, laplace_many
 from research.noise import SeededNoise
-from tests.unit.core.helpers import release_fields
 from tests.unseeded import laws_hold
 
 TINY = math.ldexp(1.0, noise_mod.LAPLACE_K)  # the release path's noise grid (§9.1)
@@ -174,27 +171,6 @@ def test_two_step_release_is_the_estimator_plus_one_laplace_draw(
             assert dict(got.details) == {**draft.details, **est.details}
             assert got.kept.tolist() == draft.kept.tolist()
         assert one.ci95 == two.ci95 and one.ci95_note == two.ci95_note
-
-
-@pytest.mark.parametrize(
-    ("statistic", "mechanism"),
-    [("mean", "auto"), ("mean", "clip"), ("mean", "levy"), ("variance", "auto")],
-)
-def test_one_release_is_finished_as_a_batch_of_one(statistic: str, mechanism: str) -> None:
-    """``finish_releases`` of one release (a query's, without the batch's columns) gives
-    the fields ``finish_batch`` gives the same row, bit for bit, from the same draws."""
-    grid = _grid(5)
-    for eps in (0.05, 0.3, 4.0):
-        got = []
-        for finish in ("one", "batch"):
-            src = SeededNoise(np.random.default_rng(7))
-            (started,) = start_releases((statistic,), grid, 30.0, eps, mechanism, noise=src)
-            if finish == "one":
-                (r,) = finish_releases([started], noise=src)
-            else:
-                (r,) = finish_batch(PendingBatch.of([started]), src).releases()
-            got.append((*release_fields(r), r.bias_spread))
-        assert got[0] == got[1]
 
 
 def test_start_releases_refuses_an_unknown_statistic() -> None:
