@@ -92,7 +92,8 @@ async def run(url: str, tmp: Path, args: argparse.Namespace) -> None:
         _, listing = await call(app, "GET", f"/datasets/{ds}/grids")
         grids = [g["grid_id"] for g in orjson.loads(listing)["grids"]]
         for g in grids:  # accounts made and snapshots cached, as in a warm server
-            assert (await call(app, "GET", f"/grids/{g}/mean", QUERY % 0.9))[0] == 200
+            got = await call(app, "GET", f"/grids/{g}/mean", QUERY % 0.9)
+            assert got[0] == 200, got
         profile = cProfile.Profile(time.thread_time) if args.profile else None
         cpu: dict[str, list[float]] = {"uncached": [], "cached": []}
         n = args.requests

@@ -32,7 +32,7 @@ from matplotlib.figure import Figure
 from tqdm import tqdm
 
 from app.core.planning.clip_user import clip_user
-from app.synth.heavy_hitters import heavy_hitter_occupancy
+from research.workloads import heavy_hitter_occupancy
 
 __all__ = [
     "DEFAULT_EPS",

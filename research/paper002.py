@@ -28,15 +28,7 @@ from app.core import plan_mean
 from app.core.data.counts import prepare_counts
 from app.core.data.grid import GridData
 from app.core.mechanisms.grouping import opt_array_convex_m, opt_array_m
-from app.synth.itms import (
-    ITMS_U,
-    SCALING_LAMBDA,
-    check_itms_counts,
-    itms_counts,
-    itms_grid,
-    sample_scaled,
-    user_scaled,
-)
+from app.synth.itms import ITMS_U, itms_counts
 from research.common import (
     ExperimentResult,
     Progress,
@@ -49,6 +41,13 @@ from research.common import (
 )
 from research.noise import SeededNoise
 from research.simulate import MaePoint, simulate_abs_errors
+from research.workloads import (
+    SCALING_LAMBDA,
+    check_itms_counts,
+    itms_grid,
+    sample_scaled,
+    user_scaled,
+)
 
 __all__ = [
     "EPS_002",

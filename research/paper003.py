@@ -42,13 +42,6 @@ from app.core.mechanisms.draft import rank_from_epsilon
 from app.core.mechanisms.interval import private_quantile, quantile_candidates
 from app.core.mechanisms.mean_projection import wco_intervals, wco_threshold
 from app.core.noise.laplace import NoiseSource, calibrate_choice_scale, calibrate_scale
-from app.synth.bounding import (
-    BOUNDING_U,
-    extreme_collection,
-    geometric_collection,
-    truncated_normal_values,
-    uniform_values,
-)
 from research.common import (
     ExperimentResult,
     Progress,
@@ -58,6 +51,13 @@ from research.common import (
     seed_for,
 )
 from research.noise import SeededNoise
+from research.workloads import (
+    BOUNDING_U,
+    extreme_collection,
+    geometric_collection,
+    truncated_normal_values,
+    uniform_values,
+)
 
 __all__ = [
     "EPS_003",

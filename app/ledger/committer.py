@@ -43,12 +43,18 @@ class Committed:
     stored: dict[str, Any] | None = None
 
 
+# The call is made only if the grid is still at the version released and its dataset's
+# cap is the one passed (the function's arguments name them, so it runs after that read;
+# no row: nothing was written, as ``stale``). The function re-reads the epoch under its lock.
 _COMMIT_SQL = (
-    "SELECT status, stored FROM dpgate_commit_query("
-    "%(dataset)s, %(epoch)s, %(window)s, %(grid)s, %(grid_version)s, %(fingerprint)s, "
-    "CAST(%(users)s AS integer[]), %(epsilon)s, %(cap)s, %(key)s, %(key_has_quota)s, "
+    "SELECT c.status, c.stored FROM grids g JOIN datasets d ON d.id = g.dataset_id, "
+    "LATERAL dpgate_commit_query("
+    "g.dataset_id, %(epoch)s, %(window)s, g.id, g.version, %(fingerprint)s, "
+    "CAST(%(users)s AS integer[]), %(epsilon)s, d.budget_per_user, %(key)s, %(key_has_quota)s, "
     "%(public_id)s, %(statistic)s, %(mechanism)s, CAST(%(options)s AS json), "
-    "CAST(%(answer)s AS json))"
+    "CAST(%(answer)s AS json)) c "
+    "WHERE g.id = %(grid)s AND g.version = %(grid_version)s AND g.dataset_id = %(dataset)s "
+    "AND d.budget_per_user = %(cap)s"
 )
 
 
@@ -107,7 +113,7 @@ class QueryCommitter:
         }
         cur = await self.conn.execute(_COMMIT_SQL, params, prepare=True)
         result = await cur.fetchone()
-        if result is None:  # the function always returns one row
-            raise RuntimeError("dpgate_commit_query returned no row")
+        if result is None:  # the grid moved on (or went): not called, nothing written
+            return Committed(Verdict.STALE)
         status, stored = result
         return Committed(Verdict(status), stored)

@@ -94,6 +94,11 @@ async def answer_statistic(
         invalid, fp = None, fingerprint(statistic, mechanism, eps, options)
     if not GRID_ID.fullmatch(grid_public_id):
         raise no_grid(grid_public_id)
+    ctx = None if invalid is not None else store.known.unasked(grid_public_id, fp)
+    if ctx is not None:  # a query new to this process: released without a look-up
+        fresh = await _answer_unlooked(store, ctx, key, statistic, mechanism, eps, options, fp)
+        if fresh is not None:
+            return fresh
     for attempt in range(MAX_ATTEMPTS):
         found = await store.lookup(grid_public_id, fp)
         if found is None:
@@ -142,6 +147,43 @@ async def answer_statistic(
             raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the grid or its budget epoch kept changing during this query; retry")
+
+
+async def _answer_unlooked(
+    store: QueryStore,
+    ctx: GridContext,
+    key: KeyIdentity,
+    statistic: str,
+    mechanism: str,
+    eps: EpsilonAmount,
+    options: dict[str, Any],
+    fp: str,
+) -> dict[str, Any] | None:
+    """The query released on the grid's remembered context and committed by the statement
+    that checks it still holds (``app.queries.known``); ``None``: look it up (a context
+    moved on, or anything the look-up path decides first)."""
+    if ctx.on_exhausted == "exclude" or "plan" in options:
+        return None
+    if eps.charged > ctx.max_epsilon_per_query:
+        return None
+    try:
+        arrays = await store.snapshot(ctx)
+    except GridChanged:
+        store.known.forget(ctx.public_id)
+        return None
+    step = ReleaseStep(ctx=ctx, key=key, statistic=statistic, mechanism=mechanism, eps=eps,
+                       options=options, fingerprint=fp, arrays=arrays, caps=None)  # fmt: skip
+    answer, outcome = await _release_optimistic(store, step)
+    verdict = outcome.verdict
+    if verdict is Verdict.OK:
+        record_charge(ctx.dataset_id, "query", eps.charged)
+        return answer
+    if verdict is Verdict.TWIN:
+        return _cached(outcome.stored or {}, ctx)
+    if verdict is Verdict.QUOTA or verdict is Verdict.EXHAUSTED:
+        raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
+    store.known.forget(ctx.public_id)  # stale: the grid or the epoch moved on
+    return None
 
 
 def _without_exhausted(

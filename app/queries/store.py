@@ -26,6 +26,7 @@ from app.keys.service import KeyIdentity
 from app.ledger import service as ledger
 from app.ledger.committer import Committed, QueryCommitter
 from app.ledger.rule import Charge
+from app.queries.known import KnownGrids
 from app.queries.repository import AnswerLookup, AnswerRecord, Found, GridContext
 
 R = TypeVar("R")
@@ -46,18 +47,24 @@ class QueryStore:
     """The steps of one query: look-up and commit on one pooled connection, the rest
     as units of work on a database thread."""
 
-    def __init__(self, database: Database, conn: AsyncConnection[Any]) -> None:
+    def __init__(
+        self, database: Database, conn: AsyncConnection[Any], known: KnownGrids | None = None
+    ) -> None:
         self.database = database
         self.conn = conn
         self.answers = AnswerLookup(conn)
         self.committer = QueryCommitter(conn)
+        self.known = KnownGrids() if known is None else known
 
     async def run(self, fn: Callable[..., R], *args: Any) -> R:
         """``fn(session, *args)`` as one unit of work on a database thread."""
         return await self.database.run(fn, *args)
 
     async def lookup(self, grid_public_id: str, fingerprint: str) -> Found | None:
-        return await self.answers.lookup(grid_public_id, fingerprint)
+        found = await self.answers.lookup(grid_public_id, fingerprint)
+        if found is not None:
+            self.known.remember(found[0])
+        return found
 
     async def snapshot(self, ctx: GridContext) -> GridArrays:
         """The grid's engine input at ``ctx.version`` (from the cache when it is there)."""
@@ -107,6 +114,10 @@ class QueryStore:
 @asynccontextmanager
 async def open_store(state: Any) -> AsyncIterator[QueryStore]:
     """The store for one request, holding a pool connection until the request is
-    answered (``state`` is the application's ``app.state``)."""
+    answered (``state`` is the application's ``app.state``, which keeps its process's
+    :class:`KnownGrids`: one database's grids)."""
+    known = getattr(state, "known_grids", None)
+    if known is None:
+        known = state.known_grids = KnownGrids()
     async with state.query_pool.connection() as conn:
-        yield QueryStore(state.database, conn)
+        yield QueryStore(state.database, conn, known)

@@ -18,6 +18,7 @@ import numpy as np
 from h3.api import basic_int as h3_int
 from sqlalchemy.orm import Session
 
+from app.core.data.occupancy import distinct
 from app.core.planning.partition import PartitionTree
 from app.datasets.coarse import grid_level
 from app.datasets.grid_batch import GridColumns, load_grid_snapshots
@@ -52,25 +53,11 @@ def coverage(cols: GridColumns, covered: Sequence[bool] | np.ndarray) -> Coverag
         return Coverage(1.0 if records else 0.0, 1.0 if cols.user_ids.size else 0.0, records)
     pair_inside = np.repeat(inside, cols.sizes)
     kept = int(cols.counts[pair_inside].sum())
-    n_users, users_in = _distinct(cols.user_ids, pair_inside)
+    n_users = distinct(cols.user_ids).size
+    users_in = distinct(cols.user_ids[pair_inside]).size
     return Coverage(
         kept / records if records else 0.0, users_in / n_users if n_users else 0.0, records
     )
-
-
-def _distinct(users: np.ndarray, inside: np.ndarray) -> tuple[int, int]:
-    """How many distinct ``users``, and among ``users[inside]``: marked in a table over
-    their range when it is small (ids are dense serials), else sorted (``np.unique``)."""
-    if users.size == 0:
-        return 0, 0
-    low, high = int(users.min()), int(users.max())
-    if high - low > 4 * users.size + (1 << 16):
-        return np.unique(users).size, np.unique(users[inside]).size
-    seen = np.zeros(high - low + 1, dtype=bool)
-    seen[users - low] = True
-    seen_in = np.zeros_like(seen)
-    seen_in[users[inside] - low] = True
-    return int(np.count_nonzero(seen)), int(np.count_nonzero(seen_in))
 
 
 @dataclass(frozen=True)

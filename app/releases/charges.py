@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from sqlalchemy.orm import Session
 
+from app.core.data.occupancy import distinct
 from app.datasets.grid_store import SlotGrid
 from app.datasets.models import Dataset
 from app.keys.service import KeyIdentity
@@ -39,7 +40,7 @@ class ReleaseBudget:
 
     def users(self, subjects: np.ndarray) -> np.ndarray:
         """The user ids of ``subjects`` (distinct, ascending)."""
-        return np.unique(np.asarray(subjects, dtype=np.int64) & USER_MASK)
+        return distinct(np.asarray(subjects, dtype=np.int64) & USER_MASK)
 
     def pairs_of(self, subjects: np.ndarray) -> np.ndarray:
         """Which pairs of :attr:`occ` belong to ``subjects`` (sorted), as a mask."""
@@ -53,16 +54,22 @@ class ReleaseBudget:
 
 def _subjects(
     dataset: Dataset, grids: Sequence[SlotGrid], occ: Occupancy
-) -> tuple[tuple[date, ...], np.ndarray]:
-    """The windows of ``grids`` (ascending) and each pair's subject."""
+) -> tuple[tuple[date, ...], np.ndarray, np.ndarray]:
+    """The windows of ``grids`` (ascending), each pair's subject and the distinct subjects
+    (ascending, found among ``window index × users + user``, which sort as the subjects)."""
     starts = [g.slot_start for g in grids]
     window_at = {s: window_of(dataset, s) for s in set(starts)}  # a span has few slots
     grid_windows = [window_at[s] for s in starts]
     windows = tuple(sorted(set(grid_windows)))
     index = {w: i for i, w in enumerate(windows)}
     of_grid = np.array([index[w] for w in grid_windows], dtype=np.int64)
+    if len(windows) == 1:  # window index 0: a subject is its user id
+        return windows, occ.user, distinct(occ.user)
     pair_window = of_grid[occ.grid] if occ.grid.size else np.empty(0, dtype=np.int64)
-    return windows, (pair_window << USER_BITS) | occ.user
+    width = int(occ.user.max()) + 1 if occ.user.size else 1
+    seen = distinct(pair_window * width + occ.user)
+    wanted = ((seen // width) << USER_BITS) | (seen % width)
+    return windows, (pair_window << USER_BITS) | occ.user, wanted
 
 
 def release_budget(
@@ -83,10 +90,10 @@ def release_budget(
     (``app.releases.pooling``). ``known``: these accounts as read before (those it
     holds exist, so only the others may need creating)."""
     if windows is None:
-        windows, subjects = _subjects(dataset, grids, occ)
-        occ, wanted = replace(occ, user=subjects), np.unique(subjects)
+        windows, subjects, wanted = _subjects(dataset, grids, occ)
+        occ = replace(occ, user=subjects)
     elif (units := occ.units) is None:
-        wanted = np.unique(occ.user)
+        wanted = distinct(occ.user)
     else:  # the users stay ranks (ascending as their subjects), ``units`` their subjects
         wanted = units[np.flatnonzero(np.bincount(occ.user, minlength=units.size))]
     if lock:

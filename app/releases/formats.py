@@ -26,8 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 import h3
-import orjson
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 GEOJSON_MEDIA_TYPE = "application/geo+json"
 CSV_MEDIA_TYPE = "text/csv; charset=utf-8"
@@ -300,18 +299,3 @@ def export_response(body: bytes | str, fmt: ReleaseFormat, release_id: str) -> R
         media_type=CSV_MEDIA_TYPE,
         headers={"Content-Disposition": f'inline; filename="release-{safe_id}.csv"'},
     )
-
-
-def release_response(
-    release: Mapping[str, Any], fmt: ReleaseFormat | str, ctx: ExportContext
-) -> Response:
-    """The HTTP response for ``format=fmt`` (a ``ReleaseFormat`` or its value)."""
-    fmt = ReleaseFormat(fmt)
-    rid = str(release["release_id"])
-    if fmt is ReleaseFormat.geojson:
-        return export_response(orjson.dumps(release_geojson(release, ctx.unit)), fmt, rid)
-    if fmt is ReleaseFormat.csv:
-        return export_response(release_csv(release, ctx.unit), fmt, rid)
-    if fmt is ReleaseFormat.datapackage:
-        return JSONResponse(release_datapackage(release, ctx))
-    return JSONResponse(dict(release))

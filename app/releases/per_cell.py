@@ -32,6 +32,7 @@ import numpy as np
 
 from app import budget, core
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, equal_share
+from app.core.data.occupancy import unique_inverse
 from app.core.data.results import statistic_range
 from app.releases.planning import Occupancy, SlotPlan, exact_amount, multiple
 
@@ -186,7 +187,7 @@ def allocate(
     per grid, kept counts per pair); every unit's weights sum to at most ``Q``."""
     n_grids = occ.bounds.size - 1
     keep = kept > 0
-    users, unit_of = np.unique(occ.user, return_inverse=True)
+    users, unit_of = unique_inverse(occ.user)
     left = np.full(users.size, Q, dtype=np.int64)
     n_kept = np.bincount(occ.grid[keep], minlength=n_grids)
     records = np.bincount(occ.grid, weights=occ.count, minlength=n_grids)

@@ -20,7 +20,7 @@ import numpy as np
 from app import budget
 from app.answers.epsilon import MIN_EPSILON, EpsilonAmount, parse_epsilon
 from app.core.data.occupancy import Occupancy as CheckedOccupancy
-from app.core.data.occupancy import validate_occupancy
+from app.core.data.occupancy import unique_inverse, validate_occupancy
 from app.core.noise.threads import in_parallel
 from app.core.planning.clip_user import Suppressed, clip_user_suppressed
 from app.kit.errors import InvalidRequest
@@ -109,7 +109,7 @@ class SlotPlan:
             users, n = distinct_counts(occ.user[self.kept > 0])
             return occ.subjects_of(users), n
         keep = self.kept > 0
-        users, at = np.unique(occ.user[keep], return_inverse=True)
+        users, at = unique_inverse(occ.user[keep])
         paid = np.bincount(at, weights=self.weights[occ.grid[keep]], minlength=users.size)
         return occ.subjects_of(users), np.rint(paid).astype(np.int64)
 

@@ -1,4 +1,4 @@
-"""Synthetic occupancies and data sets of the seed papers' experiments (docs/math.md §7): the
-ITMS-like grid (``itms``), heavy hitters (``heavy_hitters``), the bounding collections
-(``bounding``) and a city of raw records (``city``, the demo's data). Every draw comes from a
-seeded numpy ``Generator`` the caller hands in (``random_source``)."""
+"""Synthetic data for the demo and the tests (docs/math.md §7): a city of raw records
+(``city``, the demo's data) and the ITMS-like grid's counts it starts from (``itms``). Every
+draw comes from a seeded numpy ``Generator`` the caller hands in (``random_source``); the
+papers' other workloads are the experiments' (``research/workloads.py``)."""

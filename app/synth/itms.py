@@ -1,11 +1,12 @@
-"""The ITMS-like single grid of seed 002 §IV and its sample and user scalings (docs/math.md §7.1).
+"""The counts of the ITMS-like single grid of seed 002 §IV (docs/math.md §7.1); its scalings
+and speeds are the experiments' (``research/workloads.py``).
 
 002 §IV-B describes one hexagon-and-timeslot of the Indian ITMS bus data by its
 counts only: ``L = 217`` buses, ``m* = 417``, ``m_* = 1``, ``n = Σ m_l = 17166``,
 ``med(m_l) = 46``, and — with ``m_UB`` of 002 eq. 9 — ``K = 160`` WRAPAROUND and
 ``K̄ = 164`` BESTFIT arrays. The raw counts are not published, so
 :func:`itms_counts` builds a deterministic count vector that has *all six* of
-these properties exactly (checked by :func:`check_itms_counts` and a unit test):
+these properties exactly (checked by ``research.workloads.check_itms_counts`` in a unit test):
 
 * ascending rank ``i = 0..216``, median position ``h = 108``;
 * lower half ``c_i = round(1 + 45 (i/h)^0.87)``, upper half
@@ -22,9 +23,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.core.data.grid import GridData
-from app.synth.random_source import SynthRandom
-
 ITMS_L = 217
 ITMS_M_MAX = 417
 ITMS_M_MIN = 1
@@ -35,7 +33,6 @@ ITMS_VARIANCE = 115.135
 ITMS_U = 65.0
 ITMS_K_WRAP = 160
 ITMS_K_BESTFIT = 164
-SCALING_LAMBDA = 10
 
 _LOW_EXP = 0.87
 _HIGH_EXP = 3.32
@@ -60,71 +57,3 @@ def itms_counts() -> np.ndarray:
             diff -= step
         j = j - 1 if j - 1 > h else L - 2
     return asc[::-1].copy()
-
-
-def check_itms_counts(counts: np.ndarray) -> dict[str, int]:
-    """The 002 §IV-B facts of ``counts``: ``L, m*, m_*, n, median, K, K_bar``."""
-    from app.core.data.counts import prepare_counts
-    from app.core.mechanisms.grouping import bestfit, levy_m_ub, wraparound
-
-    info = prepare_counts(counts)
-    m_ub = levy_m_ub(info)
-    return {
-        "L": info.n_active,
-        "m_max": info.m_max,
-        "m_min": info.m_min,
-        "n": info.n,
-        "median": info.median(),
-        "m_ub_eq9": m_ub,
-        "K": wraparound(info, m_ub).k,
-        "K_bar": bestfit(info, m_ub).k_bar,
-    }
-
-
-def _scale(lam: int) -> int:
-    if int(lam) != lam or lam < 1:
-        raise ValueError(f"lambda must be a positive integer, got {lam!r}")
-    return int(lam)
-
-
-def sample_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
-    """Sample scaling (002 §IV-C 1): every user contributes ``λ m_l`` records."""
-    return np.asarray(counts, dtype=np.int64) * _scale(lam)
-
-
-def user_scaled(counts: np.ndarray, lam: int = SCALING_LAMBDA) -> np.ndarray:
-    """User scaling (002 §IV-C 2): each user repeated ``λ`` times (``λ L`` users)."""
-    return np.repeat(np.asarray(counts, dtype=np.int64), _scale(lam))
-
-
-def projected_normal(
-    rng: SynthRandom,
-    size: int | tuple[int, ...],
-    *,
-    mean: float = ITMS_MEAN,
-    variance: float = ITMS_VARIANCE,
-    U: float = ITMS_U,
-) -> np.ndarray:
-    """``Π_[0,U](X)``, ``X ~ N(mean, variance)`` i.i.d. (002 §IV-C): clipped, not rejected.
-
-    Mass ``Q(μ/σ)`` lands exactly on 0 and ``Q((U-μ)/σ)`` on ``U`` (002 §IV-C).
-    """
-    if variance < 0:
-        raise ValueError("variance must be >= 0")
-    x = np.asarray(rng.normal(mean, np.sqrt(variance), size=size), dtype=np.float64)
-    return np.clip(x, 0.0, U)
-
-
-def itms_grid(
-    rng: SynthRandom,
-    counts: np.ndarray | None = None,
-    *,
-    mean: float = ITMS_MEAN,
-    variance: float = ITMS_VARIANCE,
-    U: float = ITMS_U,
-) -> GridData:
-    """One synthetic ITMS-like grid (002 §IV-C): ``counts`` (default :func:`itms_counts`)
-    with i.i.d. projected-normal speeds."""
-    c = itms_counts() if counts is None else np.asarray(counts, dtype=np.int64)
-    values = projected_normal(rng, int(c.sum()), mean=mean, variance=variance, U=U)
-    return GridData.from_counts_and_values(c, values)

@@ -60,17 +60,6 @@ def window_start(kind: str, day: date) -> date:
     raise ValueError(f"unknown budget window {kind!r}")
 
 
-def window_end(kind: str, start: date) -> date | None:
-    """The first date after the window starting at ``start`` (None: no end)."""
-    if kind == "day":
-        return start + timedelta(days=1)
-    if kind == "week":
-        return start + timedelta(days=7)
-    if kind == "month":
-        return date(start.year + start.month // 12, start.month % 12 + 1, 1)
-    return None
-
-
 def window_of(dataset: Windowed, slot_start: datetime) -> date:
     """The budget window of a grid whose slot starts at ``slot_start`` (aware, UTC):
     the window of the slot's local date in the dataset's time zone."""

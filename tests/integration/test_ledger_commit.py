@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
 
@@ -336,3 +336,24 @@ def test_excluding_the_exhausted_users_lets_the_rest_be_charged(
                      kind="query", grid_id=w.grid_id)  # fmt: skip
     w.charge = kept
     assert commit(w).verdict is Verdict.OK
+
+
+@pytest.mark.parametrize("moved", ["grid version", "dataset cap"])
+def test_a_commit_on_a_context_that_moved_on_writes_nothing(
+    moved: str, database: sessionmaker[Session], commit: Commit
+) -> None:
+    """The commit statement calls the function only for the grid at the version released
+    and its dataset at the cap passed (a query released on a remembered context,
+    ``app.queries.known``): otherwise ``stale`` and nothing written."""
+    with database.begin() as session:
+        w = _build(session, NAMED["ok"])
+    with database() as session:
+        before = _state(session, w)
+    if moved == "grid version":
+        w.record = replace(w.record, grid_version=w.record.grid_version + 1)
+    else:
+        w.scenario = replace(w.scenario, cap=w.scenario.cap * 2)
+    got = commit(w)
+    assert got == Committed(Verdict.STALE)
+    with database() as session:
+        assert _state(session, w) == before

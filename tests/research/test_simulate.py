@@ -8,8 +8,6 @@ import pytest
 from app.core import plan_mean, release_mean
 from app.core.data.grid import GridData
 from app.core.mechanisms.interval import interval_costs, quantile_candidates, quantile_scores
-from app.synth.bounding import geometric_collection, uniform_values
-from app.synth.itms import itms_grid
 from research.noise import SeededNoise, noisy_max_many
 from research.paper003 import _row_quantiles, akmv_level, akmv_release, wco_noiseless
 from research.simulate import (
@@ -23,6 +21,7 @@ from research.simulate import (
     simulate_abs_errors,
     wraparound_array_means,
 )
+from research.workloads import geometric_collection, itms_grid, uniform_values
 
 U = 65.0
 

@@ -10,7 +10,6 @@ import json
 from typing import Any
 
 import h3
-import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
@@ -256,39 +255,17 @@ def test_csv_of_an_empty_release_is_the_header_only() -> None:
     assert text == ",".join(formats.columns(make_release())) + "\r\n"
 
 
-# --- The dispatch, as GET /releases/{id} wires it ------------------------------------
+# --- The formats as the release endpoints declare them -------------------------------
 
 
-@pytest.fixture
-def release_client() -> TestClient:
-    """A route wired the way the release endpoint is (format as an enum query parameter)."""
-    stored = {"3f2a9c": make_release()}
+def test_the_formats_and_their_media_types_are_declared_in_openapi() -> None:
     app = FastAPI()
 
     @app.get("/releases/{release_id}", responses=formats.FORMAT_RESPONSES)
     def get_release(release_id: str, format: formats.ReleaseFormat = formats.ReleaseFormat.json):
-        return formats.release_response(stored[release_id], format, CONTEXT)
+        return {}
 
-    return TestClient(app)
-
-
-def test_dispatch_serves_json_geojson_and_csv(release_client: TestClient) -> None:
-    release = make_release()
-    as_json = release_client.get("/releases/3f2a9c")
-    assert as_json.headers["content-type"] == "application/json"
-    assert as_json.json() == release
-    geo = release_client.get("/releases/3f2a9c", params={"format": "geojson"})
-    assert geo.status_code == 200 and geo.headers["content-type"] == "application/geo+json"
-    assert geo.json() == formats.release_geojson(release, UNIT)
-    as_csv = release_client.get("/releases/3f2a9c", params={"format": "csv"})
-    assert as_csv.headers["content-type"] == "text/csv; charset=utf-8"
-    assert as_csv.headers["content-disposition"] == 'inline; filename="release-3f2a9c.csv"'
-    assert as_csv.text == formats.release_csv(release, UNIT)
-    assert release_client.get("/releases/3f2a9c", params={"format": "kml"}).status_code == 422
-
-
-def test_dispatch_declares_the_media_types_in_openapi(release_client: TestClient) -> None:
-    spec = release_client.get("/openapi.json").json()
+    spec = TestClient(app).get("/openapi.json").json()
     op = spec["paths"]["/releases/{release_id}"]["get"]
     assert set(op["responses"]["200"]["content"]) >= {
         "application/json",
@@ -305,15 +282,11 @@ def test_dispatch_declares_the_media_types_in_openapi(release_client: TestClient
     ]
 
 
-def test_dispatch_refuses_an_unknown_format() -> None:
-    with pytest.raises(ValueError, match="kml"):
-        formats.release_response(make_release(), "kml", CONTEXT)
-
-
 def test_csv_filename_keeps_only_safe_characters() -> None:
-    bad_id = {**make_release(), "release_id": 'a"b\r\n/../c'}
-    resp = formats.release_response(bad_id, "csv", CONTEXT)
+    resp = formats.export_response(b"", formats.ReleaseFormat.csv, 'a"b\r\n/../c')
     assert resp.headers["content-disposition"] == 'inline; filename="release-abc.csv"'
+    geo = formats.export_response(b"{}", formats.ReleaseFormat.geojson, "x")
+    assert geo.media_type == formats.GEOJSON_MEDIA_TYPE
 
 
 def test_user_mean_has_columns_only_when_released_and_every_row_its_unit() -> None:

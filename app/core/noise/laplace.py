@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 import opendp.prelude as dp
 
+from app.core.noise.lean_make import lean_make_laplace, lean_make_works
 from app.core.noise.measurement_cache import MeasurementCache
 from app.core.noise.noisy_max_invoke import (
     invoke_noisy_max,
@@ -95,7 +96,14 @@ def _privacy_map(meas: dp.Measurement, d_in: float) -> float:
     return d_out
 
 
+#: OpenDP's scalar constructor with its arguments converted once (a query at a new epsilon
+#: builds one), checked against the public constructor here; else the public call.
+_LEAN_MAKE = lean_make_works(_DOMAIN, _METRIC, LAPLACE_K)
+
+
 def _make_laplace(scale: float) -> dp.Measurement:
+    if _LEAN_MAKE:
+        return lean_make_laplace(_DOMAIN, _METRIC, scale, LAPLACE_K)
     return dp.m.make_laplace(_DOMAIN, _METRIC, scale, k=LAPLACE_K)
 
 
@@ -265,6 +273,8 @@ class OpenDPNoise:
         between this thread and a second one (:func:`app.core.noise.threads.in_parallel`)."""
         if len(values) != len(scales):
             raise ValueError("laplace_many needs one scale per value")
+        if len(values) == 1:  # a query's one draw: the scalar measurement, as below
+            return [self.laplace(values[0], scales[0])]
         out = np.array(values, dtype=np.float64)
         s = np.array(scales, dtype=np.float64)
         for scale in s[~(np.isfinite(s) & (s >= 0))][:1].tolist():

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from app.core.data.counts import prepare_counts
 from app.core.data.joined import offsets
+from app.core.data.occupancy import distinct
 from app.core.mechanisms.mean_capped import capped_half_widths
 from app.core.mechanisms.user_mean import user_mean_public
 
@@ -199,8 +200,8 @@ class PartitionTree:
         skipped = sorted(set(cells.tolist()) - set(cell_of))
         kept_rows = np.isin(cells, np.fromiter(cell_of, dtype=np.int64, count=len(cell_of)))
         record_share = float(n[kept_rows].sum() / n.sum()) if n.size else 0.0
-        every = np.unique(who).size
-        user_share = float(np.unique(who[kept_rows]).size / every) if every else 0.0
+        every = distinct(who).size
+        user_share = float(distinct(who[kept_rows]).size / every) if every else 0.0
         return AdaptivePartition(
             released, cell_of, skipped, record_share, user_share, {c: widths[c] for c in released}
         )

@@ -16,7 +16,7 @@ import pytest
 from app.core.mechanisms.bounds import joint_clip_error
 from app.core.planning.clip_user import clip_user, plan_kept
 from app.core.planning.grid_errors import scalar_error_fn
-from app.synth.heavy_hitters import heavy_hitter_occupancy
+from research.workloads import heavy_hitter_occupancy
 from tests.unit.core.clip_user_reference import (
     assert_same,
     random_occupancy,

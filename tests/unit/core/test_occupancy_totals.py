@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from app.core.data.occupancy import stable_order, unique_inverse, validate_occupancy
+from app.core.data.occupancy import distinct, stable_order, unique_inverse, validate_occupancy
 from app.datasets.grid_batch import GridColumns
 from app.datasets.grid_store import GridArrays
+from app.ledger.accounts import USER_BITS
+from app.releases import charges
 from app.releases.adaptive import coverage
+
+DAY0 = datetime(2024, 3, 4, 15, tzinfo=UTC)
+DAILY = SimpleNamespace(budget_window="day", timezone="UTC")
 
 
 def _random_occupancy(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -128,3 +136,27 @@ def test_clip_user_distinct_counts_equal_numpy_unique(n_grids: int, top: int) ->
     ids, inv = unique_inverse(key)
     want_ids, want_inv = np.unique(key, return_inverse=True)
     assert np.array_equal(ids, want_ids) and np.array_equal(inv, want_inv)
+
+
+@pytest.mark.parametrize(("size", "top"), [(0, 1), (1, 0), (20_000, 500), (20_000, 2**40)])
+def test_distinct_equals_numpy_unique(size: int, top: int) -> None:
+    """Dense values (a presence table), sparse ones (a sort) and an empty array."""
+    x = np.random.default_rng(size + top).integers(0, top + 1, size)
+    got = distinct(x)
+    assert got.dtype == np.int64 and np.array_equal(got, np.unique(x))
+
+
+def test_a_releases_distinct_subjects_are_numpy_unique_of_the_packed_subjects() -> None:
+    """Budget subjects (window index << USER_BITS | user) found by their dense renumbering."""
+    rng = np.random.default_rng(5)
+    pair_window, user = rng.integers(0, 7, 30_000), rng.integers(1, 4_000, 30_000)
+    occ = SimpleNamespace(grid=pair_window, user=user)  # the pairs' grids and users
+    grids = [SimpleNamespace(slot_start=DAY0 + timedelta(days=int(w))) for w in range(7)]
+    windows, subjects, wanted = charges._subjects(DAILY, grids, occ)  # type: ignore[arg-type]
+    assert len(windows) == 7
+    assert np.array_equal(subjects, (pair_window << USER_BITS) | user)
+    assert np.array_equal(wanted, np.unique(subjects))
+    one_day = [SimpleNamespace(slot_start=DAY0)] * 7  # every grid in one window: index 0
+    windows, subjects, wanted = charges._subjects(DAILY, one_day, occ)  # type: ignore[arg-type]
+    assert len(windows) == 1 and np.array_equal(subjects, user)
+    assert np.array_equal(wanted, np.unique(user))

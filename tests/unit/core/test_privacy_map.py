@@ -26,6 +26,7 @@ from app.core import (
 )
 from app.core.noise import laplace as noise_module
 from app.core.noise.laplace import LAPLACE_K
+from app.core.noise.lean_make import lean_make_laplace
 from research.noise import SeededNoise
 from tests.unit.core.helpers import random_grid
 
@@ -196,6 +197,10 @@ def test_release_path_draws_from_opendp(monkeypatch: pytest.MonkeyPatch) -> None
         made.append(scale)
         return _SpyMeasurement(real(domain, metric, scale, k=k), calls)
 
+    # the constructor the release path calls: OpenDP's library function with its arguments
+    # converted once (checked against the public one at import), else the public one
+    monkeypatch.setattr(noise_module, "lean_make_laplace", spy)
+
     real_invoke = noise_module.invoke_scalar
 
     def invoke(meas: _SpyMeasurement, value: float) -> float:  # the lean call, on the real one
@@ -239,3 +244,22 @@ def test_private_choices_draw_from_opendp_noisy_max(monkeypatch: pytest.MonkeyPa
     grid = GridData.from_user_values([[float(i % 7)] * 30 for i in range(40)])
     release_mean(grid, U, 1.0, "levy")
     assert len(made) == 3  # levy's interval: one more choice, through OpenDP
+
+
+def test_the_lean_constructor_builds_opendps_measurement() -> None:
+    """The release path builds its scalar Laplace measurements by OpenDP's library function
+    with the arguments converted once (``app.core.noise.lean_make``): the same privacy map
+    as the public constructor at any scale (the rounding slack of ``k`` included), and at
+    scale 0 the same output. The law of its draws: ``test_batched_noise``'s scalar draws."""
+    assert noise_module._LEAN_MAKE
+    domain, metric = noise_module._DOMAIN, noise_module._METRIC
+    rng = np.random.default_rng(11)
+    for scale in np.exp(rng.uniform(-12, 12, size=60)).tolist():
+        lean = lean_make_laplace(domain, metric, scale, LAPLACE_K)
+        public = dp.m.make_laplace(domain, metric, scale, k=LAPLACE_K)
+        for d_in in (0.0, 1.0, 30.0, float(rng.uniform(0, 100))):
+            assert lean.map(d_in) == public.map(d_in)
+        assert str(lean.output_measure) == str(public.output_measure)
+    zero = lean_make_laplace(domain, metric, 0.0, LAPLACE_K)
+    for v in rng.uniform(-1e6, 1e6, size=20).tolist():
+        assert zero(v) == dp.m.make_laplace(domain, metric, 0.0, k=LAPLACE_K)(v)

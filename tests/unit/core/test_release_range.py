@@ -26,8 +26,8 @@ from app.core import (
 from app.core.data.results import LN20, Release
 from app.core.mechanisms.bounds import optimal_split, sum_exceeds
 from app.core.mechanisms.interval import isolated_head_sums
-from app.synth.itms import itms_grid
 from research.noise import SeededNoise
+from research.workloads import itms_grid
 
 U = 30.0
 

@@ -5,12 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.synth.itms import (
-    ITMS_MEAN,
-    ITMS_U,
-    ITMS_VARIANCE,
+from app.synth.itms import ITMS_MEAN, ITMS_U, ITMS_VARIANCE, itms_counts
+from research.workloads import (
     check_itms_counts,
-    itms_counts,
     itms_grid,
     projected_normal,
     sample_scaled,

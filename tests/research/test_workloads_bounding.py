@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.synth.bounding import (
+from research.workloads import (
     extreme_collection,
     geometric_collection,
     truncated_normal_values,
