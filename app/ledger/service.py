@@ -81,13 +81,13 @@ def lock_accounts(
     repo = LedgerRepository(session)
     users = [window_users(subjects, i) for i in range(len(windows))]
     if known is not None and (known.epoch, known.windows) == (epoch, windows):
-        was_found = np.isin(subjects, known.subjects, assume_unique=True)
+        was_found = _members(subjects, known.subjects)
     else:
         was_found = np.zeros(subjects.size, dtype=bool)
     unknown_windows = np.unique(subjects[~was_found] >> USER_BITS)
     repo.lock_windows(dataset.id, [windows[i] for i in unknown_windows.tolist()])
     locked = _accounts(repo, dataset, epoch, windows, users, lock=True)
-    found = np.isin(subjects, locked.subjects, assume_unique=True)
+    found = _members(subjects, locked.subjects)
     if (was_found & ~found).any():
         raise RuntimeError("budget accounts vanished while locking them")
     if found.all():
