@@ -135,16 +135,9 @@ async def answer_statistic(
                 answer, outcome = await _release_optimistic(store, step)
         except BudgetExhausted:  # every user exhausted (exclude): with largest_epsilon
             raise await budget_refusal(store, ctx, key, arrays.user_ids, over=0) from None
-        verdict = outcome.verdict
-        if verdict is Verdict.OK:
-            record_charge(ctx.dataset_id, "query", eps.charged)
-            return answer
-        if verdict is Verdict.TWIN:
-            return _cached(outcome.stored or {}, ctx)
-        if verdict is Verdict.QUOTA or (
-            verdict is Verdict.EXHAUSTED and ctx.on_exhausted != "exclude"
-        ):
-            raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
+        served = await _verdict_answer(store, ctx, key, arrays, eps, answer, outcome)
+        if served is not None:
+            return served
         # stale epoch, accounts still missing, or a user newly exhausted (exclude): look again
     raise Unavailable("the grid or its budget epoch kept changing during this query; retry")
 
@@ -174,15 +167,33 @@ async def _answer_unlooked(
     step = ReleaseStep(ctx=ctx, key=key, statistic=statistic, mechanism=mechanism, eps=eps,
                        options=options, fingerprint=fp, arrays=arrays, caps=None)  # fmt: skip
     answer, outcome = await _release_optimistic(store, step)
+    served = await _verdict_answer(store, ctx, key, arrays, eps, answer, outcome)
+    if served is None:
+        store.known.forget(ctx.public_id)  # stale: the grid or the epoch moved on
+    return served
+
+
+async def _verdict_answer(
+    store: QueryStore,
+    ctx: GridContext,
+    key: KeyIdentity,
+    arrays: GridArrays,
+    eps: EpsilonAmount,
+    answer: dict[str, Any],
+    outcome: Committed,
+) -> dict[str, Any] | None:
+    """What a commit's verdict answers: the fresh answer (charged), the stored twin, or a
+    refusal raised; ``None``: look again (a stale epoch or version, accounts missing, or a
+    user newly exhausted on an ``exclude`` dataset)."""
     verdict = outcome.verdict
     if verdict is Verdict.OK:
         record_charge(ctx.dataset_id, "query", eps.charged)
         return answer
     if verdict is Verdict.TWIN:
         return _cached(outcome.stored or {}, ctx)
-    if verdict is Verdict.QUOTA or verdict is Verdict.EXHAUSTED:
+    if verdict is Verdict.QUOTA or (verdict is Verdict.EXHAUSTED and ctx.on_exhausted != "exclude"):
         raise await budget_refusal(store, ctx, key, arrays.user_ids, verdict)
-    store.known.forget(ctx.public_id)  # stale: the grid or the epoch moved on
+    return None
     return None
 
 
