@@ -1,5 +1,5 @@
-"""``dpgate.Client`` against a live ``dpgate serve`` (and, for retries and the error
-mapping of answers a healthy server rarely gives, against a scripted HTTP server)."""
+"""``dpgate.Client`` against a live ``dpgate serve``, and against a scripted HTTP server for
+retries and the error mapping of answers a healthy server rarely gives."""
 
 from __future__ import annotations
 
@@ -170,8 +170,7 @@ def test_release_preview(world: World) -> None:
 
 
 def test_a_profile_release_through_the_client(world: World) -> None:
-    """A typical day (API.md ``profile``): its time of day stays a time of day in the
-    DataFrame, and the release says its profile and useful share."""
+    """A typical day: its slots stay times of day, and it says its profile and useful share."""
     profile = {"from": "2024-03-04", "to": "2024-03-08", "days": "weekdays"}
     release = world.analyst.release(
         world.dataset_id, "10:00", profile=profile, epsilon=0.05, min_users=3
@@ -190,8 +189,7 @@ def test_a_profile_release_through_the_client(world: World) -> None:
 
 @dataclass
 class Scripted:
-    """An HTTP server answering from ``replies`` (status, headers, body) in turn and
-    recording every request (method, path, headers, body)."""
+    """An HTTP server answering ``replies`` (status, headers, body) in turn; ``seen``: requests."""
 
     url: str
     replies: list[tuple[int, dict[str, str], Any]]

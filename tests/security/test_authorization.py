@@ -1,7 +1,7 @@
 """Who may call what, how keys are kept, and that raw identifiers and records never leave.
 
-The list of admin-only operations is checked against
-``/openapi.json``, so a new endpoint cannot slip in without a decision here.
+The list of admin-only operations is checked against ``/openapi.json``, so a new endpoint
+cannot slip in without a decision here.
 """
 
 from __future__ import annotations
@@ -218,10 +218,9 @@ def test_keys_are_stored_as_hashes_only(client: TestClient, app: FastAPI) -> Non
 def test_key_comparison_is_constant_time(
     client: TestClient, world: World, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The stored hash is compared with ``hmac.compare_digest`` whenever a key is looked
-    up (the row lookup, and the process's cache of recent keys, are by the SHA-256 of a
-    256-bit secret, so their timing reveals nothing usable about any key); and no
-    ``==``/``!=`` on secrets or hashes exists in ``app/keys``."""
+    """The stored hash is compared with ``hmac.compare_digest`` whenever a key is looked up
+    (the row lookup and the cache of recent keys go by the SHA-256 of a 256-bit secret:
+    their timing reveals nothing usable); no ``==``/``!=`` on secrets or hashes in app/keys."""
     calls: list[tuple[str, str]] = []
     real = hmac.compare_digest
 
