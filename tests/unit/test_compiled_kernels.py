@@ -27,14 +27,14 @@ for info in pkgutil.walk_packages(app.__path__, "app."):
     for value in vars(importlib.import_module(info.name)).values():
         if isinstance(value, CPUDispatcher) and value.__module__ == info.name:
             kernels[value] = len(value.signatures)  # 0: called only by other kernels
-from app.core.planning.clip_user import clip_user_kept
+from app.core.planning.clip_user import clip_user_suppressed
 from tests.unit.ingest import test_csv_fast, test_gtfs_fast
 test_csv_fast.test_plain_runs_equal_the_usual_path_on_a_large_clean_file()
 test_gtfs_fast.test_plain_feeds_are_read_in_one_scan()
 rng = np.random.default_rng(0)
 grids = np.repeat(np.arange(50), 20)
 users = np.concatenate([rng.choice(200, 20, replace=False) for _ in range(50)])
-kept = clip_user_kept(grids, users, rng.integers(1, 9, grids.size), 30.0, 0.5)
+kept = clip_user_suppressed(grids, users, rng.integers(1, 9, grids.size), 30.0, 0.5).kept()
 compiled_now = [k.__name__ for k, n in kernels.items() if len(k.signatures) != n]
 print(len(kernels), sum(n > 0 for n in kernels.values()), int((kept == 0).sum()), *compiled_now)
 """

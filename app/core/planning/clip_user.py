@@ -35,7 +35,6 @@ __all__ = [
     "FrozenMap",
     "Suppressed",
     "clip_user",
-    "clip_user_kept",
     "clip_user_suppressed",
     "load_clip_user_kernels",
     "plan_kept",
@@ -227,7 +226,9 @@ class Suppressed:
         return _Run(occ, sup, removed_rows, m_a, errs, errs_bar)
 
     def kept(self) -> np.ndarray:
-        """:func:`clip_user_kept`'s answer: each input row's kept count ``Γ``."""
+        """Each input row's kept count ``Γ``: ``plan_kept(clip_user(...), grids, users,
+        counts)`` computed directly, without the plan's per-pair tuples and maps (a day
+        release has 10⁶ pairs)."""
         run = self.run()
         kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
         kept[run.removed_rows] = 0
@@ -250,29 +251,6 @@ def _run(
     ).run(pseudo_user)
 
 
-def clip_user_kept(
-    grids: object,
-    users: object,
-    counts: object,
-    U: float,
-    eps: float,
-    *,
-    error_target: float | None = None,
-    protect_min_error_grid: bool = False,
-    split: str = "half",
-    checked: Occupancy | None = None,
-) -> np.ndarray:
-    """``plan_kept(clip_user(...), grids, users, counts)`` computed directly: the kept
-    count ``Γ`` of each input row (0 where removed, ``min(count, m_g)`` otherwise),
-    without building the plan's per-pair tuples and maps (a day release has 10⁶ pairs).
-    ``checked``: ``validate_occupancy(grids, users, counts)`` when the caller has it (a
-    search over epsilon plans one occupancy many times; nothing here changes it)."""
-    return clip_user_suppressed(
-        grids, users, counts, U, eps, error_target=error_target,
-        protect_min_error_grid=protect_min_error_grid, split=split, checked=checked,
-    ).kept()  # fmt: skip
-
-
 def clip_user_suppressed(
     grids: object,
     users: object,
@@ -285,8 +263,9 @@ def clip_user_suppressed(
     split: str = "half",
     checked: Occupancy | None = None,
 ) -> Suppressed:
-    """Clip-User's stages only (:class:`Suppressed`: ``K``, and ``kept()`` on demand),
-    with :func:`clip_user_kept`'s arguments."""
+    """Clip-User's stages only (:class:`Suppressed`: ``K``, and ``kept()`` on demand).
+    ``checked``: ``validate_occupancy(grids, users, counts)`` when the caller has it (a
+    search over epsilon plans one occupancy many times; nothing here changes it)."""
     return _suppressed(
         grids, users, counts, U, eps, error_target, protect_min_error_grid, split, checked
     )
@@ -332,4 +311,5 @@ def load_clip_user_kernels() -> None:
     """Run Clip-User's compiled stages once (rows by grid, as occupancy's ``stable_order``
     gives them; user 0 in both grids, so the stages run), with the argument types a
     release passes: from numba's on-disk cache, so that no request pays a compile."""
-    clip_user_kept(np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([1, 1, 2]), 1.0, 1.0)
+    rows = (np.array([0, 0, 1]), np.array([0, 1, 0]), np.array([1, 1, 2]))
+    clip_user_suppressed(*rows, 1.0, 1.0).kept()

@@ -147,9 +147,9 @@ def test_whole_plan_is_the_same_with_the_python_loop(monkeypatch: pytest.MonkeyP
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_clip_user_kept_equals_plan_kept(seed: int) -> None:
+def test_the_stages_kept_counts_equal_plan_kept(seed: int) -> None:
     """The planner's direct kept counts are plan_kept of the full plan, row for row."""
-    from app.core.planning.clip_user import clip_user_kept, plan_kept
+    from app.core.planning.clip_user import clip_user_suppressed, plan_kept
 
     rng = np.random.default_rng(900 + seed)
     for _ in range(40):
@@ -157,8 +157,9 @@ def test_clip_user_kept_equals_plan_kept(seed: int) -> None:
         kw = {"protect_min_error_grid": bool(rng.integers(0, 2)), "split": "half"}
         eps = float(rng.choice([0.1, 0.5, 2.0]))
         full = plan_kept(clip_user(g, u, c, 30.0, eps, **kw), g, u, c)
-        assert np.array_equal(clip_user_kept(g, u, c, 30.0, eps, **kw), full)
+        assert np.array_equal(clip_user_suppressed(g, u, c, 30.0, eps, **kw).kept(), full)
     g, u, c = city_occupancy(rng, n_users=200, n_grids=30, per_user=6)
     assert np.array_equal(
-        clip_user_kept(g, u, c, 30.0, 0.3), plan_kept(clip_user(g, u, c, 30.0, 0.3), g, u, c)
+        clip_user_suppressed(g, u, c, 30.0, 0.3).kept(),
+        plan_kept(clip_user(g, u, c, 30.0, 0.3), g, u, c),
     )
