@@ -241,14 +241,18 @@ def day_occupancy(n_records: int, hours: int, seed: int = 7) -> Any:
 
 def plan_day(n_records: int, hours: int, repeats: int) -> None:
     """Time the planner (Clip-User over every grid of ``hours`` slots) at two epsilons."""
-    from app.answers.epsilon import parse_epsilon
-    from app.releases.planning import PlanOptions, plan_at
+    from app.answers.epsilon import EpsilonAmount, parse_epsilon
+    from app.releases.planning import PlanOptions, SlotPlan, draft_at
 
     occ = day_occupancy(n_records, hours)
     print(f"plan of {hours} h x {n_records:,} records: {occ.user.size:,} pairs, "
           f"{occ.bounds.size - 1:,} grids")  # fmt: skip
+
+    def planned(e: EpsilonAmount) -> SlotPlan:
+        return draft_at(occ, None, 30.0, e, PlanOptions(clip_user=True)).done()
+
     for eps in (0.1, 1.0):
-        run = partial(plan_at, occ, None, 30.0, parse_epsilon(eps), PlanOptions(clip_user=True))
+        run = partial(planned, parse_epsilon(eps))
         plan = run()  # also compiles Clip-User's stages on a first run
         took = statistics.median(timed(run) for _ in range(repeats))
         print(f"  eps {eps}: {took:.2f} s (G1 {plan.G1}, K {plan.K})")

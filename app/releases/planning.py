@@ -207,19 +207,6 @@ class PlanDraft:
 Planned = SlotPlan | PlanDraft
 
 
-def plan_at(
-    occ: Occupancy,
-    excluded: np.ndarray | None,
-    U: float,
-    eps: EpsilonAmount,
-    opts: PlanOptions,
-    pairs: LivePairs | None = None,
-) -> SlotPlan:
-    """The plan at ``eps`` with the ``excluded`` pairs left out (:func:`live_pairs`);
-    ``pairs``: ``LivePairs.of(occ, excluded)``, kept between calls (made here if None)."""
-    return draft_at(occ, excluded, U, eps, opts, pairs).done()
-
-
 def draft_at(
     occ: Occupancy,
     excluded: np.ndarray | None,
@@ -228,7 +215,9 @@ def draft_at(
     opts: PlanOptions,
     pairs: LivePairs | None = None,
 ) -> Planned:
-    """:func:`plan_at`'s plan, as a :class:`PlanDraft` when Clip-User plans it."""
+    """The plan at ``eps`` with the ``excluded`` pairs left out (:func:`live_pairs`), as a
+    :class:`PlanDraft` when Clip-User plans it (``.done()`` finishes it); ``pairs``:
+    ``LivePairs.of(occ, excluded)``, kept between calls (made here if None)."""
     p = LivePairs.of(occ, excluded) if pairs is None else pairs
     if p.u.size == 0:
         return SlotPlan(eps, 0, 0, np.zeros(occ.user.size, dtype=np.int64))

@@ -136,9 +136,10 @@ def clip_user(
             pairs, empty occupancy, ``U`` or ``eps`` not finite and > 0, unknown
             ``split``, or ``error_target`` NaN or negative.
     """
-    run = _run(
-        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, pseudo_user
-    )
+    run = clip_user_suppressed(
+        grids, users, counts, U, eps, error_target=error_target,
+        protect_min_error_grid=protect_min_error_grid, split=split,
+    ).run(pseudo_user)  # fmt: skip
     occ, sup = run.occ, run.sup
     removed = tuple(
         zip(
@@ -172,17 +173,21 @@ class _Run:
     errs_bar: np.ndarray
 
 
-def _suppressed(
+def clip_user_suppressed(
     grids: object,
     users: object,
     counts: object,
     U: float,
     eps: float,
-    error_target: float | None,
-    protect_min_error_grid: bool,
-    split: str,
+    *,
+    error_target: float | None = None,
+    protect_min_error_grid: bool = False,
+    split: str = "half",
     checked: Occupancy | None = None,
 ) -> Suppressed:
+    """Clip-User's stages only (:class:`Suppressed`: ``K``, and ``kept()`` or ``run()`` on
+    demand). ``checked``: ``validate_occupancy(grids, users, counts)`` when the caller has it
+    (a search over epsilon plans one occupancy many times; nothing here changes it)."""
     U = check_bound(U)
     eps = check_epsilon(eps)
     check_split(split)
@@ -233,42 +238,6 @@ class Suppressed:
         kept: np.ndarray = np.minimum(run.occ.counts, run.m[run.occ.ginv])
         kept[run.removed_rows] = 0
         return kept
-
-
-def _run(
-    grids: object,
-    users: object,
-    counts: object,
-    U: float,
-    eps: float,
-    error_target: float | None,
-    protect_min_error_grid: bool,
-    split: str,
-    pseudo_user: bool,
-) -> _Run:
-    return _suppressed(
-        grids, users, counts, U, eps, error_target, protect_min_error_grid, split
-    ).run(pseudo_user)
-
-
-def clip_user_suppressed(
-    grids: object,
-    users: object,
-    counts: object,
-    U: float,
-    eps: float,
-    *,
-    error_target: float | None = None,
-    protect_min_error_grid: bool = False,
-    split: str = "half",
-    checked: Occupancy | None = None,
-) -> Suppressed:
-    """Clip-User's stages only (:class:`Suppressed`: ``K``, and ``kept()`` on demand).
-    ``checked``: ``validate_occupancy(grids, users, counts)`` when the caller has it (a
-    search over epsilon plans one occupancy many times; nothing here changes it)."""
-    return _suppressed(
-        grids, users, counts, U, eps, error_target, protect_min_error_grid, split, checked
-    )
 
 
 def _check_target(error_target: float) -> float:
