@@ -39,6 +39,7 @@ from app.ledger.endpoints import router as ledger_router
 from app.observability.endpoints import install_observability
 from app.plans.endpoints import router as plans_router
 from app.queries.endpoints import router as queries_router
+from app.queries.known import KnownGrids
 from app.releases.endpoints import router as releases_router
 from app.releases.public import router as public_releases_router
 from app.uploads.endpoints import router as uploads_router
@@ -92,6 +93,7 @@ def create_app(settings: Settings | None = None, *, freeze_gc: bool = False) -> 
         )
         app.state.db_finish = CapacityLimiter(4 * settings.db_pool_size)
         app.state.database = Database(sessionmaker, app.state.db_gate)
+        app.state.known_grids = KnownGrids()  # this serving run's remembered grid contexts
         app.state.query_pool = make_async_pool(
             url,
             size=settings.query_pool_size,

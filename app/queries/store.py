@@ -116,8 +116,5 @@ async def open_store(state: Any) -> AsyncIterator[QueryStore]:
     """The store for one request, holding a pool connection until the request is
     answered (``state`` is the application's ``app.state``, which keeps its process's
     :class:`KnownGrids`: one database's grids)."""
-    known = getattr(state, "known_grids", None)
-    if known is None:
-        known = state.known_grids = KnownGrids()
     async with state.query_pool.connection() as conn:
-        yield QueryStore(state.database, conn, known)
+        yield QueryStore(state.database, conn, state.known_grids)
